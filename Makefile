@@ -1,0 +1,56 @@
+# Every module in the repository: the library and CLI at the root, and the
+# nested modules kept out of the library's dependency graph.
+MODULE_DIRS := $(patsubst %/go.mod,%,$(shell git ls-files --cached --others --exclude-standard -- '*go.mod' 2>/dev/null | sort))
+ifeq ($(strip $(MODULE_DIRS)),)
+MODULE_DIRS := .
+endif
+MODULE_DIRS := $(patsubst go.mod,.,$(MODULE_DIRS))
+
+GO        ?= go
+TESTFLAGS ?= -race -count=1 -timeout 25m
+
+.PHONY: all test lint generate generate-check bench fuzz tidy
+
+all: lint test
+
+## test: every test of every module, with the race detector, against real
+## servers that the tests start themselves (see tools/ci-deps.sh).
+test: generate-check
+	@set -e; for d in $(MODULE_DIRS); do \
+		echo "== go test $$d"; \
+		(cd $$d && $(GO) test $(TESTFLAGS) ./...); \
+	done
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
+## lint: gofmt, go vet, go mod tidy -diff and go mod verify in every module.
+lint:
+	@set -e; test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	@set -e; for d in $(MODULE_DIRS); do \
+		echo "== lint $$d"; \
+		(cd $$d && $(GO) vet ./... && $(GO) mod tidy -diff && $(GO) mod verify >/dev/null); \
+	done
+
+## generate: regenerate the Lua scripts (and anything else with go:generate).
+generate:
+	$(GO) generate ./...
+
+## generate-check: fail when committed generated files are stale.
+generate-check:
+	@if [ -d internal/luagen ]; then $(GO) test -count=1 ./internal/luagen; fi
+
+## fuzz: run each fuzz target briefly (FUZZTIME, default 10s each).
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+			echo "== fuzz $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+## bench: the comparison benchmarks and their report (bench/ module).
+bench:
+	@if [ -d bench ]; then cd bench && $(GO) run ./cmd/report; else $(GO) test -run '^$$' -bench . ./...; fi
+
+tidy:
+	@set -e; for d in $(MODULE_DIRS); do (cd $$d && $(GO) mod tidy); done

@@ -1,0 +1,30 @@
+// Package fencedlock provides distributed locks that stay correct when a
+// holder is paused past its lease.
+//
+// A [Locker] grants a [Lease] on a named key from a [Backend] (Redis in
+// package backend/redis, etcd in backend/etcd, an in-memory store in
+// backend/memory). Every lease carries:
+//
+//   - a TTL on the server, so a crashed holder's lock expires;
+//   - a watchdog that renews it every TTL/3 and reports loss through
+//     [Lease.Context] and [Lease.Done] before the server could give the key
+//     to anyone else (the local deadline is computed from the monotonic time
+//     taken before each request, minus a safety margin);
+//   - a random 128-bit owner token, so Release deletes the key only if this
+//     holder still owns it;
+//   - a fencing token ([Lease.Fence]) strictly greater than every token
+//     granted before on the key. Pass it to the guarded resource, which
+//     rejects writes older than one it has accepted (package fencing). A
+//     paused holder that resumes cannot overwrite newer state.
+//
+// A lock alone cannot stop a paused holder's late write; the fence can.
+// Users swap Redis for etcd by changing one constructor: everything else is
+// written against [Locker] and [Lease].
+//
+// Errors are values checked with [errors.Is]: [ErrNotAcquired] (held by
+// another owner; a cancelled wait is also ctx.Err()), [ErrLeaseLost],
+// [ErrReleased], [ErrNotHeld], [ErrClosed] and [ErrInvalid].
+//
+// To write a backend, implement [Backend] (and any optional interface that
+// fits) and run the conformance suite in package conformance against it.
+package fencedlock
