@@ -1,0 +1,51 @@
+package fencedlock_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/memory"
+)
+
+// FuzzKeysAndOptions: any key and TTL either is refused with ErrInvalid
+// before reaching the backend, or yields a lease on exactly that key whose
+// release frees it; nothing else is ever returned.
+func FuzzKeysAndOptions(f *testing.F) {
+	f.Add("orders", int64(time.Second), int64(0))
+	f.Add("", int64(time.Second), int64(0))
+	f.Add("{}/ü\x00 ", int64(fencedlock.MinTTL), int64(time.Millisecond))
+	f.Add("k", int64(-1), int64(0))
+	f.Add("k", int64(time.Second), int64(time.Second))
+	f.Fuzz(func(t *testing.T, key string, ttl, renew int64) {
+		store := memory.NewStore()
+		l := fencedlock.New(store.Backend(), fencedlock.Options{
+			TTL: time.Duration(ttl), RenewInterval: time.Duration(renew), ManualRenew: true,
+		})
+		defer l.Close()
+		ls, err := l.TryAcquire(t.Context(), key)
+		if err != nil {
+			if !errors.Is(err, fencedlock.ErrInvalid) {
+				t.Fatalf("key %q ttl %v: %v is not ErrInvalid", key, time.Duration(ttl), err)
+			}
+			if info, _ := store.Backend().Inspect(t.Context(), key); info.Held || info.Fence != 0 {
+				t.Fatalf("refused request left state: %+v", info)
+			}
+			return
+		}
+		if ls.Key() != key || ls.Fence() != 1 {
+			t.Fatalf("lease on %q fence %d, want %q fence 1", ls.Key(), ls.Fence(), key)
+		}
+		if err := ls.Release(t.Context()); err != nil {
+			// Only a lease that ran past its local deadline (short TTLs on a
+			// busy fuzzing machine) may refuse to release.
+			if !errors.Is(err, fencedlock.ErrNotHeld) || !errors.Is(err, fencedlock.ErrLeaseLost) {
+				t.Fatal(err)
+			}
+		}
+		if info, _ := store.Backend().Inspect(t.Context(), key); info.Held {
+			t.Fatalf("released key still held")
+		}
+	})
+}
