@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var write = flag.Bool("write", false, "rewrite the committed scripts in backend/redis/scripts")
+
+// scriptsDir is backend/redis/scripts, seen from this package's directory.
+var scriptsDir = filepath.Join("..", "..", "backend", "redis", "scripts")
+
+// TestGenerated fails when a committed script differs from what the
+// templates produce. Run go test ./internal/luagen -write to rewrite them.
+func TestGenerated(t *testing.T) {
+	files, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(scripts) {
+		t.Fatalf("generated %d files for %d scripts", len(files), len(scripts))
+	}
+	if *write {
+		if err := Write(scriptsDir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(scriptsDir, name))
+		if err != nil {
+			t.Errorf("%s: %v (run: go test ./internal/luagen -write)", name, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is stale: run go test ./internal/luagen -write (or go generate ./backend/redis)", name)
+		}
+	}
+	// No stray generated file: every .lua in the directory is in the table.
+	entries, err := os.ReadDir(scriptsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".lua") && files[e.Name()] == nil {
+			t.Errorf("%s is not produced by luagen: remove it or add it to the table", e.Name())
+		}
+	}
+}
+
+// TestHeaderAndDocs checks that every script starts with the generated-code
+// header and documents each KEYS and ARGV entry it uses, and that it reads
+// input only through KEYS and ARGV.
+func TestHeaderAndDocs(t *testing.T) {
+	files, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range scripts {
+		src := string(files[s.Name+".lua"])
+		if !strings.HasPrefix(src, Header+"\n") {
+			t.Errorf("%s: missing header", s.Name)
+		}
+		for i := range s.Keys {
+			if !strings.Contains(src, "-- KEYS["+itoa(i+1)+"]: ") {
+				t.Errorf("%s: KEYS[%d] not documented", s.Name, i+1)
+			}
+		}
+		for i := range s.Args {
+			if !strings.Contains(src, "-- ARGV["+itoa(i+1)+"]: ") {
+				t.Errorf("%s: ARGV[%d] not documented", s.Name, i+1)
+			}
+		}
+		code := stripComments(src)
+		for i := len(s.Keys) + 1; i <= 9; i++ {
+			if strings.Contains(code, "KEYS["+itoa(i)+"]") {
+				t.Errorf("%s: uses undocumented KEYS[%d]", s.Name, i)
+			}
+		}
+		for i := len(s.Args) + 1; i <= 9; i++ {
+			if strings.Contains(code, "ARGV["+itoa(i)+"]") {
+				t.Errorf("%s: uses undocumented ARGV[%d]", s.Name, i)
+			}
+		}
+		if strings.Contains(code, "{{") || strings.Contains(code, "<no value>") {
+			t.Errorf("%s: template residue in output", s.Name)
+		}
+	}
+}
+
+func TestDictOddArgs(t *testing.T) {
+	if _, err := funcs["dict"].(func(...any) (map[string]any, error))("a"); err == nil {
+		t.Fatal("dict with an odd number of arguments: no error")
+	}
+}
+
+func itoa(i int) string { return string(rune('0' + i)) }
+
+func stripComments(src string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(src, "\n") {
+		if i := strings.Index(l, "--"); i >= 0 {
+			l = l[:i]
+		}
+		b.WriteString(l + "\n")
+	}
+	return b.String()
+}
