@@ -1,0 +1,126 @@
+// Package etcd is a [fencedlock.Backend] on etcd (go.etcd.io/etcd/client/v3),
+// for deployments that need the lock to survive a failover: every grant,
+// renewal and release goes through Raft.
+//
+// Most code should use [fencedlock.Locker] on top of it; only the
+// constructor differs from the other backends:
+//
+//	b, err := etcd.New(client, etcd.Options{})   // client is a *clientv3.Client
+//	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+//
+// # Keys
+//
+// For a lock named key, every holder and waiter owns one etcd key
+//
+//	<Prefix>locks/<escaped key>/<holder id>
+//
+// where the escaped key is [url.PathEscape] of the lock name (so "a" and
+// "a/b" never share a directory) and the holder id is
+// [fencedlock.HolderID] of the owner token: non-secret, unique per
+// acquisition, and computable from the owner alone, so a release without
+// the grant's private data still finds its key. The value is the holder
+// id. Each key is attached to its own lease, so etcd deletes it when the
+// lease ends.
+//
+// # Fences, the queue, and hand-off
+//
+// The holder of a lock is the key of its directory with the lowest create
+// revision; the others wait in create-revision order (FIFO), as etcd's own
+// concurrency.Mutex does. The fence of a grant is the create revision of its
+// key, a cluster-wide monotonic counter kept by Raft, so every later holder
+// (whose key was created later) gets a greater fence, across clients,
+// members and leader changes. The lease ID is never used as a fence: it is
+// not monotonic.
+//
+// [Backend.Acquire] (one attempt, [fencedlock.Locker.TryAcquire]) is a Txn
+// that creates our key only if the directory is empty (every CreateRevision
+// in it is 0): it fails when anyone holds the lock or waits for it, so it
+// never jumps the queue, and it leaves nothing behind (its lease is revoked
+// at once).
+//
+// [Backend.AcquireWait] ([fencedlock.Locker.Acquire]) creates its key, then
+// repeats one Txn: "if my key still has my create revision, give me the key
+// just before mine". If there is none, it holds the lock; otherwise it
+// watches only that predecessor for deletion, from the revision just read
+// plus one, so the watch starts synced and the hand-off is not delayed by
+// etcd's resync of lagging watchers. Because the existence check and the
+// read are one Txn, a waiter whose lease expired (or was revoked) while it
+// waited is never told it holds the lock: the bug Jepsen found in etcd 3.4.3
+// (etcd issue #11456). Such a waiter starts over with a new lease at the end
+// of the queue. A wait ended by its context revokes its lease, which deletes
+// its queue entry.
+//
+// [Backend.Release] is a Txn that deletes our key only if it still carries
+// our create revision, then revokes our lease; it never deletes another
+// holder's key.
+//
+// # One lease per grant
+//
+// Every acquisition (and every waiter) takes its own lease rather than
+// sharing one lease per Backend. Reasons:
+//
+//   - Isolation of loss: a lease that expires, is revoked by an operator
+//     (etcdctl lease revoke) or cannot be renewed takes exactly one lock with
+//     it. With a shared lease, one missed renewal or one revocation would drop
+//     every lock of the process at once, and a waiter's expiry would also end
+//     the locks it already holds.
+//   - The TTL is the one the Locker asked for, per grant; a shared lease has
+//     one TTL fixed when it is created.
+//   - Release revokes the lease, so the server frees everything at once, and
+//     nothing of an ended grant outlives it.
+//
+// The cost is one LeaseGrant round trip per acquisition (LeaseGrant cannot
+// be part of a Txn), so an uncontended acquire takes two round trips
+// (LeaseGrant, Txn) and a release two (Txn, LeaseRevoke); renewals of all
+// leases of a client share its gRPC connection.
+//
+// # Renewal and loss
+//
+// The Backend implements [fencedlock.KeepAliver]: the Locker runs no renew
+// loop of its own. Each held lease is kept alive with etcd's lease keepalive
+// RPC, one request every TTL/3 (clientv3.Lease.KeepAliveOnce, on a schedule
+// this package owns), and every confirmed renewal is reported with the
+// moment its request was sent, so the Locker's local deadline (send time +
+// TTL - safety margin) never lies past the server's expiry. The streaming
+// clientv3.Lease.KeepAlive is not used for held leases because its channel
+// does not say when the acknowledged request was sent: its requests go out
+// on a 500 ms tick and may be retransmitted, so the only safe anchor is the
+// previous response, which, for TTLs below about 5 s with the default
+// safety margin, puts the local deadline before the next routine renewal
+// and loses healthy leases.
+//
+// A held lease is reported lost (through [fencedlock.Lease.Done] and
+// Context, cause [fencedlock.ErrLeaseLost]):
+//
+//   - at once when a keepalive answers that the lease is gone (expired or
+//     revoked), or when a watch on our key sees it deleted (lease revoked by
+//     another client, expired, or the key removed by hand);
+//   - otherwise, when no renewal succeeded before the local deadline (member
+//     blackholed or partitioned, client paused): at most TTL - margin after
+//     the last successful renewal was sent, which is before the server can
+//     expire the lease and hand the lock to the next waiter.
+//
+// etcd lease TTLs are whole seconds, with a server minimum (1.5 election
+// timeouts, rounded up to a second). The TTL asked for is rounded up to
+// whole seconds, and the Grant and every renewal report the TTL the server
+// actually applied, so the Locker computes its deadlines from the real
+// lease.
+//
+// Manual renewal ([fencedlock.Options.ManualRenew]) uses [Backend.Renew]:
+// one keepalive, then a check that our key still exists with our create
+// revision. etcd cannot change a lease's TTL after it is granted, so Renew
+// renews the lease to its granted TTL and returns it.
+//
+// [fencedlock.Info.Fence] from [Backend.Inspect] is the holder's fence while
+// the lock is held and 0 when it is free: etcd keeps no record of a released
+// key's revision, and none is needed, since the next fence is a newer
+// revision anyway. A cluster restored from a snapshot restarts its
+// revisions from the snapshot; fences are monotonic within one cluster's
+// history only.
+//
+// # Fenced writes on etcd
+//
+// [Backend.FencedPut] is the resource-side guard for data kept in etcd: one
+// Txn that compares the resource's stored fence and holder and writes the
+// value and the new fence together, following [fencing.Check].
+package etcd

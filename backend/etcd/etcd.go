@@ -1,0 +1,561 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// Defaults of [Options].
+const (
+	// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+	DefaultPrefix = "fencedlock/"
+	// DefaultCleanupTimeout bounds the clean-up (lease revocation) after a
+	// cancelled wait or a failed attempt, which runs detached from the
+	// caller's cancellation.
+	DefaultCleanupTimeout = 5 * time.Second
+	// MaxWaitRestarts bounds how many times one AcquireWait starts over
+	// because its waiter's lease was lost while it waited.
+	MaxWaitRestarts = 16
+)
+
+// Options configures a [Backend]. The zero value means the documented
+// defaults.
+type Options struct {
+	// Prefix is prepended to every key the backend writes: lock queues live
+	// under Prefix+"locks/", fence records of [Backend.FencedPut] under
+	// Prefix+"fences/". Backends share locks only if they use the same
+	// Prefix on the same cluster. Default DefaultPrefix.
+	Prefix string
+	// CleanupTimeout bounds the lease revocation that removes the trace of
+	// a cancelled wait or a failed attempt; it runs detached from the
+	// caller's context. Default DefaultCleanupTimeout; it must not be
+	// negative.
+	CleanupTimeout time.Duration
+}
+
+func (o Options) resolve() (Options, error) {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.CleanupTimeout == 0 {
+		o.CleanupTimeout = DefaultCleanupTimeout
+	}
+	if o.CleanupTimeout < 0 {
+		return o, fmt.Errorf("etcd: CleanupTimeout %v is negative: %w", o.CleanupTimeout, fencedlock.ErrInvalid)
+	}
+	return o, nil
+}
+
+// Backend is a [fencedlock.Backend] on etcd. It also implements
+// [fencedlock.WaitAcquirer] (a FIFO queue of waiters on the server),
+// [fencedlock.KeepAliver] (renewal driven by the backend) and
+// [fencedlock.Inspector]. It is safe for concurrent use.
+type Backend struct {
+	c    *clientv3.Client
+	opts Options
+
+	closeCtx context.Context // cancelled by Close
+	cancel   context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // goroutines and waits started by the backend
+}
+
+var (
+	_ fencedlock.Backend      = (*Backend)(nil)
+	_ fencedlock.WaitAcquirer = (*Backend)(nil)
+	_ fencedlock.KeepAliver   = (*Backend)(nil)
+	_ fencedlock.Inspector    = (*Backend)(nil)
+)
+
+// New returns a Backend on client. The Backend never closes client: close
+// it yourself after [Backend.Close] (or [fencedlock.Locker.Close]).
+// Invalid options or a nil client return an error wrapping
+// [fencedlock.ErrInvalid].
+func New(client *clientv3.Client, opts Options) (*Backend, error) {
+	if client == nil {
+		return nil, fmt.Errorf("etcd: nil client: %w", fencedlock.ErrInvalid)
+	}
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Backend{c: client, opts: o, closeCtx: ctx, cancel: cancel}, nil
+}
+
+// Options returns the options in effect, defaults filled in.
+func (b *Backend) Options() Options { return b.opts }
+
+// Close ends every goroutine the backend started (keepalives of held leases,
+// waits in progress, which remove their queue entries) and waits for them.
+// It does not close the client, and it does not release held locks: their
+// leases are no longer renewed and expire after their TTL (use
+// [fencedlock.Locker.Close] to release them first). Close is idempotent;
+// calls after Close return errors wrapping [fencedlock.ErrClosed].
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	return nil
+}
+
+// begin registers a call or goroutine that Close must wait for.
+func (b *Backend) begin() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("etcd: backend: %w", fencedlock.ErrClosed)
+	}
+	b.wg.Add(1)
+	return nil
+}
+
+// withClose returns ctx, also cancelled (cause ErrClosed) when the backend
+// is closed.
+func (b *Backend) withClose(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(b.closeCtx, func() { cancel(fencedlock.ErrClosed) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
+// lockDir is the directory of key's queue, ending in "/".
+func (b *Backend) lockDir(key string) string {
+	return b.opts.Prefix + "locks/" + url.PathEscape(key) + "/"
+}
+
+// entry is the etcd key of owner's place in key's queue.
+func (b *Backend) entry(key, owner string) string {
+	return b.lockDir(key) + fencedlock.HolderID(owner)
+}
+
+// fenceKey is the etcd key holding the fence record of a guarded resource.
+func (b *Backend) fenceKey(resource string) string {
+	return b.opts.Prefix + "fences/" + url.PathEscape(resource)
+}
+
+// ttlSeconds rounds ttl up to whole seconds, at least 1.
+func ttlSeconds(ttl time.Duration) int64 {
+	s := int64((ttl + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// grant is the private data of a Grant (Grant.Data).
+type grant struct {
+	name  string           // our etcd key
+	lease clientv3.LeaseID // our lease, attached to name only
+	rev   int64            // create revision of name: the fence
+	held  int64            // revision at which we were known to hold the lock
+	ttl   time.Duration    // the TTL the server applied
+
+	mu       sync.Mutex
+	lastSent time.Time // send time of the last request that set the lease's expiry
+}
+
+func (g *grant) sent() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.lastSent
+}
+
+func (g *grant) renewed(sent time.Time) {
+	g.mu.Lock()
+	if sent.After(g.lastSent) {
+		g.lastSent = sent
+	}
+	g.mu.Unlock()
+}
+
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("etcd: "+format, args...)
+}
+
+// Acquire makes one attempt to take req.Key: a LeaseGrant, then a Txn that
+// creates our key with that lease only if no one holds or waits for the
+// lock. If the lock is held or has waiters, it revokes the lease and
+// returns a *[fencedlock.HeldError] (wrapping [fencedlock.ErrNotAcquired])
+// whose RetryAfter is the holder's remaining lease. The fence is the create
+// revision of our key.
+func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+	if err := b.begin(); err != nil {
+		return fencedlock.Grant{}, err
+	}
+	defer b.wg.Done()
+	ctx, cancel := b.withClose(ctx)
+	defer cancel()
+
+	dir, name := b.lockDir(req.Key), b.entry(req.Key, req.Owner)
+	sent := time.Now()
+	lg, err := b.c.Grant(ctx, ttlSeconds(req.TTL))
+	if err != nil {
+		return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: lease grant: %w", req.Key, err))
+	}
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.ID))).
+		Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		// The Txn may have been applied: revoking our own lease removes
+		// whatever it created, and nothing else.
+		b.revoke(lg.ID)
+		return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: %w", req.Key, err))
+	}
+	if !resp.Succeeded {
+		b.revoke(lg.ID)
+		held := &fencedlock.HeldError{Key: req.Key}
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].Lease != 0 {
+			if tr, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil && tr.TTL > 0 {
+				held.RetryAfter = time.Duration(tr.TTL) * time.Second
+			}
+		}
+		return fencedlock.Grant{}, fmt.Errorf("etcd: acquire: %w", held)
+	}
+	rev := resp.Header.Revision
+	g := &grant{name: name, lease: lg.ID, rev: rev, held: rev, ttl: time.Duration(lg.TTL) * time.Second, lastSent: sent}
+	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: g.ttl, Data: g}, nil
+}
+
+// ctxErr returns err, or, if ctx ended because the backend was closed, an
+// error wrapping ErrClosed and err.
+func (b *Backend) ctxErr(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), fencedlock.ErrClosed) {
+		return fmt.Errorf("%w: %w", err, fencedlock.ErrClosed)
+	}
+	return err
+}
+
+// revoke revokes id, detached from any caller's cancellation and bounded
+// by CleanupTimeout. Revoking a lease deletes the keys attached to it: only
+// our own key. It reports whether the lease is gone.
+func (b *Backend) revoke(id clientv3.LeaseID) error {
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.CleanupTimeout)
+	defer cancel()
+	_, err := b.c.Revoke(ctx, id)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return err
+	}
+	return nil
+}
+
+// errWaiterLost reports that a waiter's lease or queue entry vanished while
+// it waited: it must start over, never take the lock with it.
+var errWaiterLost = errors.New("etcd: waiter's lease expired or was revoked while waiting")
+
+// AcquireWait blocks until req.Key is granted to req.Owner, in FIFO order of
+// arrival, or until ctx is done. It keeps the waiter's lease alive while it
+// waits. When ctx ends first it revokes the waiter's lease (deleting its
+// queue entry) before returning an error wrapping
+// [fencedlock.ErrNotAcquired] and ctx.Err(). A waiter whose lease expired or
+// was revoked while it waited is never granted the lock: it starts over at
+// the end of the queue with a new lease (at most [MaxWaitRestarts] times).
+func (b *Backend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+	if err := b.begin(); err != nil {
+		return fencedlock.Grant{}, err
+	}
+	defer b.wg.Done()
+	ctx, cancel := b.withClose(ctx)
+	defer cancel()
+	start := time.Now()
+	for range MaxWaitRestarts {
+		g, err := b.wait(ctx, req, start)
+		if errors.Is(err, errWaiterLost) && ctx.Err() == nil {
+			continue
+		}
+		return g, err
+	}
+	return fencedlock.Grant{}, errorf("acquire %q: %w: gave up after %d restarts", req.Key, errWaiterLost, MaxWaitRestarts)
+}
+
+// waitError is returned when a wait's context ends first: it is both
+// ErrNotAcquired and the context's error (or ErrClosed).
+func (b *Backend) waitError(ctx context.Context, key string) error {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, fencedlock.ErrClosed) {
+		return errorf("acquire %q: %w", key, fencedlock.ErrClosed)
+	}
+	return errorf("acquire %q: %w: %w", key, fencedlock.ErrNotAcquired, ctx.Err())
+}
+
+// wait is one turn of AcquireWait with one lease.
+func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start time.Time) (fencedlock.Grant, error) {
+	dir, name := b.lockDir(req.Key), b.entry(req.Key, req.Owner)
+	sent := time.Now()
+	lg, err := b.c.Grant(ctx, ttlSeconds(req.TTL))
+	if err != nil {
+		if ctx.Err() != nil {
+			return fencedlock.Grant{}, b.waitError(ctx, req.Key)
+		}
+		return fencedlock.Grant{}, errorf("acquire %q: lease grant: %w", req.Key, err)
+	}
+	g := &grant{name: name, lease: lg.ID, ttl: time.Duration(lg.TTL) * time.Second, lastSent: sent}
+
+	// Keep the waiter's lease alive while it waits; the keeper stops when
+	// this turn ends (the Locker's KeepAlive takes over after a grant).
+	kctx, kcancel := context.WithCancel(ctx)
+	renewals := make(chan fencedlock.Renewal, 1)
+	kdone := make(chan struct{})
+	go func() {
+		defer close(kdone)
+		b.keep(kctx, req.Key, g, renewals, false)
+	}()
+	stopKeeper := func() { kcancel(); <-kdone }
+
+	fail := func(err error) (fencedlock.Grant, error) {
+		stopKeeper()
+		rerr := b.revoke(g.lease)
+		if ctx.Err() != nil {
+			err = b.waitError(ctx, req.Key)
+		}
+		if rerr != nil {
+			err = fmt.Errorf("%w (clean-up: revoking the waiter's lease failed, its queue entry expires with the lease: %v)", err, rerr)
+		}
+		return fencedlock.Grant{}, err
+	}
+
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
+		Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.ID)),
+			clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		return fail(errorf("acquire %q: enqueue: %w", req.Key, err))
+	}
+	if !resp.Succeeded {
+		// Our name is derived from a fresh random owner token.
+		return fail(errorf("acquire %q: queue entry already exists for this owner: %w", req.Key, fencedlock.ErrInvalid))
+	}
+	g.rev = resp.Header.Revision
+	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].CreateRevision == g.rev {
+		g.held = g.rev // uncontended: we are first
+	}
+
+	backoff := 50 * time.Millisecond
+	for g.held == 0 {
+		// One step: if our entry still exists with our revision, read the
+		// entry just before ours. Checking our own entry in the same Txn is
+		// what keeps a waiter whose lease expired from taking the lock.
+		resp, err := b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(name), "=", g.rev)).
+			Then(clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(g.rev-1))...)).
+			Commit()
+		if err != nil {
+			if ctx.Err() != nil {
+				return fail(err)
+			}
+			// Transient (no leader, connection lost): retry; loss of our
+			// lease in the meantime is caught by the Txn or the keeper.
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fail(err)
+			case r, ok := <-renewals:
+				t.Stop()
+				if !ok || errors.Is(r.Err, fencedlock.ErrNotHeld) {
+					return fail(errWaiterLost)
+				}
+			case <-t.C:
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if !resp.Succeeded {
+			return fail(errWaiterLost)
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			g.held = resp.Header.Revision
+			break
+		}
+		lost, err := b.waitDeleted(ctx, string(kvs[0].Key), resp.Header.Revision, renewals)
+		if lost {
+			return fail(errWaiterLost)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	stopKeeper()
+	// The Locker's deadline runs from its own send time, which is before
+	// start: report the lease as lasting from start to the server's expiry
+	// at the earliest (last confirmed renewal's send time + TTL).
+	ttl := max(g.sent().Add(g.ttl).Sub(start), time.Nanosecond)
+	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: ttl, Data: g}, nil
+}
+
+// waitDeleted watches pred from rev+1 until it is deleted (nil), the watch
+// breaks (nil: the caller re-reads), ctx ends (error), or our lease is lost
+// (lost).
+func (b *Backend) waitDeleted(ctx context.Context, pred string, rev int64, renewals <-chan fencedlock.Renewal) (lost bool, err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wch := b.c.Watch(wctx, pred, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case r, ok := <-renewals:
+			if !ok || errors.Is(r.Err, fencedlock.ErrNotHeld) {
+				return true, nil
+			}
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil || wr.Canceled {
+				return false, nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					return false, nil
+				}
+			}
+		}
+	}
+}
+
+// grantOf returns g's private data, or, for a Grant made without it (the
+// Locker's clean-up after a failed attempt), looks the entry up by owner.
+func (b *Backend) grantOf(ctx context.Context, g fencedlock.Grant) (*grant, error) {
+	if d, ok := g.Data.(*grant); ok && d != nil {
+		return d, nil
+	}
+	name := b.entry(g.Key, g.Owner)
+	resp, err := b.c.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	kv := resp.Kvs[0]
+	return &grant{name: name, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
+}
+
+// Renew renews g's lease (one keepalive) and checks that our key still
+// carries our create revision. etcd cannot change a lease's TTL, so ttl is
+// ignored and the lease's granted TTL, as the server confirmed it, is
+// returned. If the lease is gone or the key deleted, the error wraps
+// [fencedlock.ErrNotHeld].
+func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+	if err := b.begin(); err != nil {
+		return 0, err
+	}
+	defer b.wg.Done()
+	ctx, cancel := b.withClose(ctx)
+	defer cancel()
+	d, err := b.grantOf(ctx, g)
+	if err != nil {
+		return 0, b.ctxErr(ctx, errorf("renew %q: %w", g.Key, err))
+	}
+	if d == nil {
+		return 0, errorf("renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+	}
+	sent := time.Now()
+	ka, err := b.c.KeepAliveOnce(ctx, d.lease)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return 0, errorf("renew %q: lease expired or revoked: %w", g.Key, fencedlock.ErrNotHeld)
+	}
+	if err != nil {
+		return 0, b.ctxErr(ctx, errorf("renew %q: %w", g.Key, err))
+	}
+	resp, err := b.c.Get(ctx, d.name)
+	if err != nil {
+		return 0, b.ctxErr(ctx, errorf("renew %q: %w", g.Key, err))
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != d.rev {
+		return 0, errorf("renew %q: lock key deleted: %w", g.Key, fencedlock.ErrNotHeld)
+	}
+	d.renewed(sent)
+	return time.Duration(ka.TTL) * time.Second, nil
+}
+
+// Release deletes g's key in a Txn only if it still carries g's create
+// revision, then revokes g's lease. If the key is gone or is another
+// holder's, it deletes nothing and returns an error wrapping
+// [fencedlock.ErrNotHeld]. Fences survive: the next grant's key is created
+// at a later revision.
+func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
+	if err := b.begin(); err != nil {
+		return err
+	}
+	defer b.wg.Done()
+	ctx, cancel := b.withClose(ctx)
+	defer cancel()
+	d, err := b.grantOf(ctx, g)
+	if err != nil {
+		return b.ctxErr(ctx, errorf("release %q: %w", g.Key, err))
+	}
+	if d == nil {
+		return errorf("release %q: %w", g.Key, fencedlock.ErrNotHeld)
+	}
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(d.name), "=", d.rev)).
+		Then(clientv3.OpDelete(d.name)).
+		Commit()
+	if err != nil {
+		return b.ctxErr(ctx, errorf("release %q: %w", g.Key, err))
+	}
+	if d.lease != 0 {
+		// Our lease carries only our key; revoking it frees the server's
+		// lease state at once.
+		if _, rerr := b.c.Revoke(ctx, d.lease); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) && resp.Succeeded {
+			return b.ctxErr(ctx, errorf("release %q: key deleted, but revoking its lease failed (it expires with its TTL): %w", g.Key, rerr))
+		}
+	}
+	if !resp.Succeeded {
+		return errorf("release %q: %w", g.Key, fencedlock.ErrNotHeld)
+	}
+	return nil
+}
+
+// Inspect reports the holder of key (the queue entry with the lowest create
+// revision): its fence, holder id and remaining lease. Fence is 0 when the
+// lock is free. It never returns an owner token (etcd stores only the
+// holder id).
+func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
+	if err := b.begin(); err != nil {
+		return fencedlock.Info{}, err
+	}
+	defer b.wg.Done()
+	ctx, cancel := b.withClose(ctx)
+	defer cancel()
+	if err := fencedlock.ValidateKey(key); err != nil {
+		return fencedlock.Info{}, fmt.Errorf("etcd: inspect: %w", err)
+	}
+	resp, err := b.c.Get(ctx, b.lockDir(key), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return fencedlock.Info{}, b.ctxErr(ctx, errorf("inspect %q: %w", key, err))
+	}
+	if len(resp.Kvs) == 0 {
+		return fencedlock.Info{}, nil
+	}
+	kv := resp.Kvs[0]
+	info := fencedlock.Info{Held: true, Fence: fencing.Token(kv.CreateRevision), Holder: string(kv.Value)}
+	if kv.Lease != 0 {
+		tr, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+		if err != nil {
+			return fencedlock.Info{}, b.ctxErr(ctx, errorf("inspect %q: %w", key, err))
+		}
+		if tr.TTL > 0 {
+			info.TTL = time.Duration(tr.TTL) * time.Second
+		}
+	}
+	return info, nil
+}

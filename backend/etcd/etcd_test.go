@@ -1,0 +1,182 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// unreachableClient returns a client whose endpoint has no server: enough
+// for the checks here, which never reach the network.
+func unreachableClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestOptions(t *testing.T) {
+	c := unreachableClient(t)
+	b, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Options(); got.Prefix != DefaultPrefix || got.CleanupTimeout != DefaultCleanupTimeout {
+		t.Errorf("defaults = %+v", got)
+	}
+	b.Close()
+	if _, err := New(c, Options{CleanupTimeout: -time.Second}); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Errorf("negative CleanupTimeout: err = %v, want ErrInvalid", err)
+	}
+	if _, err := New(nil, Options{}); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Errorf("nil client: err = %v, want ErrInvalid", err)
+	}
+	b, err = New(c, Options{Prefix: "p/", CleanupTimeout: time.Second})
+	if err != nil || b.Options().Prefix != "p/" || b.Options().CleanupTimeout != time.Second {
+		t.Errorf("explicit options: %+v, %v", b.Options(), err)
+	}
+	b.Close()
+}
+
+func TestKeyNaming(t *testing.T) {
+	b := &Backend{opts: Options{Prefix: "fl/"}}
+	owner := "owner-token"
+	if got, want := b.entry("orders", owner), "fl/locks/orders/"+fencedlock.HolderID(owner); got != want {
+		t.Errorf("entry = %q, want %q", got, want)
+	}
+	if strings.Contains(b.entry("x", owner), owner) {
+		t.Error("the owner token appears in the key name")
+	}
+	// No lock's queue directory may contain another lock's entries.
+	keys := []string{"a", "a/b", "a/", "/a", "a%2Fb", "a%b", "{a}", "a b", "\xff\xfe", "a/b/c", strings.Repeat("k", fencedlock.MaxKeyLen)}
+	for _, k1 := range keys {
+		for _, k2 := range keys {
+			if k1 == k2 {
+				continue
+			}
+			if strings.HasPrefix(b.entry(k2, owner), b.lockDir(k1)) {
+				t.Errorf("entry of %q lies in the directory of %q", k2, k1)
+			}
+			if b.fenceKey(k1) == b.fenceKey(k2) {
+				t.Errorf("fence keys of %q and %q collide", k1, k2)
+			}
+		}
+		if !strings.HasSuffix(b.lockDir(k1), "/") || strings.Count(b.lockDir(k1), "/") != 3 {
+			t.Errorf("lockDir(%q) = %q: want exactly three slashes, the last at the end", k1, b.lockDir(k1))
+		}
+	}
+}
+
+func TestTTLSeconds(t *testing.T) {
+	for _, c := range []struct {
+		ttl  time.Duration
+		want int64
+	}{
+		{fencedlock.MinTTL, 1}, {time.Second, 1}, {time.Second + time.Nanosecond, 2},
+		{1500 * time.Millisecond, 2}, {10 * time.Second, 10}, {fencedlock.MaxTTL, 86400},
+	} {
+		if got := ttlSeconds(c.ttl); got != c.want {
+			t.Errorf("ttlSeconds(%v) = %d, want %d (rounded up)", c.ttl, got, c.want)
+		}
+	}
+}
+
+// The fence record's byte order must be the numeric order of fences: the
+// Txn of FencedPut compares values byte-wise.
+func TestFenceRecordOrder(t *testing.T) {
+	tokens := []fencing.Token{1, 9, 10, 99, 100, 41, 42, 1 << 32, 1<<64 - 1}
+	recs := make([]string, len(tokens))
+	for i, tok := range tokens {
+		recs[i] = fenceRecord(tok, "h")
+		got, holder, err := parseFenceRecord([]byte(recs[i]))
+		if err != nil || got != tok || holder != "h" {
+			t.Errorf("round trip of %d: %d %q %v", tok, got, holder, err)
+		}
+	}
+	sort.Slice(tokens, func(i, j int) bool { return tokens[i] < tokens[j] })
+	sort.Strings(recs)
+	for i := range tokens {
+		if !strings.HasPrefix(recs[i], fenceRecord(tokens[i], "")) {
+			t.Errorf("byte order differs from numeric order at %d: %q vs %d", i, recs[i], tokens[i])
+		}
+	}
+	// "<fence> <holder>" sorts below the bare padded larger token, and not
+	// below its own bare token: the "<" compare of FencedPut.
+	if !(fenceRecord(41, "zzzz") < fenceRecord(42, "")[:fenceDigits]) || fenceRecord(42, "a") < fenceRecord(42, "")[:fenceDigits] {
+		t.Error("record comparison against a bare token is wrong")
+	}
+	for _, bad := range []string{"", "42", "0000000000000000004x h", "00000000000000000042h"} {
+		if _, _, err := parseFenceRecord([]byte(bad)); err == nil {
+			t.Errorf("parseFenceRecord(%q) accepted", bad)
+		}
+	}
+}
+
+func TestClosed(t *testing.T) {
+	b, err := New(unreachableClient(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	ctx := context.Background()
+	req := fencedlock.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second}
+	if _, err := b.Acquire(ctx, req); !errors.Is(err, fencedlock.ErrClosed) {
+		t.Errorf("Acquire after Close: %v", err)
+	}
+	if _, err := b.AcquireWait(ctx, req); !errors.Is(err, fencedlock.ErrClosed) {
+		t.Errorf("AcquireWait after Close: %v", err)
+	}
+	if err := b.Release(ctx, fencedlock.Grant{Key: "k", Owner: "o"}); !errors.Is(err, fencedlock.ErrClosed) {
+		t.Errorf("Release after Close: %v", err)
+	}
+	if _, err := b.Inspect(ctx, "k"); !errors.Is(err, fencedlock.ErrClosed) {
+		t.Errorf("Inspect after Close: %v", err)
+	}
+	if err := b.FencedPut(ctx, "data", "v", 1, "h"); !errors.Is(err, fencedlock.ErrClosed) {
+		t.Errorf("FencedPut after Close: %v", err)
+	}
+	if _, ok := <-b.KeepAlive(ctx, fencedlock.Grant{Key: "k", Data: &grant{ttl: time.Second}}); ok {
+		t.Error("KeepAlive after Close: channel not closed")
+	}
+}
+
+func TestInvalidInput(t *testing.T) {
+	b, err := New(unreachableClient(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.FencedPut(ctx, "data", "v", 0, "h"); !errors.Is(err, fencing.ErrInvalidToken) {
+		t.Errorf("zero token: %v", err)
+	}
+	for _, k := range []string{"", DefaultPrefix + "locks/x/y"} {
+		if err := b.FencedPut(ctx, k, "v", 1, "h"); !errors.Is(err, fencedlock.ErrInvalid) {
+			t.Errorf("FencedPut(%q): %v, want ErrInvalid", k, err)
+		}
+	}
+	if _, err := b.Inspect(ctx, ""); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Errorf("Inspect empty key: %v", err)
+	}
+	// A Grant this backend did not make cannot be kept alive.
+	r, ok := <-b.KeepAlive(ctx, fencedlock.Grant{Key: "k"})
+	if !ok || !errors.Is(r.Err, fencedlock.ErrNotHeld) {
+		t.Errorf("KeepAlive of a foreign grant: %v %v", r, ok)
+	}
+}

@@ -1,0 +1,127 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// fenceDigits is the width of a stored fence: zero-padded decimal, so that
+// etcd's byte-wise value comparison orders fences numerically.
+const fenceDigits = 20
+
+func fenceRecord(token fencing.Token, holder string) string {
+	return fmt.Sprintf("%0*d %s", fenceDigits, uint64(token), holder)
+}
+
+func parseFenceRecord(v []byte) (fencing.Token, string, error) {
+	s := string(v)
+	if len(s) < fenceDigits+1 || s[fenceDigits] != ' ' {
+		return 0, "", fmt.Errorf("etcd: malformed fence record %q", s)
+	}
+	t, err := fencing.ParseToken(s[:fenceDigits])
+	if err != nil {
+		return 0, "", fmt.Errorf("etcd: malformed fence record: %w", err)
+	}
+	return t, s[fenceDigits+1:], nil
+}
+
+// FencedPut writes value at key (an ordinary etcd key of yours; it must lie
+// outside the backend's Prefix) only if the fencing rule accepts token from holder
+// ([fencing.Check]): token greater than the highest accepted for key, or
+// equal to it and from the same holder. The check, the write of value and
+// the write of the new fence record (at Prefix+"fences/"+escaped key) are
+// one Txn, so no other write can come between them. A rejected write
+// returns a *[fencing.StaleError] (wrapping [fencing.ErrStale]) and writes
+// nothing; a zero token returns an error wrapping [fencing.ErrInvalidToken].
+// Pass the lease's fence and holder id: lease.Fence(), lease.Holder().
+func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencing.Token, holder string) error {
+	if err := b.begin(); err != nil {
+		return err
+	}
+	defer b.wg.Done()
+	ctx, cancel := b.withClose(ctx)
+	defer cancel()
+	if key == "" || strings.HasPrefix(key, b.opts.Prefix) {
+		return fmt.Errorf("etcd: fenced put %q: key empty or inside the backend's prefix %q: %w", key, b.opts.Prefix, fencedlock.ErrInvalid)
+	}
+	if token == 0 {
+		return fmt.Errorf("etcd: fenced put %q: zero token: %w", key, fencing.ErrInvalidToken)
+	}
+	fk := b.fenceKey(key)
+	rec := fenceRecord(token, holder)
+	puts := []clientv3.Op{clientv3.OpPut(key, value), clientv3.OpPut(fk, rec)}
+	// Accept when: no record yet; or stored fence < token (any stored
+	// "<fence> <holder>" whose fence is smaller sorts below the bare padded
+	// token); or stored record == ours (equal fence, same holder).
+	sameHolder := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), "=", rec)},
+		puts,
+		[]clientv3.Op{clientv3.OpGet(fk)})
+	greater := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), "<", rec[:fenceDigits])},
+		puts,
+		[]clientv3.Op{sameHolder})
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(fk), "=", 0)).
+		Then(puts...).
+		Else(greater).
+		Commit()
+	if err != nil {
+		return b.ctxErr(ctx, fmt.Errorf("etcd: fenced put %q: %w", key, err))
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	r2 := resp.Responses[0].GetResponseTxn()
+	if r2.GetSucceeded() {
+		return nil
+	}
+	r3 := r2.GetResponses()[0].GetResponseTxn()
+	if r3.GetSucceeded() {
+		return nil
+	}
+	stale := &fencing.StaleError{Token: token, Holder: holder}
+	if kvs := r3.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		acc, from, perr := parseFenceRecord(kvs[0].Value)
+		if perr != nil {
+			return fmt.Errorf("etcd: fenced put %q: %w", key, perr)
+		}
+		stale.Accepted, stale.AcceptedFrom = acc, from
+	}
+	return fmt.Errorf("etcd: fenced put %q: %w", key, stale)
+}
+
+// FencedGet reads key and its fence record in one consistent read: the
+// value (ok false if key is absent) and the highest fence accepted by
+// [Backend.FencedPut] for key with its holder id (0 and "" if none).
+func (b *Backend) FencedGet(ctx context.Context, key string) (value string, ok bool, token fencing.Token, holder string, err error) {
+	if err := b.begin(); err != nil {
+		return "", false, 0, "", err
+	}
+	defer b.wg.Done()
+	ctx, cancel := b.withClose(ctx)
+	defer cancel()
+	if key == "" {
+		return "", false, 0, "", fmt.Errorf("etcd: fenced get: empty key: %w", fencedlock.ErrInvalid)
+	}
+	resp, err := b.c.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(b.fenceKey(key))).Commit()
+	if err != nil {
+		return "", false, 0, "", b.ctxErr(ctx, fmt.Errorf("etcd: fenced get %q: %w", key, err))
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		value, ok = string(kvs[0].Value), true
+	}
+	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		token, holder, err = parseFenceRecord(kvs[0].Value)
+		if err != nil {
+			return "", false, 0, "", fmt.Errorf("etcd: fenced get %q: %w", key, err)
+		}
+	}
+	return value, ok, token, holder, nil
+}

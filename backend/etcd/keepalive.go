@@ -1,0 +1,160 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// KeepAlive keeps g's lease alive until ctx is done or the backend is
+// closed: one etcd keepalive every TTL/3, counted from the send time of the
+// last confirmed renewal, and a watch on g's key. It sends a Renewal with
+// the request's send time and the TTL the server applied after each
+// confirmed renewal, a Renewal whose Err is transient after a failed one
+// (retried after TTL/12), and a final Renewal wrapping
+// [fencedlock.ErrNotHeld] when the server answers that the lease is gone or
+// the watch sees g's key deleted; then it closes the channel. A channel
+// closed while ctx is not done means the lease can no longer be kept alive.
+// A pending Renewal not yet received is replaced by a newer one.
+func (b *Backend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fencedlock.Renewal {
+	out := make(chan fencedlock.Renewal, 1)
+	d, ok := g.Data.(*grant)
+	if !ok || d == nil {
+		out <- fencedlock.Renewal{Err: errorf("keepalive %q: grant was not made by this backend: %w", g.Key, fencedlock.ErrNotHeld)}
+		close(out)
+		return out
+	}
+	if err := b.begin(); err != nil {
+		close(out)
+		return out
+	}
+	go func() {
+		defer b.wg.Done()
+		defer close(out)
+		ctx, cancel := b.withClose(ctx)
+		defer cancel()
+		b.keep(ctx, g.Key, d, out, true)
+	}()
+	return out
+}
+
+// offer sends r on out, replacing a pending value: out has a buffer of one
+// and a single sender, so the send never blocks.
+func offer(out chan fencedlock.Renewal, r fencedlock.Renewal) {
+	for {
+		select {
+		case out <- r:
+			return
+		default:
+		}
+		select {
+		case <-out:
+		default:
+		}
+	}
+}
+
+// keep renews d's lease until ctx ends or the lease is lost. With watch set
+// it also watches d's key (from the revision at which d held it) and
+// reports its deletion.
+func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fencedlock.Renewal, watch bool) {
+	interval := max(d.ttl/3, 10*time.Millisecond)
+	retry := max(interval/4, 5*time.Millisecond)
+
+	var (
+		wch      clientv3.WatchChan
+		wcancel  context.CancelFunc = func() {}
+		rewatch  bool
+		watchRev = d.held + 1
+	)
+	defer func() { wcancel() }()
+	startWatch := func(rev int64) {
+		wcancel()
+		var wctx context.Context
+		wctx, wcancel = context.WithCancel(ctx)
+		wch = b.c.Watch(wctx, d.name, clientv3.WithRev(rev), clientv3.WithFilterPut())
+	}
+	if watch {
+		startWatch(watchRev)
+	}
+	lost := func(err error) {
+		offer(out, fencedlock.Renewal{Sent: time.Now(), Err: err})
+	}
+
+	timer := time.NewTimer(max(time.Until(d.sent().Add(interval)), 0))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case wr, ok := <-wch:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				// The watch broke (compaction, member lost): re-check the
+				// key at the next renewal and watch again from there.
+				wcancel()
+				wch, rewatch = nil, true
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					lost(errorf("lock key of %q deleted at revision %d (lease expired or revoked, or key removed): %w",
+						key, ev.Kv.ModRevision, fencedlock.ErrNotHeld))
+					return
+				}
+			}
+			if n := wr.Header.Revision; n >= watchRev {
+				watchRev = n + 1
+			}
+		case <-timer.C:
+			sent := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, interval)
+			ka, err := b.c.KeepAliveOnce(rctx, d.lease)
+			cancel()
+			switch {
+			case errors.Is(err, rpctypes.ErrLeaseNotFound):
+				lost(errorf("lease of %q expired or revoked: %w", key, fencedlock.ErrNotHeld))
+				return
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				offer(out, fencedlock.Renewal{Sent: sent, Err: errorf("keepalive %q: %w", key, err)})
+				timer.Reset(retry)
+				continue
+			}
+			d.renewed(sent)
+			offer(out, fencedlock.Renewal{Sent: sent, TTL: time.Duration(ka.TTL) * time.Second})
+			timer.Reset(max(time.Until(sent.Add(interval)), 0))
+			if rewatch {
+				if gone, from := b.recheck(ctx, d, interval); gone {
+					lost(errorf("lock key of %q deleted: %w", key, fencedlock.ErrNotHeld))
+					return
+				} else if from > 0 {
+					rewatch = false
+					watchRev = from
+					startWatch(watchRev)
+				}
+			}
+		}
+	}
+}
+
+// recheck reads d's key after its watch broke. It reports whether the key is
+// gone (or is another's), and otherwise the revision to watch from (0 if
+// the read failed: try again later).
+func (b *Backend) recheck(ctx context.Context, d *grant, timeout time.Duration) (gone bool, from int64) {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := b.c.Get(rctx, d.name)
+	if err != nil {
+		return false, 0
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != d.rev {
+		return true, 0
+	}
+	return false, resp.Header.Revision + 1
+}
