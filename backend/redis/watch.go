@@ -1,0 +1,279 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/redis/rueidis"
+)
+
+// unsubscribeTimeout bounds an UNSUBSCRIBE sent after the last watcher of a
+// channel stopped (in the background; the watcher does not wait for it).
+const unsubscribeTimeout = 5 * time.Second
+
+// hub multiplexes every watch of a Backend over one dedicated subscription
+// connection, with one SUBSCRIBE per channel however many watchers it has.
+//
+// Locking: hub.mu guards everything but chanState.op, which serializes the
+// SUBSCRIBE and UNSUBSCRIBE of one channel so that they reach the server in
+// the order the watchers asked for them. Lock order: op, then mu.
+//
+// Goroutines: one monitor per connection (it ends when the connection is
+// lost or released) and one per pending background UNSUBSCRIBE or
+// resubscription; close waits for all of them.
+type hub struct {
+	c   rueidis.Client
+	log *slog.Logger
+	wg  sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	conn   *subConn // nil while not connected
+	gen    uint64   // generation of the latest connection
+	chans  map[string]*chanState
+}
+
+type subConn struct {
+	dc      rueidis.DedicatedClient
+	release func()
+	gen     uint64
+	used    bool // a SUBSCRIBE succeeded on it; guarded by hub.mu
+}
+
+type chanState struct {
+	name string
+	op   sync.Mutex // held while sending SUBSCRIBE/UNSUBSCRIBE of name
+
+	// guarded by hub.mu:
+	watchers map[*watcher]struct{}
+	subGen   uint64 // generation of the connection it is subscribed on; 0 if none
+	unsure   bool   // a SUBSCRIBE ended with an error: the server may have applied it
+}
+
+type watcher struct{ ch chan struct{} }
+
+func newHub(c rueidis.Client, log *slog.Logger) *hub {
+	return &hub{c: c, log: log, chans: make(map[string]*chanState)}
+}
+
+func (h *hub) watch(ctx context.Context, key, channel string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("redis: watch %q: %w", key, err)
+	}
+	w := &watcher{ch: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, nil, errClosed("watch", key)
+	}
+	cs := h.chans[channel]
+	if cs == nil {
+		cs = &chanState{name: channel, watchers: make(map[*watcher]struct{})}
+		h.chans[channel] = cs
+	}
+	cs.watchers[w] = struct{}{}
+	h.mu.Unlock()
+
+	if err := h.subscribe(ctx, cs); err != nil {
+		h.unwatch(cs, w)
+		return nil, nil, wrap("watch", key, err)
+	}
+	var once sync.Once
+	return w.ch, func() { once.Do(func() { h.unwatch(cs, w) }) }, nil
+}
+
+// subscribe makes sure cs is subscribed on the current connection, dialing
+// one if needed. It returns after the server confirmed the subscription.
+func (h *hub) subscribe(ctx context.Context, cs *chanState) error {
+	cs.op.Lock()
+	defer cs.op.Unlock()
+	conn, err := h.connect()
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	done := cs.subGen == conn.gen
+	h.mu.Unlock()
+	if done {
+		return nil
+	}
+	// rueidis completes a SUBSCRIBE when the server's confirmation arrives,
+	// so the watch is in effect when Do returns nil.
+	err = conn.dc.Do(ctx, conn.dc.B().Subscribe().Channel(cs.name).Build()).Error()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		cs.unsure = true
+		return err
+	}
+	if h.conn == conn {
+		cs.subGen = conn.gen
+		conn.used = true
+	} else {
+		// The connection was lost meanwhile: the subscription is gone.
+		return fmt.Errorf("subscription connection lost: %w", errLost)
+	}
+	return nil
+}
+
+var errLost = errors.New("connection lost")
+
+// connect returns the current subscription connection, making one if
+// there is none.
+func (h *hub) connect() (*subConn, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, fencedlock.ErrClosed
+	}
+	if h.conn != nil {
+		return h.conn, nil
+	}
+	dc, release := h.c.Dedicate()
+	h.gen++
+	conn := &subConn{dc: dc, release: release, gen: h.gen}
+	errs := dc.SetPubSubHooks(rueidis.PubSubHooks{OnMessage: h.onMessage})
+	h.conn = conn
+	h.wg.Add(1)
+	go h.monitor(conn, errs)
+	h.log.Debug("redis: subscription connection opened", "generation", conn.gen)
+	return conn, nil
+}
+
+// onMessage runs on rueidis's reader goroutine: it only signals watchers.
+func (h *hub) onMessage(m rueidis.PubSubMessage) {
+	h.mu.Lock()
+	if cs := h.chans[m.Channel]; cs != nil {
+		cs.wakeLocked()
+	}
+	h.mu.Unlock()
+}
+
+func (cs *chanState) wakeLocked() {
+	for w := range cs.watchers {
+		select {
+		case w.ch <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
+}
+
+// monitor waits for the end of conn. If conn was lost while the hub is
+// open, it wakes every watcher (a release may have been missed) and, if
+// conn had worked, subscribes the watched channels again on a new
+// connection. A connection that never worked triggers nothing, so a down
+// server cannot make this spin.
+func (h *hub) monitor(conn *subConn, errs <-chan error) {
+	defer h.wg.Done()
+	err := <-errs
+	h.mu.Lock()
+	current := h.conn == conn
+	if current {
+		h.conn = nil
+	}
+	closed := h.closed
+	used := conn.used
+	var live []*chanState
+	if current {
+		for _, cs := range h.chans {
+			cs.wakeLocked()
+			if len(cs.watchers) > 0 {
+				live = append(live, cs)
+			}
+		}
+	}
+	h.mu.Unlock()
+	if !current || closed {
+		return
+	}
+	conn.release()
+	h.log.Debug("redis: subscription connection lost", "generation", conn.gen, "err", err)
+	if !used {
+		return
+	}
+	for _, cs := range live {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
+			defer cancel()
+			if err := h.subscribe(ctx, cs); err != nil {
+				h.log.Debug("redis: resubscribing failed; waiters fall back to TTL hints", "channel", cs.name, "err", err)
+			}
+		}()
+	}
+}
+
+// unwatch removes w; the last watcher of a channel unsubscribes it in the
+// background.
+func (h *hub) unwatch(cs *chanState, w *watcher) {
+	h.mu.Lock()
+	delete(cs.watchers, w)
+	last := len(cs.watchers) == 0 && !h.closed
+	if last {
+		h.wg.Add(1)
+	}
+	h.mu.Unlock()
+	if last {
+		go func() {
+			defer h.wg.Done()
+			h.unsubscribe(cs)
+		}()
+	}
+}
+
+func (h *hub) unsubscribe(cs *chanState) {
+	cs.op.Lock()
+	defer cs.op.Unlock()
+	h.mu.Lock()
+	if len(cs.watchers) > 0 {
+		h.mu.Unlock()
+		return // watched again meanwhile
+	}
+	conn := h.conn
+	send := conn != nil && (cs.subGen == conn.gen || cs.unsure)
+	h.mu.Unlock()
+	var err error
+	if send {
+		ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
+		err = conn.dc.Do(ctx, conn.dc.B().Unsubscribe().Channel(cs.name).Build()).Error()
+		cancel()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.log.Debug("redis: unsubscribe failed", "channel", cs.name, "err", err)
+		cs.unsure = true
+	} else {
+		cs.subGen, cs.unsure = 0, false
+	}
+	if len(cs.watchers) == 0 && h.chans[cs.name] == cs && !cs.unsure {
+		delete(h.chans, cs.name)
+	}
+}
+
+// close ends the connection and waits for every goroutine of the hub.
+// Watchers still registered get a wake-up; their next Acquire attempt
+// reports ErrClosed.
+func (h *hub) close() {
+	h.mu.Lock()
+	h.closed = true
+	conn := h.conn
+	h.conn = nil
+	for _, cs := range h.chans {
+		cs.wakeLocked()
+	}
+	h.mu.Unlock()
+	if conn != nil {
+		// Zero hooks close the error channel, which ends the monitor; the
+		// connection goes back to rueidis's pool, which unsubscribes it.
+		conn.dc.SetPubSubHooks(rueidis.PubSubHooks{})
+		conn.release()
+	}
+	h.wg.Wait()
+}
