@@ -1,0 +1,515 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+const demoHeader = `Usage: fencedlock demo [flags]
+
+Show, with real processes, why a lock needs a fencing token:
+
+  1. worker A acquires the lock and checks that it holds it;
+  2. the demo stops A with SIGSTOP (a GC pause, a VM stall) past its lease;
+  3. the lease expires on the server; worker B acquires with a higher fence
+     and writes to the fenced resource;
+  4. the demo resumes A with SIGCONT; A writes with its old fence and the
+     resource REJECTS it; A's release deletes nothing (B still holds the lock).
+
+With no backend flag the lock server is an embedded Redis (miniredis) on a
+loopback port, whose key expiry the demo drives in real time. --redis or
+--etcd runs the same against a real server. The fenced resource is a value
+kept in the demo process behind fencing.Guard; workers send it their writes
+over loopback TCP. Owner tokens are never printed, only holder ids.
+
+The exit code is 0 only if the outcome was the safe one; otherwise 1 (69 if
+the server cannot be used).
+`
+
+const demoFooter = backendHelp + `
+Examples:
+  go run ./cmd/fencedlock demo
+  fencedlock demo --redis redis://default:secret@127.0.0.1:6379 --ttl 2s
+  fencedlock demo --etcd http://127.0.0.1:2379
+
+` + exitCodeHelp
+
+type demoFlags struct {
+	backend backendConfig
+	ttl     time.Duration
+	key     string
+}
+
+func (e *env) demo(ctx context.Context, args []string) int {
+	var f demoFlags
+	fs := e.newFlagSet("demo", demoHeader, demoFooter)
+	addBackendFlags(fs, &f.backend)
+	fs.DurationVar(&f.ttl, "ttl", time.Second, "the workers' lease `duration`; A is paused past it")
+	fs.StringVar(&f.key, "lock", "demo:orders", "the lock `name` the workers compete for")
+	if code, stop := e.parse(fs, args); stop {
+		return code
+	}
+	if fs.NArg() != 0 {
+		return e.usageError("demo", "unexpected arguments %q", fs.Args())
+	}
+	if err := fencedlock.ValidateKey(f.key); err != nil {
+		return e.usageError("demo", "%v", err)
+	}
+	if f.ttl < 100*time.Millisecond || f.ttl > time.Minute {
+		return e.usageError("demo", "--ttl %v out of range [100ms, 1m]", f.ttl)
+	}
+	d := &demo{e: e, f: f, tl: &timeline{w: e.stdout, start: time.Now()}}
+	defer d.cleanup()
+	if err := d.setup(ctx); err != nil {
+		fmt.Fprintf(e.stderr, "fencedlock demo: %v\n", err)
+		return exitBackend
+	}
+	if err := d.play(ctx); err != nil {
+		d.tl.say("demo", "FAILED: %v", err)
+		fmt.Fprintf(e.stderr, "fencedlock demo: the scenario did not complete: %v\n", err)
+		return exitFailure
+	}
+	return d.verdict()
+}
+
+// demo is one run of the scenario.
+type demo struct {
+	e  *env
+	f  demoFlags
+	tl *timeline
+
+	mini     *miniredis.Miniredis
+	stopTick chan struct{}
+	tickDone chan struct{}
+	res      *resource
+	backend  fencedlock.Backend
+	closeB   func()
+	workers  []*demoWorker
+
+	// Outcome, filled in by play.
+	a, b       workerEvent // acquired events
+	aWrite     workerEvent
+	bWrite     workerEvent
+	stillHeldB bool
+}
+
+// setup starts the embedded server if needed, the resource, and the
+// demo's own connection (used to inspect the lock).
+func (d *demo) setup(ctx context.Context) error {
+	cfg := &d.f.backend
+	if cfg.redisURL == "" && cfg.etcd == "" {
+		m := miniredis.NewMiniRedis()
+		if err := m.StartAddr("127.0.0.1:0"); err != nil {
+			return fmt.Errorf("starting the embedded Redis: %w", err)
+		}
+		d.mini = m
+		d.driveExpiry()
+		cfg.redisURL = "redis://" + m.Addr()
+		d.tl.say("demo", "embedded Redis (miniredis) on %s, key expiry driven in real time", m.Addr())
+	} else {
+		// Only flags choose the demo's server: never a stray environment.
+		if err := cfg.resolve(func(string) string { return "" }); err != nil {
+			return err
+		}
+		d.tl.say("demo", "lock server: %s", cfg.describe())
+	}
+	res, err := startResource(func(ev resourceEvent) {
+		if ev.Accepted {
+			d.tl.say("resource", "accepted %q with fence %v (holder %s)", ev.Value, ev.Fence, ev.Holder)
+		} else {
+			d.tl.say("resource", "REJECTED %q with fence %v (holder %s): %v", ev.Value, ev.Fence, ev.Holder, ev.Err)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	d.res = res
+	d.tl.say("demo", "fenced resource on %s (accepts a fence above the highest it has accepted, or equal from the same holder)", res.addr())
+	b, closeB, err := d.e.open(ctx, *cfg)
+	if err != nil {
+		return err
+	}
+	d.backend, d.closeB = b, closeB
+	return nil
+}
+
+// driveExpiry makes miniredis expire keys in real time: miniredis only
+// counts TTLs down when told to, so a ticker tells it how much time has
+// passed. Keys expire at most one tick late, which only delays a waiter.
+func (d *demo) driveExpiry() {
+	d.stopTick, d.tickDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(d.tickDone)
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-d.stopTick:
+				return
+			case now := <-t.C:
+				// Monotonic difference: wall-clock jumps do not matter.
+				d.mini.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+}
+
+func (d *demo) cleanup() {
+	for _, w := range d.workers {
+		w.kill()
+	}
+	if d.closeB != nil {
+		d.closeB()
+	}
+	if d.res != nil {
+		d.res.close()
+	}
+	if d.mini != nil {
+		close(d.stopTick)
+		<-d.tickDone
+		d.mini.Close()
+	}
+}
+
+// play runs the scenario; it returns an error if it could not be played
+// to its end (the verdict judges the outcome).
+func (d *demo) play(ctx context.Context) error {
+	ttl := d.f.ttl
+	step := 5*ttl + 10*time.Second // bound on any single step
+	A, err := d.startWorker("A", rolePaused)
+	if err != nil {
+		return err
+	}
+	if d.a, err = A.expect("acquired", step); err != nil {
+		return err
+	}
+	if _, err := A.expect("checked", step); err != nil {
+		return err
+	}
+	if err := syscall.Kill(A.pid(), syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("SIGSTOP to A: %w", err)
+	}
+	A.stopped = true
+	d.tl.say("demo", "SIGSTOP A (pid %d) between its check and its write; it will stay stopped past its %v lease", A.pid(), ttl)
+	if state, ok := procState(A.pid(), time.Second); ok && state == "T" {
+		d.tl.say("demo", "A's process state is %q (stopped): no renewals from now on", state)
+	} else if ok {
+		return fmt.Errorf("A's process state is %q after SIGSTOP, not stopped (T)", state)
+	}
+
+	B, err := d.startWorker("B", roleWriter)
+	if err != nil {
+		return err
+	}
+	if d.b, err = B.expect("acquired", step); err != nil {
+		return err
+	}
+	if d.bWrite, err = B.expect("write", step); err != nil {
+		return err
+	}
+
+	if err := syscall.Kill(A.pid(), syscall.SIGCONT); err != nil {
+		return fmt.Errorf("SIGCONT to A: %w", err)
+	}
+	A.stopped = false
+	d.tl.say("demo", "SIGCONT A: it resumes where it stopped, and writes with its old fence %d", d.a.Fence)
+	if err := A.send("go"); err != nil {
+		return err
+	}
+	if d.aWrite, err = A.expect("write", step); err != nil {
+		return err
+	}
+	if _, err := A.expect("lease", step); err != nil {
+		return err
+	}
+	if _, err := A.expect("released", step); err != nil {
+		return err
+	}
+	if err := A.wait(step); err != nil {
+		return err
+	}
+
+	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	info, err := d.backend.(fencedlock.Inspector).Inspect(ictx, d.f.key)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("inspecting %q: %w", d.f.key, err)
+	}
+	d.stillHeldB = info.Held && info.Holder == d.b.Holder
+	if d.stillHeldB {
+		d.tl.say("demo", "%q is still held by B (holder %s, fence %v): A's late release deleted nothing", d.f.key, info.Holder, info.Fence)
+	} else {
+		d.tl.say("demo", "after A's release, %q is held=%v by holder %q: B's lock was NOT left alone", d.f.key, info.Held, info.Holder)
+	}
+
+	if err := B.send("release"); err != nil {
+		return err
+	}
+	if _, err := B.expect("released", step); err != nil {
+		return err
+	}
+	return B.wait(step)
+}
+
+// verdict prints the outcome and returns the exit code.
+func (d *demo) verdict() int {
+	value, fence, holder, writes := d.res.state()
+	w := d.e.stdout
+	fmt.Fprintf(w, "\nresource: %q, fence %v (holder %s), %d accepted write(s)\n", value, fence, holder, writes)
+	var problems []string
+	if d.b.Fence <= d.a.Fence {
+		problems = append(problems, fmt.Sprintf("B's fence %d is not greater than A's %d", d.b.Fence, d.a.Fence))
+	}
+	if !d.bWrite.OK {
+		problems = append(problems, "B's write was not accepted: "+d.bWrite.Detail)
+	}
+	if d.aWrite.OK {
+		problems = append(problems, "A's late write with the stale fence was ACCEPTED: the resource was corrupted")
+	} else if !strings.Contains(d.aWrite.Detail, "stale") {
+		problems = append(problems, "A's write failed for another reason than a stale fence: "+d.aWrite.Detail)
+	}
+	if value != d.bWrite.Value || uint64(fence) != d.b.Fence {
+		problems = append(problems, fmt.Sprintf("the resource holds %q with fence %v, not B's write", value, fence))
+	}
+	if !d.stillHeldB {
+		problems = append(problems, "A's late release did not leave B's lock alone")
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(w, "outcome: UNSAFE\n  - %s\n", strings.Join(problems, "\n  - "))
+		return exitFailure
+	}
+	fmt.Fprintf(w, "outcome: SAFE. A was paused past its lease and woke up still believing it held the lock;\n"+
+		"its write carried fence %d, older than B's %d, and the resource rejected it.\n", d.a.Fence, d.b.Fence)
+	return exitOK
+}
+
+// timeline prints events with the time since the demo started.
+type timeline struct {
+	mu    sync.Mutex
+	w     io.Writer
+	start time.Time
+}
+
+func (t *timeline) say(who, format string, args ...any) {
+	t.sayAt(time.Now(), who, format, args...)
+}
+
+func (t *timeline) sayAt(at time.Time, who, format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.w, "+%7.3fs  %-8s  %s\n", at.Sub(t.start).Seconds(), who, fmt.Sprintf(format, args...))
+}
+
+// demoWorker is one worker process of the demo.
+type demoWorker struct {
+	d       *demo
+	name    string
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	events  chan stampedEvent // closed when the worker's output ends
+	exited  chan struct{}
+	waitErr error
+	stopped bool
+}
+
+type stampedEvent struct {
+	at time.Time
+	ev workerEvent
+}
+
+func (d *demo) startWorker(name, role string) (*demoWorker, error) {
+	self, err := d.e.self()
+	if err != nil {
+		return nil, fmt.Errorf("finding this executable to start worker %s: %w", name, err)
+	}
+	cmd := exec.Command(self, workerCommand,
+		"-role", role, "-name", name, "-lock", d.f.key, "-resource", d.res.addr(),
+		"-ttl", d.f.ttl.String(), "-limit", (20*d.f.ttl + 30*time.Second).String())
+	cmd.Env = workerEnv(os.Environ(), d.f.backend)
+	cmd.Stderr = d.e.stderr
+	cmd.SysProcAttr = childSysProcAttr()
+	w := &demoWorker{d: d, name: name, cmd: cmd, events: make(chan stampedEvent, 64), exited: make(chan struct{})}
+	if w.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting worker %s: %w", name, err)
+	}
+	d.workers = append(d.workers, w)
+	d.tl.say("demo", "started worker %s (pid %d)", name, cmd.Process.Pid)
+	go func() {
+		defer close(w.exited)
+		defer close(w.events)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var ev workerEvent
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				ev = workerEvent{Ev: "error", Detail: "unreadable report: " + sc.Text()}
+			}
+			d.tl.say(name, "%s", describeEvent(ev))
+			w.events <- stampedEvent{time.Now(), ev}
+		}
+		// Wait only after the output is drained (exec.Cmd's rule).
+		w.waitErr = cmd.Wait()
+	}()
+	return w, nil
+}
+
+func (w *demoWorker) pid() int { return w.cmd.Process.Pid }
+
+// workerEnv is the environment of a worker: ours without any FENCEDLOCK_
+// variable, plus the backend the demo uses.
+func workerEnv(environ []string, c backendConfig) []string {
+	var out []string
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "FENCEDLOCK_") {
+			out = append(out, kv)
+		}
+	}
+	add := func(name, v string) {
+		if v != "" {
+			out = append(out, name+"="+v)
+		}
+	}
+	add("FENCEDLOCK_REDIS", c.redisURL)
+	add("FENCEDLOCK_ETCD", c.etcd)
+	add("FENCEDLOCK_ETCD_CACERT", c.cacert)
+	add("FENCEDLOCK_ETCD_CERT", c.cert)
+	add("FENCEDLOCK_ETCD_KEY", c.key)
+	add("FENCEDLOCK_ETCD_USER", c.user)
+	add("FENCEDLOCK_ETCD_PASSWORD", c.password)
+	add("FENCEDLOCK_KEY_PREFIX", c.keyPrefix)
+	return out
+}
+
+// expect waits up to timeout for the worker's next event, which must be
+// of kind ev.
+// A "waiting" event before it is skipped (it is on the timeline already).
+func (w *demoWorker) expect(ev string, timeout time.Duration) (workerEvent, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case se, ok := <-w.events:
+			if !ok {
+				<-w.exited
+				return workerEvent{}, fmt.Errorf("worker %s ended (%v) while the demo waited for %q", w.name, w.waitErr, ev)
+			}
+			if se.ev.Ev == "waiting" && ev != "waiting" {
+				continue
+			}
+			if se.ev.Ev != ev {
+				return se.ev, fmt.Errorf("worker %s reported %q (%s) while the demo waited for %q", w.name, se.ev.Ev, se.ev.Detail, ev)
+			}
+			return se.ev, nil
+		case <-t.C:
+			return workerEvent{}, fmt.Errorf("worker %s did not report %q within %v", w.name, ev, timeout)
+		}
+	}
+}
+
+// send writes one command line to the worker.
+func (w *demoWorker) send(cmd string) error {
+	if _, err := io.WriteString(w.stdin, cmd+"\n"); err != nil {
+		return fmt.Errorf("telling worker %s %q: %w", w.name, cmd, err)
+	}
+	return nil
+}
+
+// wait waits for the worker to exit and checks that it succeeded.
+func (w *demoWorker) wait(timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case se, ok := <-w.events:
+			if ok {
+				return fmt.Errorf("worker %s reported %q (%s) unexpectedly", w.name, se.ev.Ev, se.ev.Detail)
+			}
+			<-w.exited
+			if w.waitErr != nil {
+				return fmt.Errorf("worker %s failed: %w", w.name, w.waitErr)
+			}
+			return nil
+		case <-t.C:
+			return fmt.Errorf("worker %s did not exit within %v", w.name, timeout)
+		}
+	}
+}
+
+// kill ends a worker that is still running (after a failure), resuming it
+// first if it is stopped, and waits for it.
+func (w *demoWorker) kill() {
+	select {
+	case <-w.exited:
+		return
+	default:
+	}
+	_ = w.stdin.Close()
+	if w.stopped {
+		_ = syscall.Kill(w.pid(), syscall.SIGCONT)
+	}
+	_ = w.cmd.Process.Kill()
+	go func() {
+		for range w.events {
+		}
+	}()
+	select {
+	case <-w.exited:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// describeEvent renders a worker's report for the timeline.
+func describeEvent(ev workerEvent) string {
+	switch ev.Ev {
+	case "waiting":
+		if ev.Holder != "" {
+			return fmt.Sprintf("lock is held by holder %s (fence %d), lease ends in %v: waiting", ev.Holder, ev.Fence, roundDuration(time.Duration(ev.TTLms)*time.Millisecond))
+		}
+		return "lock is held: waiting"
+	case "acquired":
+		return fmt.Sprintf("acquired the lock: fence %d, holder %s, lease %v", ev.Fence, ev.Holder, time.Duration(ev.TTLms)*time.Millisecond)
+	case "checked":
+		return "checked its lease before writing: " + ev.Detail
+	case "write":
+		if ev.OK {
+			return fmt.Sprintf("wrote %q with fence %d: accepted", ev.Value, ev.Fence)
+		}
+		return fmt.Sprintf("wrote %q with fence %d: REJECTED (%s)", ev.Value, ev.Fence, ev.Detail)
+	case "lease":
+		if ev.OK {
+			return "its lease is " + ev.Detail
+		}
+		return "its watchdog reports the lease lost: " + ev.Detail
+	case "released":
+		if ev.OK {
+			return "released the lock"
+		}
+		return "release deleted nothing: " + ev.Detail
+	case "error":
+		return "ERROR: " + ev.Detail
+	}
+	return fmt.Sprintf("%s %s", ev.Ev, ev.Detail)
+}

@@ -1,0 +1,198 @@
+//go:build unix
+
+// Command fencedlock holds distributed locks with fencing tokens from the
+// shell, on Redis or etcd.
+//
+//	fencedlock demo                          the paused-holder story on an embedded Redis, with real processes
+//	fencedlock run [flags] KEY -- CMD [ARGS] run CMD while holding KEY; kill it if the lease is lost
+//	fencedlock inspect [flags] KEY           show whether KEY is held, by whom, for how long, its last fence
+//
+// Run "fencedlock COMMAND -help" for the flags and examples of each command.
+//
+// # Backends
+//
+// Every command except demo needs a server, given by flag or environment:
+//
+//	--redis URL        or FENCEDLOCK_REDIS    redis://[user:password@]host:port[/db]
+//	                                          rediss://... (TLS), unix:///path/to/redis.sock
+//	                                          Sentinel: redis://sentinel1:26379?addr=sentinel2:26379&master_set=mymaster
+//	                                          Cluster:  redis://node1:7000?addr=node2:7000&addr=node3:7000 (detected)
+//	--etcd ENDPOINTS   or FENCEDLOCK_ETCD     comma-separated, e.g. https://10.0.0.1:2379,https://10.0.0.2:2379
+//	                                          with --cacert, --cert, --key, --user, --password
+//	                                          (or FENCEDLOCK_ETCD_CACERT, _CERT, _KEY, _USER, _PASSWORD)
+//
+// # Exit codes
+//
+//	0        success; for run: the command exited 0
+//	1-63...  for run: the command's own exit code
+//	64       usage error (bad flag, key or TTL)
+//	69       backend error (cannot reach or use the server)
+//	75       lock not acquired (held by another: --try, --wait expired, or interrupted while waiting)
+//	76       run: the lease was lost while the command ran; the command was terminated
+//	         (SIGTERM to its process group, SIGKILL after --grace)
+//	126      run: the command could not be started; 127: not found
+//	128+N    run: the command was killed by signal N
+//	1        demo: the outcome was unsafe (a stale write was accepted) or the scenario failed
+//
+// A command that itself exits with 64, 69, 75 or 76 makes those codes
+// ambiguous; the message on standard error tells them apart.
+//
+// Owner tokens are never printed: holders are shown by their holder id, a
+// hash of the token (see fencedlock.HolderID).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// Exit codes; see the package documentation.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 64
+	exitBackend     = 69
+	exitNotAcquired = 75
+	exitLeaseLost   = 76
+	exitCannotExec  = 126
+	exitNotFound    = 127
+)
+
+const exitCodeHelp = `Exit codes:
+  0        success (run: the command exited 0)
+  N        run: the command's own exit code
+  64       usage error (bad flag, key or TTL)
+  69       backend error (cannot reach or use the server)
+  75       lock not acquired (held by another: --try, --wait expired, or interrupted while waiting)
+  76       run: the lease was lost while the command ran; the command was terminated
+           (SIGTERM to its process group, SIGKILL after --grace)
+  126/127  run: the command could not be started / was not found
+  128+N    run: the command was killed by signal N
+`
+
+const mainUsage = `fencedlock: distributed locks with fencing tokens, on Redis or etcd.
+
+Usage:
+  fencedlock demo [flags]                       the paused-holder story, with real processes (embedded Redis by default)
+  fencedlock run [flags] KEY -- COMMAND [ARGS]  run COMMAND while holding KEY; terminate it if the lease is lost
+  fencedlock inspect [flags] KEY                is KEY held, by which holder, for how long, and its last fence
+
+Run "fencedlock COMMAND -help" for the flags and examples of a command.
+
+Backends (every command but demo needs one):
+  --redis URL        or $FENCEDLOCK_REDIS   redis://, rediss://, unix://, user:password@, Sentinel, Cluster
+  --etcd ENDPOINTS   or $FENCEDLOCK_ETCD    comma-separated endpoints; --cacert/--cert/--key, --user/--password
+
+`
+
+// env is the part of the process environment the commands read.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+	// open makes the backend of a command; tests may replace it.
+	open func(ctx context.Context, cfg backendConfig) (fencedlock.Backend, func(), error)
+	// self is the path of this executable, for demo workers.
+	self func() (string, error)
+}
+
+func main() {
+	e := &env{
+		stdin:  os.Stdin,
+		stdout: os.Stdout,
+		stderr: os.Stderr,
+		getenv: os.Getenv,
+		open:   openBackend,
+		self:   os.Executable,
+	}
+	os.Exit(e.main(context.Background(), os.Args[1:]))
+}
+
+func (e *env) main(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, mainUsage+exitCodeHelp)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return e.run(ctx, args[1:])
+	case "inspect":
+		return e.inspect(ctx, args[1:])
+	case "demo":
+		return e.demo(ctx, args[1:])
+	case workerCommand:
+		return e.worker(ctx, args[1:])
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			return e.main(ctx, []string{args[1], "-help"})
+		}
+		fmt.Fprint(e.stdout, mainUsage+exitCodeHelp)
+		return exitOK
+	}
+	fmt.Fprintf(e.stderr, "fencedlock: unknown command %q; the commands are demo, run and inspect (see fencedlock -help)\n", args[0])
+	return exitUsage
+}
+
+// newFlagSet returns a flag set that prints usage (header, flags, then
+// footer) to e.stderr, or to e.stdout when -help is asked for.
+func (e *env) newFlagSet(name, header, footer string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprint(w, header)
+		fmt.Fprintln(w, "\nFlags:")
+		fs.PrintDefaults()
+		fmt.Fprint(w, footer)
+	}
+	return fs
+}
+
+// parse parses args; it returns (exit code, true) when the command must
+// stop: after -help (0) or a usage error (64).
+func (e *env) parse(fs *flag.FlagSet, args []string) (int, bool) {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(e.stdout)
+			fs.Usage()
+			return exitOK, true
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, true
+		}
+		return exitUsage, true // the flag package printed the error and usage
+	}
+	return 0, false
+}
+
+// usageError prints a usage error with a hint and returns exitUsage.
+func (e *env) usageError(cmd, format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "fencedlock %s: %s (see fencedlock %s -help)\n", cmd, fmt.Sprintf(format, args...), cmd)
+	return exitUsage
+}
+
+// durationFlag formats d for messages: rounded to what a human reads.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d <= 0:
+		return 0
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	case d < time.Minute:
+		return d.Round(10 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}

@@ -1,0 +1,136 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencedlock/fencedlock"
+	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
+	redisb "github.com/fencedlock/fencedlock/backend/redis"
+)
+
+// openBackend connects to the server c names. The returned function closes
+// the backend and its client.
+func openBackend(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+	ctx, cancel := openContext(ctx)
+	defer cancel()
+	if c.redisURL != "" {
+		return openRedis(ctx, c)
+	}
+	return openEtcd(ctx, c)
+}
+
+// redisOptions turns a URL into rueidis options (see backendHelp for the
+// forms).
+func redisOptions(url string) (rueidis.ClientOption, error) {
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return opt, fmt.Errorf("--redis %s: %w (want redis://[user:password@]host:port[/db], rediss://..., or unix:///path)", redactURL(url), err)
+	}
+	// fencedlock reads nothing that a client-side cache could serve, and
+	// some servers (and miniredis) lack CLIENT TRACKING.
+	opt.DisableCache = true
+	if opt.Dialer.Timeout == 0 {
+		opt.Dialer.Timeout = 5 * time.Second
+	}
+	return opt, nil
+}
+
+func openRedis(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+	opt, err := redisOptions(c.redisURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to %s: %w (is the server running, and are the address and credentials right?)", c.describe(), err)
+	}
+	b, err := redisb.New(client, redisb.Options{KeyPrefix: c.keyPrefix})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return b, func() { _ = b.Close(); client.Close() }, nil
+}
+
+func openEtcd(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+	eps := c.endpoints()
+	if len(eps) == 0 {
+		return nil, nil, fmt.Errorf("--etcd %q names no endpoint (want host:port or https://host:port, comma-separated)", c.etcd)
+	}
+	cfg := clientv3.Config{
+		Endpoints:   eps,
+		DialTimeout: 5 * time.Second,
+		Username:    c.user,
+		Password:    c.password,
+	}
+	tlsCfg, err := etcdTLS(c, eps)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.TLS = tlsCfg
+	client, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to %s: %w", c.describe(), err)
+	}
+	// clientv3 connects lazily: read (a count under the prefix) now, so
+	// that a wrong address or credentials fail here with a clear message.
+	prefix := c.keyPrefix
+	if prefix == "" {
+		prefix = etcdb.DefaultPrefix
+	}
+	if _, err := client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		client.Close()
+		return nil, nil, fmt.Errorf("connecting to %s: %w (is the cluster running, and are the endpoints, certificates and credentials right?)", c.describe(), err)
+	}
+	b, err := etcdb.New(client, etcdb.Options{Prefix: c.keyPrefix})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return b, func() { _ = b.Close(); client.Close() }, nil
+}
+
+// etcdTLS returns the TLS configuration of the etcd client: from the files
+// given, or the system's roots when an endpoint is https:// and no file is.
+func etcdTLS(c backendConfig, eps []string) (*tls.Config, error) {
+	https := false
+	for _, ep := range eps {
+		if strings.HasPrefix(ep, "https://") || strings.HasPrefix(ep, "unixs://") {
+			https = true
+		}
+	}
+	if c.cacert == "" && c.cert == "" && !https {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.cacert != "" {
+		pem, err := os.ReadFile(c.cacert)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate in the file", c.cacert)
+		}
+		cfg.RootCAs = pool
+	}
+	if c.cert != "" {
+		pair, err := tls.LoadX509KeyPair(c.cert, c.key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}

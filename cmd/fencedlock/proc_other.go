@@ -1,0 +1,8 @@
+//go:build unix && !linux
+
+package main
+
+import "time"
+
+// procState is not available without /proc.
+func procState(pid int, timeout time.Duration) (string, bool) { return "", false }

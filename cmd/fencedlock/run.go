@@ -1,0 +1,306 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+const runHeader = `Usage: fencedlock run [flags] KEY -- COMMAND [ARGS...]
+
+Acquire the lock KEY, run COMMAND while holding it, release it when COMMAND
+exits, and exit with COMMAND's exit code. The lease is renewed in the
+background while COMMAND runs. COMMAND runs in its own process group with
+these variables added to its environment:
+
+  FENCEDLOCK_KEY     the lock name
+  FENCEDLOCK_FENCE   the fencing token: pass it to the resource you write, which
+                     must reject a token older than one it has already accepted
+  FENCEDLOCK_HOLDER  the holder id (not secret; the owner token is never exposed)
+
+If the lease is lost while COMMAND runs (the key was deleted, the server is
+unreachable for longer than the lease allows, another owner took it), COMMAND's
+process group gets SIGTERM, then SIGKILL after --grace, and fencedlock exits
+with 76. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to fencedlock are forwarded to
+COMMAND's process group; the lock is released after COMMAND exits. Flags must
+come before KEY. Because COMMAND has its own process group, it cannot read
+from the terminal; a terminal's Ctrl-C reaches it through fencedlock.
+`
+
+const runFooter = backendHelp + `
+Examples:
+  # A nightly job that must run on at most one machine at a time (crontab):
+  0 3 * * *  FENCEDLOCK_REDIS=redis://lock.internal:6379 fencedlock run -q --try nightly-report -- /usr/local/bin/report.sh
+
+  # A migration: wait up to 10 minutes for the other deployer, then give up (exit 75):
+  fencedlock run --redis rediss://deploy:secret@redis.internal:6380 --wait 10m --ttl 30s migrate -- ./migrate up
+
+  # On etcd with TLS; the command sees its fencing token:
+  fencedlock run --etcd https://10.0.0.1:2379 --cacert ca.pem --cert me.pem --key me-key.pem \
+      orders -- sh -c 'echo "fence $FENCEDLOCK_FENCE"; ./process-orders --fence "$FENCEDLOCK_FENCE"'
+
+` + exitCodeHelp
+
+type runFlags struct {
+	backend backendConfig
+	ttl     time.Duration
+	wait    time.Duration
+	try     bool
+	grace   time.Duration
+	quiet   bool
+}
+
+func (e *env) run(ctx context.Context, args []string) int {
+	var f runFlags
+	fs := e.newFlagSet("run", runHeader, runFooter)
+	addBackendFlags(fs, &f.backend)
+	fs.DurationVar(&f.ttl, "ttl", fencedlock.DefaultTTL, "lease `duration` on the server; renewed every TTL/3 while COMMAND runs. A crashed fencedlock keeps the lock this long")
+	fs.DurationVar(&f.wait, "wait", 0, "give up (exit 75) if the lock is not acquired within this `duration`; 0 waits as long as it takes")
+	fs.BoolVar(&f.try, "try", false, "make one attempt; exit 75 at once if the lock is held")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after the lease is lost, `time` between SIGTERM and SIGKILL to COMMAND's process group")
+	fs.BoolVar(&f.quiet, "q", false, "quiet: no progress messages on standard error (errors are still printed)")
+	if code, stop := e.parse(fs, args); stop {
+		return code
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return e.usageError("run", "missing KEY and COMMAND")
+	}
+	key, rest := rest[0], rest[1:]
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+	} else if len(rest) > 0 && len(rest[0]) > 1 && rest[0][0] == '-' {
+		return e.usageError("run", "%q after KEY: flags must come before KEY, and COMMAND after --", rest[0])
+	}
+	if len(rest) == 0 {
+		return e.usageError("run", "missing COMMAND after KEY %q", key)
+	}
+	if err := fencedlock.ValidateKey(key); err != nil {
+		return e.usageError("run", "%v", err)
+	}
+	if f.ttl < fencedlock.MinTTL || f.ttl > fencedlock.MaxTTL {
+		return e.usageError("run", "--ttl %v out of range [%v, %v]", f.ttl, fencedlock.MinTTL, fencedlock.MaxTTL)
+	}
+	if f.wait < 0 || f.grace < 0 {
+		return e.usageError("run", "--wait and --grace must not be negative")
+	}
+	if f.try && f.wait > 0 {
+		return e.usageError("run", "--try and --wait exclude each other")
+	}
+	if err := f.backend.resolve(e.getenv); err != nil {
+		return e.usageError("run", "%v", err)
+	}
+
+	// Signals: caught from now on, so that an interrupt while waiting
+	// gives up the wait cleanly and one while COMMAND runs is forwarded.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+
+	b, closeBackend, err := e.open(ctx, f.backend)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "fencedlock run: %v\n", err)
+		return exitBackend
+	}
+	defer closeBackend()
+	locker := fencedlock.New(b, fencedlock.Options{TTL: f.ttl})
+	defer locker.Close()
+
+	p := &progress{e: e, quiet: f.quiet, key: key}
+	lease, code := e.acquire(ctx, locker, b, key, &f, sigs, p)
+	if lease == nil {
+		return code
+	}
+	p.printf("acquired %q: fence %v, holder %s, lease %v", key, lease.Fence(), lease.Holder(), roundDuration(lease.TTL()))
+	return e.supervise(lease, &f, rest, sigs, p)
+}
+
+// acquire takes the lock as the flags say. It returns the lease, or nil and
+// the exit code.
+func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b fencedlock.Backend, key string, f *runFlags, sigs <-chan os.Signal, p *progress) (*fencedlock.Lease, int) {
+	lease, err := locker.TryAcquire(ctx, key)
+	if err == nil {
+		return lease, 0
+	}
+	if !errors.Is(err, fencedlock.ErrNotAcquired) {
+		return nil, e.lockError(err, f)
+	}
+	if f.try {
+		fmt.Fprintf(e.stderr, "fencedlock run: %q is held%s; not waiting (--try). Run without --try to wait for it, or with --wait DURATION to bound the wait.\n", key, describeHolder(ctx, b, key))
+		return nil, exitNotAcquired
+	}
+
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if f.wait > 0 {
+		var stop context.CancelFunc
+		wctx, stop = context.WithTimeoutCause(wctx, f.wait, fmt.Errorf("--wait %v expired", f.wait))
+		defer stop()
+	}
+	waitStart := time.Now()
+	type result struct {
+		lease *fencedlock.Lease
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		l, err := locker.Acquire(wctx, key)
+		done <- result{l, err}
+	}()
+	p.waiting(wctx, b, waitStart)
+	report := time.NewTicker(progressInterval)
+	defer report.Stop()
+	for {
+		select {
+		case r := <-done:
+			if r.err == nil {
+				return r.lease, 0
+			}
+			if errors.Is(r.err, fencedlock.ErrNotAcquired) {
+				fmt.Fprintf(e.stderr, "fencedlock run: %q not acquired after %v: %v\n", key, roundDuration(time.Since(waitStart)), context.Cause(wctx))
+				return nil, exitNotAcquired
+			}
+			return nil, e.lockError(r.err, f)
+		case sig := <-sigs:
+			cancel(fmt.Errorf("interrupted by %v", sig))
+		case <-report.C:
+			p.waiting(wctx, b, waitStart)
+		}
+	}
+}
+
+func (e *env) lockError(err error, f *runFlags) int {
+	if errors.Is(err, fencedlock.ErrInvalid) {
+		fmt.Fprintf(e.stderr, "fencedlock run: %v\n", err)
+		return exitUsage
+	}
+	fmt.Fprintf(e.stderr, "fencedlock run: %v\n(check that the server at %s is reachable and the credentials are right)\n", err, f.backend.describe())
+	return exitBackend
+}
+
+// supervise runs the command while lease is held. It returns the exit code.
+func (e *env) supervise(lease *fencedlock.Lease, f *runFlags, argv []string, sigs <-chan os.Signal, p *progress) int {
+	key := lease.Key()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
+	cmd.Env = append(os.Environ(),
+		"FENCEDLOCK_KEY="+key,
+		"FENCEDLOCK_FENCE="+lease.Fence().String(),
+		"FENCEDLOCK_HOLDER="+lease.Holder(),
+	)
+	cmd.SysProcAttr = childSysProcAttr()
+	if err := cmd.Start(); err != nil {
+		e.release(lease, p)
+		fmt.Fprintf(e.stderr, "fencedlock run: cannot start %q: %v\n", argv[0], err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitCannotExec
+	}
+	pgid := cmd.Process.Pid // Setpgid: the child leads its own group
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	var (
+		lost     bool
+		lostAt   time.Time
+		killT    *time.Timer
+		killC    <-chan time.Time
+		leaseEnd = lease.Done()
+	)
+	for {
+		select {
+		case sig := <-sigs:
+			p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
+			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+		case <-leaseEnd:
+			leaseEnd = nil
+			lost, lostAt = true, time.Now()
+			fmt.Fprintf(e.stderr, "fencedlock run: %v; sending SIGTERM to %q (process group %d), SIGKILL in %v\n",
+				context.Cause(lease.Context()), argv[0], pgid, f.grace)
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			killT = time.NewTimer(f.grace)
+			killC = killT.C
+		case <-killC:
+			killC = nil
+			fmt.Fprintf(e.stderr, "fencedlock run: %q still running %v after SIGTERM; sending SIGKILL to process group %d\n", argv[0], f.grace, pgid)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		case werr := <-exited:
+			if killT != nil {
+				killT.Stop()
+			}
+			code := exitCode(cmd.ProcessState, werr)
+			if !lost && lease.Err() != nil {
+				// Lost in the same instant the command exited: it may
+				// have run its end unprotected; say so.
+				lost, lostAt = true, time.Now()
+			}
+			if lost {
+				e.reapGroup(pgid, f.grace, lostAt)
+				fmt.Fprintf(e.stderr, "fencedlock run: %q ended (%s) %v after the lease on %q was lost; exiting %d\n",
+					argv[0], describeExit(cmd.ProcessState), roundDuration(time.Since(lostAt)), key, exitLeaseLost)
+				_ = lease.Release(context.Background()) // deletes nothing unless the loss was only local
+				return exitLeaseLost
+			}
+			e.release(lease, p)
+			p.printf("%q exited (%s); released %q", argv[0], describeExit(cmd.ProcessState), key)
+			return code
+		}
+	}
+}
+
+// reapGroup makes sure nothing of the command's process group outlives a
+// lost lease: it waits for the group to empty until grace after the loss,
+// then kills what is left.
+func (e *env) reapGroup(pgid int, grace time.Duration, lostAt time.Time) {
+	deadline := lostAt.Add(grace)
+	for i := 0; ; i++ {
+		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		if !time.Now().Before(deadline) || i > 100000 {
+			fmt.Fprintf(e.stderr, "fencedlock run: process group %d still has processes after the lease was lost; sending SIGKILL\n", pgid)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return
+		}
+		time.Sleep(min(20*time.Millisecond, time.Until(deadline)+time.Millisecond))
+	}
+}
+
+func (e *env) release(lease *fencedlock.Lease, p *progress) {
+	if err := lease.Release(context.Background()); err != nil {
+		fmt.Fprintf(e.stderr, "fencedlock run: releasing %q: %v (the lock expires on its own within %v)\n", lease.Key(), err, roundDuration(lease.TTL()))
+	}
+}
+
+// exitCode maps the command's end to fencedlock's exit code: its own code,
+// or 128+N when killed by signal N (as shells do).
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return exitCannotExec
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func describeExit(ps *os.ProcessState) string {
+	if ps == nil {
+		return "unknown status"
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return "exit code " + strconv.Itoa(ps.ExitCode())
+}

@@ -1,0 +1,455 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of a command
+// and its child's output copier.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// memEnv returns an env whose backend is a memory backend on store (so
+// every command of one test shares it) and whose environment is vars.
+func memEnv(store *memory.Store, vars map[string]string) (*env, *syncBuffer, *syncBuffer) {
+	var out, errb syncBuffer
+	if vars == nil {
+		vars = map[string]string{"FENCEDLOCK_REDIS": "redis://unused"}
+	}
+	e := &env{
+		stdout: &out,
+		stderr: &errb,
+		getenv: func(k string) string { return vars[k] },
+		open: func(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+			b := store.Backend()
+			return b, func() { _ = b.Close() }, nil
+		},
+		self: func() (string, error) { return "", errors.New("no self in unit tests") },
+	}
+	return e, &out, &errb
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		vars map[string]string
+		want string // in stderr
+	}{
+		{"no command", nil, nil, "Usage:"},
+		{"unknown command", []string{"lock"}, nil, `unknown command "lock"`},
+		{"run without key", []string{"run"}, nil, "missing KEY"},
+		{"run without command", []string{"run", "k"}, nil, "missing COMMAND"},
+		{"run without command after --", []string{"run", "k", "--"}, nil, "missing COMMAND"},
+		{"run flag after key", []string{"run", "k", "--ttl", "1s", "--", "true"}, nil, "flags must come before KEY"},
+		{"run bad ttl", []string{"run", "--ttl", "1ms", "k", "--", "true"}, nil, "--ttl 1ms out of range"},
+		{"run bad duration", []string{"run", "--ttl", "soon", "k", "--", "true"}, nil, "invalid value"},
+		{"run try and wait", []string{"run", "--try", "--wait", "1s", "k", "--", "true"}, nil, "exclude each other"},
+		{"run negative grace", []string{"run", "--grace", "-1s", "k", "--", "true"}, nil, "must not be negative"},
+		{"run no backend", []string{"run", "k", "--", "true"}, map[string]string{}, "give --redis URL or --etcd ENDPOINTS"},
+		{"run two backends", []string{"run", "--redis", "redis://x", "--etcd", "y", "k", "--", "true"}, nil, "choose one"},
+		{"run two backends by env", []string{"run", "k", "--", "true"}, map[string]string{"FENCEDLOCK_REDIS": "redis://x", "FENCEDLOCK_ETCD": "y"}, "choose one"},
+		{"run etcd flags on redis", []string{"run", "--redis", "redis://x", "--cacert", "ca.pem", "k", "--", "true"}, nil, "are for etcd"},
+		{"run cert without key", []string{"run", "--etcd", "e:2379", "--cert", "c.pem", "k", "--", "true"}, nil, "--cert and --key go together"},
+		{"run password without user", []string{"run", "--etcd", "e:2379", "--password", "p", "k", "--", "true"}, nil, "--password needs --user"},
+		{"run key too long", []string{"run", strings.Repeat("k", fencedlock.MaxKeyLen+1), "--", "true"}, nil, "exceeds MaxKeyLen"},
+		{"inspect no key", []string{"inspect"}, nil, "want exactly one KEY"},
+		{"inspect two keys", []string{"inspect", "a", "b"}, nil, "want exactly one KEY"},
+		{"inspect empty key", []string{"inspect", ""}, nil, "empty key"},
+		{"demo argument", []string{"demo", "extra"}, nil, "unexpected arguments"},
+		{"demo bad ttl", []string{"demo", "--ttl", "10ms"}, nil, "out of range"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, out, errb := memEnv(memory.NewStore(), tc.vars)
+			code := e.main(context.Background(), tc.args)
+			if code != exitUsage {
+				t.Errorf("exit code %d, want %d (usage); stderr:\n%s", code, exitUsage, errb)
+			}
+			if !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("stderr does not say %q:\n%s", tc.want, errb)
+			}
+			if out.String() != "" {
+				t.Errorf("stdout not empty: %q", out)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, cmd := range []string{"run", "inspect", "demo"} {
+		for _, flag := range []string{"-help", "--help", "-h"} {
+			e, out, _ := memEnv(memory.NewStore(), nil)
+			if code := e.main(context.Background(), []string{cmd, flag}); code != exitOK {
+				t.Errorf("%s %s: exit code %d, want 0", cmd, flag, code)
+			}
+			for _, want := range []string{"Usage: fencedlock " + cmd, "Examples:", "Exit codes:", "-redis", "76"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("%s %s: help lacks %q:\n%s", cmd, flag, want, out)
+				}
+			}
+		}
+	}
+	e, out, _ := memEnv(memory.NewStore(), nil)
+	if code := e.main(context.Background(), []string{"help"}); code != exitOK || !strings.Contains(out.String(), "fencedlock run [flags] KEY -- COMMAND") {
+		t.Errorf("help: exit %d, output:\n%s", code, out)
+	}
+}
+
+func TestBackendConfigFromEnvironment(t *testing.T) {
+	vars := map[string]string{
+		"FENCEDLOCK_ETCD":          "https://a:2379, https://b:2379,",
+		"FENCEDLOCK_ETCD_USER":     "ops",
+		"FENCEDLOCK_ETCD_PASSWORD": "pw",
+		"FENCEDLOCK_KEY_PREFIX":    "team/",
+	}
+	var c backendConfig
+	if err := c.resolve(func(k string) string { return vars[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.endpoints(); len(got) != 2 || got[0] != "https://a:2379" || got[1] != "https://b:2379" {
+		t.Errorf("endpoints %q", got)
+	}
+	if c.user != "ops" || c.password != "pw" || c.keyPrefix != "team/" {
+		t.Errorf("config %+v", c)
+	}
+	// A flag naming Redis hides FENCEDLOCK_ETCD instead of conflicting.
+	c = backendConfig{redisURL: "redis://h:1"}
+	vars = map[string]string{"FENCEDLOCK_ETCD": "e:2379"}
+	if err := c.resolve(func(k string) string { return vars[k] }); err != nil || c.etcd != "" {
+		t.Errorf("flag --redis with FENCEDLOCK_ETCD set: err %v, etcd %q", err, c.etcd)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	cases := map[string]string{
+		"redis://h:6379":                  "redis://h:6379",
+		"redis://user:secret@h:6379/2":    "redis://user:xxxxx@h:6379/2",
+		"rediss://:secret@h:6380":         "rediss://:xxxxx@h:6380",
+		"redis://user@h:6379":             "redis://user@h:6379",
+		"redis://u:p%40ss@h:1?addr=x@y:2": "redis://u:xxxxx@h:1?addr=x@y:2",
+		"unix:///run/redis.sock":          "unix:///run/redis.sock",
+		"not a url":                       "not a url",
+	}
+	for in, want := range cases {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestRedisOptions(t *testing.T) {
+	opt, err := redisOptions("rediss://app:pw@cache.example:6380/3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opt.InitAddress[0] != "cache.example:6380" || opt.Username != "app" || opt.Password != "pw" || opt.SelectDB != 3 || opt.TLSConfig == nil || !opt.DisableCache {
+		t.Errorf("options %+v", opt)
+	}
+	opt, err = redisOptions("redis://s1:26379?addr=s2:26379&master_set=mymaster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opt.InitAddress) != 2 || opt.Sentinel.MasterSet != "mymaster" {
+		t.Errorf("sentinel options %+v", opt)
+	}
+	if _, err := redisOptions("http://u:topsecret@h:1"); err == nil || strings.Contains(err.Error(), "topsecret") {
+		t.Errorf("bad scheme: err %v (must fail without the password)", err)
+	}
+}
+
+// shell runs script with sh -c as the run command.
+func shell(script string) []string { return []string{"--", "/bin/sh", "-c", script} }
+
+func TestRunPassesFenceAndExitCode(t *testing.T) {
+	store := memory.NewStore()
+	dir := t.TempDir()
+	envFile := filepath.Join(dir, "env")
+	e, _, errb := memEnv(store, nil)
+	args := append([]string{"run", "-q", "--ttl", "1s", "jobs/nightly"}, shell(`echo "$FENCEDLOCK_KEY $FENCEDLOCK_FENCE $FENCEDLOCK_HOLDER" > `+envFile+`; exit 3`)...)
+	if code := e.main(context.Background(), args); code != 3 {
+		t.Fatalf("exit code %d, want the command's 3; stderr:\n%s", code, errb)
+	}
+	if errb.String() != "" {
+		t.Errorf("-q run printed on stderr:\n%s", errb)
+	}
+	b, err := os.ReadFile(envFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 || f[0] != "jobs/nightly" || f[1] != "1" || len(f[2]) != 16 {
+		t.Errorf("command saw FENCEDLOCK_KEY/FENCE/HOLDER = %q", f)
+	}
+	// Released: the key is free, and the next run gets a greater fence.
+	info, err := store.Backend().Inspect(context.Background(), "jobs/nightly")
+	if err != nil || info.Held || info.Fence != 1 {
+		t.Errorf("after run: %+v, %v; want free with fence 1", info, err)
+	}
+	e, _, errb = memEnv(store, nil)
+	args = append([]string{"run", "jobs/nightly"}, shell(`test "$FENCEDLOCK_FENCE" = 2`)...)
+	if code := e.main(context.Background(), args); code != 0 {
+		t.Errorf("second run: exit %d, stderr:\n%s", code, errb)
+	}
+	if !strings.Contains(errb.String(), `acquired "jobs/nightly": fence 2`) || !strings.Contains(errb.String(), "released") {
+		t.Errorf("progress messages missing:\n%s", errb)
+	}
+}
+
+func TestRunCommandNotFound(t *testing.T) {
+	store := memory.NewStore()
+	e, _, errb := memEnv(store, nil)
+	code := e.main(context.Background(), []string{"run", "k", "--", "/nonexistent/command"})
+	if code != exitNotFound {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitNotFound, errb)
+	}
+	if info, _ := store.Backend().Inspect(context.Background(), "k"); info.Held {
+		t.Errorf("lock still held after a command that could not start")
+	}
+}
+
+func TestRunTryOnHeldKey(t *testing.T) {
+	store := memory.NewStore()
+	holder := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 5 * time.Second})
+	defer holder.Close()
+	lease, err := holder.TryAcquire(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	e, _, errb := memEnv(store, nil)
+	code := e.main(context.Background(), append([]string{"run", "--try", "k"}, shell("touch "+marker)...))
+	if code != exitNotAcquired {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitNotAcquired, errb)
+	}
+	if !strings.Contains(errb.String(), "held by holder "+lease.Holder()) {
+		t.Errorf("message does not name the holder %s:\n%s", lease.Holder(), errb)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the command ran without the lock")
+	}
+	// --wait gives up with the same code, after reporting progress.
+	e, _, errb = memEnv(store, nil)
+	code = e.main(context.Background(), append([]string{"run", "--wait", "300ms", "k"}, shell("touch "+marker)...))
+	if code != exitNotAcquired || !strings.Contains(errb.String(), "--wait 300ms expired") || !strings.Contains(errb.String(), "waiting for \"k\" by holder") {
+		t.Errorf("--wait: exit %d, stderr:\n%s", code, errb)
+	}
+}
+
+func TestRunWaitsForRelease(t *testing.T) {
+	store := memory.NewStore()
+	holder := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 5 * time.Second})
+	defer holder.Close()
+	lease, err := holder.TryAcquire(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(200*time.Millisecond, func() { _ = lease.Release(context.Background()) })
+	e, _, errb := memEnv(store, nil)
+	code := e.main(context.Background(), append([]string{"run", "--wait", "10s", "k"}, shell(`test "$FENCEDLOCK_FENCE" = 2`)...))
+	if code != 0 {
+		t.Errorf("exit %d, stderr:\n%s", code, errb)
+	}
+}
+
+func TestRunLeaseLostTerminatesCommand(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		script string
+		grace  time.Duration
+		sig    string
+	}{
+		{"exits on SIGTERM", `exec sleep 30`, 5 * time.Second, "SIGTERM"},
+		{"ignores SIGTERM", `trap "" TERM; while :; do sleep 0.05; done`, 300 * time.Millisecond, "SIGKILL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := memory.NewStore()
+			e, _, errb := memEnv(store, nil)
+			done := make(chan int, 1)
+			go func() {
+				done <- e.main(context.Background(), append([]string{"run", "--ttl", "300ms", "--grace", tc.grace.String(), "k"}, shell(tc.script)...))
+			}()
+			waitHeld(t, store, "k")
+			lostAt := time.Now()
+			if !store.Invalidate("k") {
+				t.Fatal("key was not held")
+			}
+			select {
+			case code := <-done:
+				t.Logf("command ended %v after the key was deleted (TTL 300ms, grace %v)", time.Since(lostAt), tc.grace)
+				if code != exitLeaseLost {
+					t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, errb)
+				}
+				if !strings.Contains(errb.String(), "lease on \"k\" lost") || !strings.Contains(errb.String(), tc.sig) {
+					t.Errorf("stderr does not report the loss and %s:\n%s", tc.sig, errb)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("run did not end 10s after the lease was lost; stderr:\n%s", errb)
+			}
+		})
+	}
+}
+
+// waitHeld waits (bounded) until key is held in store.
+func waitHeld(t *testing.T, store *memory.Store, key string) fencedlock.Info {
+	t.Helper()
+	b := store.Backend()
+	defer b.Close()
+	for i := 0; i < 1000; i++ {
+		info, err := b.Inspect(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Held {
+			return info
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%q not held after 5s", key)
+	return fencedlock.Info{}
+}
+
+func TestInspectOutput(t *testing.T) {
+	store := memory.NewStore()
+	ctx := context.Background()
+	e, out, errb := memEnv(store, nil)
+	if code := e.main(ctx, []string{"inspect", "k"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb)
+	}
+	if !strings.Contains(out.String(), "held:    no") || !strings.Contains(out.String(), "none granted yet") {
+		t.Errorf("free key:\n%s", out)
+	}
+
+	rec := &recordingBackend{Backend: store.Backend()}
+	locker := fencedlock.New(rec, fencedlock.Options{TTL: 5 * time.Second})
+	defer locker.Close()
+	lease, err := locker.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.owners) != 1 || len(rec.owners[0]) < 16 {
+		t.Fatalf("recorded owners %d", len(rec.owners))
+	}
+	token := rec.owners[0]
+	e, out, errb = memEnv(store, nil)
+	if code := e.main(ctx, []string{"inspect", "--json", "k"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb)
+	}
+	var got inspectOutput
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !got.Held || got.Holder != lease.Holder() || got.Fence != 1 || got.TTLms <= 0 || got.TTLms > 5000 {
+		t.Errorf("inspect --json = %+v, want held by %s with fence 1", got, lease.Holder())
+	}
+	e, text, errb := memEnv(store, nil)
+	if code := e.main(ctx, []string{"inspect", "k"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb)
+	}
+	for _, want := range []string{"held:    yes", "holder:  " + lease.Holder(), "fence:   1 (last granted)"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("inspect text lacks %q:\n%s", want, text)
+		}
+	}
+	for _, o := range []string{out.String(), text.String(), errb.String()} {
+		if strings.Contains(o, token) || strings.Contains(o, token[:8]) {
+			t.Errorf("inspect printed (part of) the owner token:\n%s", o)
+		}
+	}
+}
+
+func TestResourceRejectsStaleWrites(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		events []resourceEvent
+	)
+	r, err := startResource(func(ev resourceEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	steps := []struct {
+		fence  fencing.Token
+		holder string
+		value  string
+		ok     bool
+	}{
+		{5, "aaaa", "first", true},
+		{7, "bbbb", "second with spaces \"quoted\"", true},
+		{7, "bbbb", "same holder again", true},
+		{7, "cccc", "same fence, other holder", false},
+		{5, "aaaa", "late", false},
+		{8, "dddd", "newest", true},
+	}
+	for _, s := range steps {
+		err := writeResource(ctx, r.addr(), s.fence, s.holder, s.value)
+		if s.ok && err != nil || !s.ok && !errors.Is(err, fencing.ErrStale) {
+			t.Errorf("write fence %d by %s: %v (want ok=%v)", s.fence, s.holder, err, s.ok)
+		}
+	}
+	value, fence, holder, writes := r.state()
+	if value != "newest" || fence != 8 || holder != "dddd" || writes != 4 {
+		t.Errorf("state %q %d %s %d", value, fence, holder, writes)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != len(steps) {
+		t.Errorf("%d events for %d writes", len(events), len(steps))
+	}
+	if reply := r.handle("WRITE x y z"); !strings.HasPrefix(reply, "ERROR") {
+		t.Errorf("malformed write: %q", reply)
+	}
+	if reply := r.handle(fmt.Sprintf("WRITE %d h unquoted", 9)); !strings.HasPrefix(reply, "ERROR") {
+		t.Errorf("unquoted value: %q", reply)
+	}
+}
+
+// recordingBackend remembers the owner tokens of its grants, so that a
+// test can check that no output contains one.
+type recordingBackend struct {
+	*memory.Backend
+	mu     sync.Mutex
+	owners []string
+}
+
+func (r *recordingBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+	g, err := r.Backend.Acquire(ctx, req)
+	if err == nil {
+		r.mu.Lock()
+		r.owners = append(r.owners, req.Owner)
+		r.mu.Unlock()
+	}
+	return g, err
+}

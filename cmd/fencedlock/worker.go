@@ -1,0 +1,161 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// workerCommand is the hidden subcommand the demo runs in its worker
+// processes. It is not part of the command-line interface.
+const workerCommand = "__demo-worker"
+
+// Worker roles.
+const (
+	rolePaused = "paused" // acquires, checks its lease, then (paused by the demo) writes late
+	roleWriter = "writer" // waits for the lock, writes, holds it until told to release
+)
+
+// workerEvent is one line a worker reports to the demo on standard output.
+// It never carries the owner token.
+type workerEvent struct {
+	Ev     string `json:"ev"` // waiting, acquired, checked, write, lease, released, error
+	Fence  uint64 `json:"fence,omitempty"`
+	Holder string `json:"holder,omitempty"`
+	TTLms  int64  `json:"ttl_ms,omitempty"`
+	Value  string `json:"value,omitempty"`
+	OK     bool   `json:"ok,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// worker runs one demo process. Its backend comes from the environment
+// (FENCEDLOCK_REDIS or FENCEDLOCK_ETCD and friends), set by the demo. It
+// reads commands ("go", "release") from standard input, one per line.
+func (e *env) worker(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet(workerCommand, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var (
+		role, key, name, addr string
+		ttl, limit            time.Duration
+	)
+	fs.StringVar(&role, "role", "", "paused or writer")
+	fs.StringVar(&name, "name", "", "worker name")
+	fs.StringVar(&key, "lock", "", "lock key")
+	fs.StringVar(&addr, "resource", "", "address of the fenced resource")
+	fs.DurationVar(&ttl, "ttl", time.Second, "lease")
+	fs.DurationVar(&limit, "limit", time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	enc := json.NewEncoder(e.stdout)
+	emit := func(ev workerEvent) { _ = enc.Encode(ev) }
+	fail := func(code int, format string, a ...any) int {
+		emit(workerEvent{Ev: "error", Detail: fmt.Sprintf(format, a...)})
+		return code
+	}
+	var cfg backendConfig
+	if err := cfg.resolve(e.getenv); err != nil {
+		return fail(exitUsage, "%v", err)
+	}
+	b, closeBackend, err := e.open(ctx, cfg)
+	if err != nil {
+		return fail(exitBackend, "%v", err)
+	}
+	defer closeBackend()
+	locker := fencedlock.New(b, fencedlock.Options{TTL: ttl})
+	defer locker.Close()
+	cmds := bufio.NewScanner(e.stdin)
+	await := func(want string) error {
+		if !cmds.Scan() {
+			if err := cmds.Err(); err != nil {
+				return err
+			}
+			return io.ErrUnexpectedEOF
+		}
+		if got := cmds.Text(); got != want {
+			return fmt.Errorf("got command %q, want %q", got, want)
+		}
+		return nil
+	}
+
+	lease, err := locker.TryAcquire(ctx, key)
+	if errors.Is(err, fencedlock.ErrNotAcquired) {
+		ev := workerEvent{Ev: "waiting"}
+		if in, ok := b.(fencedlock.Inspector); ok {
+			if info, ierr := in.Inspect(ctx, key); ierr == nil && info.Held {
+				ev.Holder, ev.Fence, ev.TTLms = info.Holder, uint64(info.Fence), info.TTL.Milliseconds()
+			}
+		}
+		emit(ev)
+		lease, err = locker.Acquire(ctx, key)
+	}
+	if err != nil {
+		return fail(exitNotAcquired, "%v", err)
+	}
+	emit(workerEvent{Ev: "acquired", Fence: uint64(lease.Fence()), Holder: lease.Holder(), TTLms: lease.TTL().Milliseconds()})
+	value := "written by " + name
+
+	switch role {
+	case rolePaused:
+		// The classic mistake-free holder: it checks that it still holds
+		// the lease, then writes. The demo stops it between the two.
+		if err := lease.Err(); err != nil {
+			return fail(exitFailure, "lease lost before the write: %v", err)
+		}
+		emit(workerEvent{Ev: "checked", Detail: fmt.Sprintf("lease valid for %v more", roundDuration(time.Until(lease.Deadline())))})
+		if err := await("go"); err != nil {
+			return fail(exitFailure, "%v", err)
+		}
+		werr := writeResource(ctx, addr, lease.Fence(), lease.Holder(), value)
+		emit(writeEvent(lease, value, werr))
+		// Now that it runs again, its watchdog finds the lease gone.
+		select {
+		case <-lease.Done():
+			emit(workerEvent{Ev: "lease", Detail: context.Cause(lease.Context()).Error()})
+		case <-time.After(3*ttl + time.Second):
+			emit(workerEvent{Ev: "lease", OK: true, Detail: "still held after the pause"})
+		}
+	case roleWriter:
+		werr := writeResource(ctx, addr, lease.Fence(), lease.Holder(), value)
+		emit(writeEvent(lease, value, werr))
+		if err := await("release"); err != nil {
+			return fail(exitFailure, "%v", err)
+		}
+	default:
+		return fail(exitUsage, "unknown role %q", role)
+	}
+	rerr := lease.Release(ctx)
+	ev := workerEvent{Ev: "released", OK: rerr == nil}
+	switch {
+	case errors.Is(rerr, fencedlock.ErrNotHeld):
+		ev.Detail = "its token no longer holds the key (ErrNotHeld)"
+	case rerr != nil:
+		ev.Detail = rerr.Error()
+	}
+	emit(ev)
+	return exitOK
+}
+
+func writeEvent(lease *fencedlock.Lease, value string, err error) workerEvent {
+	ev := workerEvent{Ev: "write", Fence: uint64(lease.Fence()), Holder: lease.Holder(), Value: value, OK: err == nil}
+	if err != nil {
+		ev.Detail = err.Error()
+		if !errors.Is(err, fencing.ErrStale) {
+			ev.Detail = "write failed: " + ev.Detail
+		}
+	}
+	return ev
+}
