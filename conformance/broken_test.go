@@ -1,0 +1,117 @@
+package conformance_test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock/conformance"
+)
+
+// brokenEnv names the broken variant TestBrokenChild runs the suite on.
+const brokenEnv = "FENCEDLOCK_CONFORMANCE_BROKEN"
+
+// TestBrokenChild runs the suite on the broken variant named by
+// $FENCEDLOCK_CONFORMANCE_BROKEN. It is the subprocess of
+// TestBrokenBackendsAreReported: a suite that is expected to fail cannot
+// run under the parent's *testing.T.
+func TestBrokenChild(t *testing.T) {
+	name := os.Getenv(brokenEnv)
+	if name == "" {
+		t.Skip("helper process of TestBrokenBackendsAreReported; runs only as its subprocess")
+	}
+	i := slices.IndexFunc(brokenVariants, func(v variant) bool { return v.name == name })
+	if i < 0 {
+		t.Fatalf("unknown broken variant %q", name)
+	}
+	conformance.Run(t, func(*testing.T) conformance.Harness { return brokenVariants[i].make() })
+}
+
+var failLine = regexp.MustCompile(`--- FAIL: TestBrokenChild/(\S+)`)
+
+// TestBrokenBackendsAreReported runs the whole suite, in a subprocess, on
+// each deliberately broken variant of the reference backend, and checks
+// that the run fails and that the property meant to catch the bug is among
+// the failing subtests. (TestReference shows that the same backend without
+// the bug passes.)
+func TestBrokenBackendsAreReported(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The children mostly wait on timers, so run more of them at once than
+	// -test.parallel (GOMAXPROCS) would.
+	type result struct {
+		out     []byte
+		err     error
+		elapsed time.Duration
+	}
+	results := make([]chan result, len(brokenVariants))
+	sem := make(chan struct{}, 5)
+	for i, v := range brokenVariants {
+		results[i] = make(chan result, 1)
+		go func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cmd := exec.CommandContext(t.Context(), exe, "-test.run=^TestBrokenChild$", "-test.v", "-test.count=1", "-test.timeout=3m")
+			cmd.Env = append(os.Environ(), brokenEnv+"="+v.name)
+			start := time.Now()
+			out, err := cmd.CombinedOutput()
+			results[i] <- result{out, err, time.Since(start).Round(10 * time.Millisecond)}
+		}()
+	}
+	for i, v := range brokenVariants {
+		t.Run(v.name, func(t *testing.T) {
+			r := <-results[i]
+			out := string(r.out)
+			var exit *exec.ExitError
+			if !errors.As(r.err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("suite on the %s backend: %v, want a test failure (exit status 1); output:\n%s", v.name, r.err, out)
+			}
+			if strings.Contains(out, "panic:") {
+				t.Fatalf("suite on the %s backend panicked instead of failing a property:\n%s", v.name, out)
+			}
+			var failed []string
+			for _, m := range failLine.FindAllStringSubmatch(out, -1) {
+				failed = append(failed, m[1])
+			}
+			for _, want := range v.want {
+				if !slices.Contains(failed, want) {
+					t.Errorf("the %s bug was not reported by %s; failing properties: %v; output:\n%s", v.name, want, failed, out)
+				}
+			}
+			t.Logf("suite failed in %v; failing properties %v (expected at least %v)", r.elapsed, failed, v.want)
+			for _, want := range v.want {
+				t.Logf("%s reported: %s", want, lastError(out, want))
+			}
+		})
+	}
+}
+
+// lastError returns the last message the property logged before it failed
+// (a Fatal, or the last Error) in the child's verbose output.
+func lastError(out, property string) string {
+	start := strings.Index(out, "=== RUN   TestBrokenChild/"+property+"\n")
+	if start < 0 {
+		return "?"
+	}
+	last := "?"
+	for _, l := range strings.Split(out[start:], "\n")[1:] {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- ") {
+			break
+		}
+		if l != "" {
+			last = l
+		}
+	}
+	if len(last) > 240 {
+		last = last[:240] + "..."
+	}
+	return last
+}

@@ -1,0 +1,387 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// Defaults used for the zero fields of [Config].
+const (
+	// DefaultTTL is the lease the suite uses when Config.MinTTL is zero.
+	DefaultTTL = 250 * time.Millisecond
+	// DefaultExpirySlack is used when Config.ExpirySlack is zero.
+	DefaultExpirySlack = 100 * time.Millisecond
+	// DefaultQueueDelay is used when Config.QueueDelay is zero.
+	DefaultQueueDelay = 100 * time.Millisecond
+	// DefaultTimeout is the least per-case deadline (see Config.Timeout).
+	DefaultTimeout = 30 * time.Second
+)
+
+// Harness gives the suite access to one shared store. [Run] makes a fresh
+// Harness for every property it checks.
+type Harness interface {
+	// NewBackend returns a new backend over the harness's store, independent
+	// of every other backend it returned, as if it ran in another process:
+	// its own connections, sessions and caches. The suite closes it.
+	NewBackend(ctx context.Context) (fencedlock.Backend, error)
+
+	// Invalidate deletes or revokes key's lock on the store behind its
+	// holder's back, as an operator, an eviction or a failover would. It
+	// must go through the store (not through a backend's local state), must
+	// not reset the key's fence history, and must leave the key free. It is
+	// called only on held keys.
+	Invalidate(ctx context.Context, key string) error
+
+	// Config describes the backend's limits to the suite.
+	Config() Config
+}
+
+// Config describes a backend's timing to the suite. Its zero value suits a
+// store with millisecond expiry on the local machine.
+type Config struct {
+	// MinTTL is the shortest lease the backend enforces precisely; the suite
+	// requests leases of this length. Zero means DefaultTTL. Backends with
+	// coarse expiry set it higher (etcd leases are whole seconds with a
+	// server minimum, so 2s there). It must be at least fencedlock.MinTTL.
+	MinTTL time.Duration
+
+	// ExpirySlack is how long after a lease's TTL has run out the store may
+	// still report the key held (lazy or periodic expiry, rounding). The
+	// suite requires that another backend can take an unrenewed key once
+	// TTL + ExpirySlack has passed since the holder's request was sent.
+	// Zero means DefaultExpirySlack.
+	ExpirySlack time.Duration
+
+	// QueueDelay is, for backends implementing [fencedlock.WaitAcquirer],
+	// the time within which a waiter that called AcquireWait is queued on
+	// the server. The FIFO check starts waiters this far apart. Zero means
+	// DefaultQueueDelay.
+	QueueDelay time.Duration
+
+	// Timeout is each property's deadline: the context passed to every call
+	// expires then, and a property still running 10 seconds later panics
+	// with every goroutine's stack rather than hang the test binary. Zero
+	// means max(DefaultTimeout, 40*MinTTL).
+	Timeout time.Duration
+}
+
+func (c Config) resolve() (Config, error) {
+	if c.MinTTL == 0 {
+		c.MinTTL = DefaultTTL
+	}
+	if c.MinTTL < fencedlock.MinTTL || c.MinTTL > time.Minute {
+		return c, fmt.Errorf("conformance: Config.MinTTL %v out of range [%v, 1m]", c.MinTTL, fencedlock.MinTTL)
+	}
+	if c.ExpirySlack == 0 {
+		c.ExpirySlack = DefaultExpirySlack
+	}
+	if c.QueueDelay == 0 {
+		c.QueueDelay = DefaultQueueDelay
+	}
+	if c.Timeout == 0 {
+		c.Timeout = max(DefaultTimeout, 40*c.MinTTL)
+	}
+	if c.ExpirySlack < 0 || c.QueueDelay < 0 || c.Timeout < 0 {
+		return c, errors.New("conformance: negative duration in Config")
+	}
+	return c, nil
+}
+
+// Expirer is implemented by harnesses that can make a key's lease run out
+// at once on the store (for instance PEXPIRE 1 on Redis), as if its TTL had
+// passed. The suite then also checks loss reporting for expiry, not only for
+// invalidation, and spends less time waiting.
+type Expirer interface {
+	// Expire ends key's lease on the store now, keeping its fence history.
+	Expire(ctx context.Context, key string) error
+}
+
+// Guard is a resource protected by the fencing rule (see package
+// [fencing]): one value, written only with a token the rule accepts.
+type Guard interface {
+	// Write stores value if, atomically with the write, the guard accepts
+	// token from holder: greater than every accepted token, or equal to the
+	// highest from the same holder. Otherwise it stores nothing and returns
+	// an error wrapping [fencing.ErrStale] (or [fencing.ErrInvalidToken] for
+	// a zero token).
+	Write(ctx context.Context, token fencing.Token, holder, value string) error
+	// Read returns the value stored last ("" if none).
+	Read(ctx context.Context) (string, error)
+}
+
+// GuardMaker is implemented by harnesses whose store also guards resources
+// (a Lua script on Redis, a Txn on etcd, an UPDATE on SQL). The suite's
+// PausedHolder property writes through a new Guard from it; without a
+// GuardMaker it uses an in-process [fencing.Guard].
+type GuardMaker interface {
+	// NewGuard returns a new, empty guarded resource.
+	NewGuard(ctx context.Context) (Guard, error)
+}
+
+// memGuard is the default Guard: a fencing.Guard in front of a string.
+type memGuard struct {
+	g     fencing.Guard
+	mu    sync.Mutex
+	value string
+}
+
+func (m *memGuard) Write(_ context.Context, token fencing.Token, holder, value string) error {
+	return m.g.Do(token, holder, func() error {
+		m.mu.Lock()
+		m.value = value
+		m.mu.Unlock()
+		return nil
+	})
+}
+
+func (m *memGuard) Read(context.Context) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.value, nil
+}
+
+// property is one checked property of the contract.
+type property struct {
+	name string
+	doc  string // one sentence: what the property checks
+	fn   func(t *testing.T, e *env)
+}
+
+// Run checks the backends of newHarness against the [fencedlock.Backend]
+// contract, one subtest per property (see the package documentation for
+// the list). newHarness is called once per subtest, with that subtest's t,
+// and may register cleanups on it; every backend the suite creates is
+// closed before the subtest ends.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+	t.Helper()
+	for _, p := range properties {
+		t.Run(p.name, func(t *testing.T) {
+			t.Log(p.doc)
+			h := newHarness(t)
+			if h == nil {
+				t.Fatal("conformance: newHarness returned nil")
+			}
+			cfg, err := h.Config().resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), cfg.Timeout)
+			defer cancel()
+			name := t.Name()
+			watchdog := time.AfterFunc(cfg.Timeout+10*time.Second, func() {
+				buf := make([]byte, 1<<20)
+				n := runtime.Stack(buf, true)
+				panic(fmt.Sprintf("conformance: %s still running %v after its deadline of %v; goroutines:\n%s",
+					name, 10*time.Second, cfg.Timeout, buf[:n]))
+			})
+			defer watchdog.Stop()
+			e := &env{h: h, cfg: cfg, ttl: cfg.MinTTL, ctx: ctx, prefix: "conformance/" + p.name + "/" + randHex(6) + "/"}
+			p.fn(t, e)
+		})
+	}
+}
+
+// env is the state of one property's run.
+type env struct {
+	h      Harness
+	cfg    Config
+	ttl    time.Duration // the lease the suite requests
+	ctx    context.Context
+	prefix string // unique per run
+	n      int
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// owner returns a fresh 128-bit owner token, as the Locker makes them.
+func owner() string { return rand.Text() }
+
+// key returns a key unique to this run.
+func (e *env) key(name string) string {
+	e.n++
+	return fmt.Sprintf("%s%s-%d", e.prefix, name, e.n)
+}
+
+// backend returns a new backend, closed when the test ends.
+func (e *env) backend(t *testing.T) fencedlock.Backend {
+	t.Helper()
+	b, err := e.h.NewBackend(e.ctx)
+	if err != nil {
+		t.Fatalf("harness NewBackend: %v", err)
+	}
+	if b == nil {
+		t.Fatal("harness NewBackend returned a nil backend")
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// lockerOpts are the Locker options the suite uses, modified by mod.
+func (e *env) lockerOpts(mod func(*fencedlock.Options)) fencedlock.Options {
+	o := fencedlock.Options{
+		TTL:           e.ttl,
+		MinRetryDelay: time.Millisecond,
+		MaxRetryDelay: max(e.ttl/10, 5*time.Millisecond),
+	}
+	if mod != nil {
+		mod(&o)
+	}
+	return o
+}
+
+// locker returns a Locker on a new backend, closed when the test ends.
+func (e *env) locker(t *testing.T, mod func(*fencedlock.Options)) *fencedlock.Locker {
+	t.Helper()
+	l := fencedlock.New(e.backend(t), e.lockerOpts(mod))
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func manual(o *fencedlock.Options) { o.ManualRenew = true }
+
+// grantTTL returns the lease length to reckon with for g: the TTL the
+// backend reported, or the requested one if it reported none.
+func (e *env) grantTTL(d time.Duration) time.Duration {
+	if d <= 0 {
+		return e.ttl
+	}
+	return d
+}
+
+// grab makes one direct Backend.Acquire of key for a fresh owner and fails
+// the test unless it succeeds.
+func (e *env) grab(t *testing.T, b fencedlock.Backend, key string) fencedlock.Grant {
+	t.Helper()
+	return e.grabTTL(t, b, key, e.ttl)
+}
+
+func (e *env) grabTTL(t *testing.T, b fencedlock.Backend, key string, ttl time.Duration) fencedlock.Grant {
+	t.Helper()
+	g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
+	if err != nil {
+		t.Fatalf("Acquire(%s) of a free key: %v", quote(key), err)
+	}
+	e.checkGrant(t, g, key, ttl)
+	return g
+}
+
+// checkGrant checks the fields of a grant for key.
+func (e *env) checkGrant(t *testing.T, g fencedlock.Grant, key string, ttl time.Duration) {
+	t.Helper()
+	if g.Key != key {
+		t.Errorf("Grant.Key = %s, want %s", quote(g.Key), quote(key))
+	}
+	if g.Fence == 0 {
+		t.Errorf("Grant.Fence of %s is 0: the zero token is never granted", quote(key))
+	}
+	if g.TTL != 0 && g.TTL < ttl {
+		t.Errorf("Grant.TTL = %v for a request of %v: a backend may round a TTL up, never down", g.TTL, ttl)
+	}
+}
+
+// held reports whether a fresh backend's one attempt at key finds it held.
+// Any outcome other than success or ErrNotAcquired fails the test. When the
+// attempt succeeds, the grant is released again.
+func (e *env) held(t *testing.T, key string) bool {
+	t.Helper()
+	b := e.backend(t)
+	g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+	if err == nil {
+		if rerr := b.Release(e.ctx, g); rerr != nil {
+			t.Errorf("Release of a fresh grant on %s: %v", quote(key), rerr)
+		}
+		return false
+	}
+	if !errors.Is(err, fencedlock.ErrNotAcquired) {
+		t.Fatalf("Acquire(%s): %v, want nil or an error wrapping ErrNotAcquired", quote(key), err)
+	}
+	return true
+}
+
+// mustBeHeld fails the test unless key is held, and the holder g (if given)
+// still holds it: a renewal of g succeeds.
+func (e *env) mustBeHeld(t *testing.T, b fencedlock.Backend, g *fencedlock.Grant, why string) {
+	t.Helper()
+	key := g.Key
+	if !e.held(t, key) {
+		t.Fatalf("%s: %s is free, want it still held by its holder (fence %v)", why, quote(key), g.Fence)
+	}
+	if _, err := b.Renew(e.ctx, *g, e.ttl); err != nil {
+		t.Fatalf("%s: the holder (fence %v) can no longer renew %s: %v", why, g.Fence, quote(key), err)
+	}
+}
+
+// acquireBy polls b.Acquire for key until it succeeds and fails the test if
+// an attempt sent after notAfter still finds the key held. It returns the
+// grant, when the successful attempt was sent, and when it returned.
+func (e *env) acquireBy(t *testing.T, b fencedlock.Backend, key string, notAfter time.Time, why string) (g fencedlock.Grant, sent, got time.Time) {
+	t.Helper()
+	interval := max(e.ttl/25, 2*time.Millisecond)
+	for attempt := 0; ; attempt++ {
+		sent = time.Now()
+		g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		if err == nil {
+			e.checkGrant(t, g, key, e.ttl)
+			return g, sent, time.Now()
+		}
+		if !errors.Is(err, fencedlock.ErrNotAcquired) {
+			t.Fatalf("%s: Acquire(%s): %v", why, quote(key), err)
+		}
+		if sent.After(notAfter) {
+			t.Fatalf("%s: %s is still held %v after the bound (attempt %d): %v",
+				why, quote(key), sent.Sub(notAfter).Round(time.Millisecond), attempt+1, err)
+		}
+		if e.ctx.Err() != nil {
+			t.Fatalf("%s: %v", why, e.ctx.Err())
+		}
+		time.Sleep(interval)
+	}
+}
+
+// waitDone waits until ctx is done or bound passes, and reports whether it
+// was done.
+func waitDone(done <-chan struct{}, bound time.Duration) bool {
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// schedAllowance absorbs scheduling delays (the race detector, a loaded CI
+// machine) in the few checks bounded in time from above.
+func (e *env) schedAllowance() time.Duration { return max(500*time.Millisecond, e.ttl) }
+
+// quote prints a key readably, shortening long ones.
+func quote(key string) string {
+	if len(key) > 80 {
+		return fmt.Sprintf("%q...(%d bytes)", key[:60], len(key))
+	}
+	return fmt.Sprintf("%q", key)
+}
+
+// noSecret fails the test if s contains the owner token.
+func noSecret(t *testing.T, what, s, token string) {
+	t.Helper()
+	if token != "" && strings.Contains(s, token) {
+		t.Errorf("%s contains the owner token (a secret)", what)
+	}
+}

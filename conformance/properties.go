@@ -1,0 +1,1168 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// properties is the suite, in the order Run checks it. Every doc is one
+// sentence, logged by its subtest and listed in the package documentation.
+var properties = []property{
+	{"TryAcquire", "TryAcquire takes a free key with a non-zero fence, fails with ErrNotAcquired on a held key (from another backend or the same one), and succeeds again after Release with a greater fence.", testTryAcquire},
+	{"MutualExclusion", "N backends x M goroutines contending for one key never have two valid leases at once, and each holder sees a fence greater than the previous holder's.", testMutualExclusion},
+	{"FenceIncreasing", "Fences grow strictly on one key across holders, backends, releases, out-of-band invalidations and expiries.", testFenceIncreasing},
+	{"RenewKeepsLease", "The watchdog's renewals keep a lease held past 3x its TTL, and no other backend can take the key meanwhile.", testRenewKeepsLease},
+	{"ExpiryWithoutRenew", "A lease that is not renewed lets another backend in within TTL + ExpirySlack, never before its TTL, and its holder sees it lost.", testExpiry},
+	{"InvalidationReported", "A key deleted or revoked out of band ends its lease's Context (cause ErrLeaseLost) within TTL + renew interval, and a manual Renew reports ErrNotHeld at once.", testInvalidationReported},
+	{"ReleaseAfterLoss", "Release after loss, a double Release and a Release of a never-held key return ErrNotHeld and delete nothing, in particular not a new holder's lock.", testReleaseAfterLoss},
+	{"RenewAfterLoss", "Renew by an owner that lost the key returns ErrNotHeld and changes nothing: it neither recreates a free key nor takes or extends another holder's lock.", testRenewAfterLoss},
+	{"LateRelease", "The late Release of a lease that expired while its holder was paused does not delete the lock of the holder that took the key after it.", testLateRelease},
+	{"CancelledAcquire", "An Acquire whose context ends returns promptly an error that is both ErrNotAcquired and the context's error, and leaves nothing behind: the key is free for a fresh backend as soon as its holder releases it.", testCancelledAcquire},
+	{"PausedHolder", "A holder paused past its lease writes with its old fence after the next holder wrote, and the guard rejects the write with fencing.ErrStale.", testPausedHolder},
+	{"AwkwardKeys", "Keys with slashes, Unicode, braces, a leading '}', spaces, control and invalid UTF-8 bytes, and of exactly MaxKeyLen bytes are distinct working keys; \"\" and MaxKeyLen+1 bytes fail with ErrInvalid.", testAwkwardKeys},
+	{"Close", "Close is idempotent, every call after it fails with ErrClosed, other backends keep working, and a Locker's Close releases its leases.", testClose},
+	{"Notifier", "If the backend is a Notifier, a release wakes a watcher (and a waiting Acquire) well before the holder's TTL, and the woken waiter can take the key.", testNotifier},
+	{"WaitAcquirer", "If the backend is a WaitAcquirer, AcquireWait agrees with Acquire (exclusive, greater fence, blocks while held) and grants waiters in FIFO order.", testWaitAcquirer},
+	{"Inspector", "If the backend is an Inspector, Inspect agrees with Acquire on whether a key is held and on its fence, and never reveals the owner token.", testInspector},
+	{"KeepAliver", "If the backend is a KeepAliver, KeepAlive confirms renewals that keep a key held past its TTL and reports an invalidated key.", testKeepAliver},
+}
+
+func testTryAcquire(t *testing.T, e *env) {
+	key := e.key("try")
+	l1 := e.locker(t, nil)
+	l2 := e.locker(t, nil)
+
+	a, err := l1.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire of a free key: %v", err)
+	}
+	if a.Fence() == 0 {
+		t.Fatal("TryAcquire granted fence 0")
+	}
+	if a.TTL() != 0 && a.TTL() < e.ttl {
+		t.Errorf("lease TTL %v shorter than the requested %v", a.TTL(), e.ttl)
+	}
+	for i, l := range []*fencedlock.Locker{l2, l1} {
+		_, err := l.TryAcquire(e.ctx, key)
+		if !errors.Is(err, fencedlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire of a held key (locker %d): %v, want an error wrapping ErrNotAcquired", i+2, err)
+		}
+		var he *fencedlock.HeldError
+		if errors.As(err, &he) {
+			if he.Key != "" && he.Key != key {
+				t.Errorf("HeldError.Key = %s, want %s", quote(he.Key), quote(key))
+			}
+			if limit := e.grantTTL(a.TTL()) + e.cfg.ExpirySlack; he.RetryAfter > limit {
+				t.Errorf("HeldError.RetryAfter = %v exceeds the holder's lease %v + slack", he.RetryAfter, limit)
+			}
+			if he.RetryAfter < 0 {
+				t.Errorf("HeldError.RetryAfter = %v is negative", he.RetryAfter)
+			}
+		}
+	}
+	if a.Err() != nil {
+		t.Fatalf("holder's lease ended by another's failed attempt: %v", a.Err())
+	}
+	if err := a.Release(e.ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	b, err := l2.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire after Release: %v", err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("fence after Release %v, want > %v", b.Fence(), a.Fence())
+	}
+	if err := b.Release(e.ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func testMutualExclusion(t *testing.T, e *env) {
+	const (
+		backends   = 3
+		goroutines = 3
+		rounds     = 6
+	)
+	key := e.key("mutex")
+	lockers := make([]*fencedlock.Locker, backends)
+	for i := range lockers {
+		lockers[i] = e.locker(t, nil)
+	}
+
+	var (
+		mu         sync.Mutex
+		inside     = map[*fencedlock.Lease]struct{}{}
+		lastFence  fencing.Token
+		entries    int
+		maxValid   int
+		violations []string
+	)
+	// valid reports whether a lease is still held by its holder's own
+	// account: not lost, and before its local deadline (which lies before
+	// the earliest moment the server could grant the key to anyone else).
+	valid := func(ls *fencedlock.Lease, now time.Time) bool {
+		return ls.Err() == nil && now.Before(ls.Deadline())
+	}
+	enter := func(ls *fencedlock.Lease) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		n := 1
+		for other := range inside {
+			if valid(other, now) {
+				n++
+				if len(violations) < 5 {
+					violations = append(violations, fmt.Sprintf("fence %v granted while fence %v was still validly held", ls.Fence(), other.Fence()))
+				}
+			}
+		}
+		maxValid = max(maxValid, n)
+		if n == 1 && ls.Fence() <= lastFence && len(violations) < 5 {
+			violations = append(violations, fmt.Sprintf("holder got fence %v after a holder with fence %v", ls.Fence(), lastFence))
+		}
+		lastFence = max(lastFence, ls.Fence())
+		inside[ls] = struct{}{}
+		entries++
+	}
+	leave := func(ls *fencedlock.Lease) {
+		mu.Lock()
+		delete(inside, ls)
+		mu.Unlock()
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, backends*goroutines)
+	start := time.Now()
+	for i := range backends {
+		for range goroutines {
+			wg.Go(func() {
+				for range rounds {
+					ls, err := lockers[i].Acquire(e.ctx, key)
+					if err != nil {
+						errs <- fmt.Errorf("Acquire: %w", err)
+						return
+					}
+					enter(ls)
+					time.Sleep(time.Millisecond) // a short critical section
+					leave(ls)
+					lost := ls.Err()
+					if err := ls.Release(e.ctx); err != nil && lost == nil {
+						errs <- fmt.Errorf("Release: %w", err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	t.Logf("%d critical sections by %d backends x %d goroutines in %v; at most %d valid lease(s) at once",
+		entries, backends, goroutines, time.Since(start).Round(time.Millisecond), maxValid)
+	n := 0
+	for err := range errs {
+		if n++; n <= 3 {
+			t.Error(err)
+		}
+	}
+	if n > 3 {
+		t.Errorf("... and %d more errors", n-3)
+	}
+	for _, v := range violations {
+		t.Errorf("mutual exclusion violated: %s", v)
+	}
+	if want := backends * goroutines * rounds; entries != want && !t.Failed() {
+		t.Errorf("%d critical sections, want %d", entries, want)
+	}
+}
+
+func testFenceIncreasing(t *testing.T, e *env) {
+	key := e.key("fence")
+	bs := []fencedlock.Backend{e.backend(t), e.backend(t), e.backend(t)}
+	exp, hasExpirer := e.h.(Expirer)
+	var last fencing.Token
+	var history []string
+	check := func(g fencedlock.Grant, how string) {
+		t.Helper()
+		history = append(history, fmt.Sprintf("%v(%s)", g.Fence, how))
+		if g.Fence <= last {
+			t.Fatalf("fence %v after %v, want strictly greater; history: %s", g.Fence, last, strings.Join(history, " "))
+		}
+		last = g.Fence
+	}
+	ends := []string{"release", "release", "invalidate", "expire", "release", "invalidate", "release", "expire", "release"}
+	waited := false
+	for i, end := range ends {
+		b := bs[i%len(bs)]
+		g := e.grab(t, b, key)
+		check(g, fmt.Sprintf("backend %d", i%len(bs)+1))
+		switch end {
+		case "release":
+			if err := b.Release(e.ctx, g); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		case "invalidate":
+			if err := e.h.Invalidate(e.ctx, key); err != nil {
+				t.Fatalf("harness Invalidate: %v", err)
+			}
+			if e.held(t, key) {
+				t.Fatalf("key held after harness Invalidate: the harness must leave it free")
+			}
+		case "expire":
+			if hasExpirer {
+				if err := exp.Expire(e.ctx, key); err != nil {
+					t.Fatalf("harness Expire: %v", err)
+				}
+			}
+			if hasExpirer || !waited {
+				// Let the next backend take the key once it expired.
+				nb := bs[(i+1)%len(bs)]
+				bound := time.Now().Add(e.grantTTL(g.TTL) + e.cfg.ExpirySlack)
+				g2, _, _ := e.acquireBy(t, nb, key, bound, "fence after expiry")
+				check(g2, "after expiry")
+				if err := nb.Release(e.ctx, g2); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				waited = true
+			} else if err := b.Release(e.ctx, g); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+	}
+	t.Logf("fences: %s", strings.Join(history, " "))
+}
+
+func testRenewKeepsLease(t *testing.T, e *env) {
+	key := e.key("renew")
+	l := e.locker(t, nil)
+	ls, err := l.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	ttl := e.grantTTL(ls.TTL())
+	until := time.Now().Add(3*ttl + ttl/2 + e.cfg.ExpirySlack)
+	checks := 0
+	for time.Now().Before(until) {
+		time.Sleep(ttl / 3)
+		if err := ls.Err(); err != nil {
+			t.Fatalf("lease lost after %d checks although renewed: %v", checks, err)
+		}
+		if !e.held(t, key) {
+			t.Fatalf("key free after %d checks although its lease is renewed", checks)
+		}
+		checks++
+	}
+	if err := ls.Release(e.ctx); err != nil {
+		t.Fatalf("Release after renewals: %v", err)
+	}
+	if e.held(t, key) {
+		t.Fatal("key held after Release")
+	}
+
+	// The driver's Renew, called directly, extends the lease as well.
+	b := e.backend(t)
+	g := e.grab(t, b, key)
+	until = time.Now().Add(3 * ttl)
+	for time.Now().Before(until) {
+		time.Sleep(ttl / 3)
+		d, err := b.Renew(e.ctx, g, e.ttl)
+		if err != nil {
+			t.Fatalf("Backend.Renew of a held key: %v", err)
+		}
+		if d != 0 && d < e.ttl {
+			t.Fatalf("Backend.Renew applied %v, less than the requested %v", d, e.ttl)
+		}
+	}
+	if !e.held(t, key) {
+		t.Fatal("key free after direct renewals")
+	}
+	if err := b.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func testExpiry(t *testing.T, e *env) {
+	key := e.key("expiry")
+	la := e.locker(t, manual)
+	b := e.backend(t)
+	sentA := time.Now()
+	a, err := la.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	ttl := e.grantTTL(a.TTL())
+	if !e.held(t, key) {
+		t.Fatal("key free right after TryAcquire")
+	}
+	// The store's clock may run at a slightly different rate than ours.
+	earliest := sentA.Add(ttl - ttl/100 - time.Millisecond)
+	g, sent, got := e.acquireBy(t, b, key, sentA.Add(ttl+e.cfg.ExpirySlack), "unrenewed lease")
+	if got.Before(earliest) {
+		t.Fatalf("another backend took the key %v after the holder's request was sent, before its TTL of %v",
+			got.Sub(sentA).Round(time.Millisecond), ttl)
+	}
+	t.Logf("key taken by another backend %v after the holder's acquire (TTL %v, slack %v)",
+		sent.Sub(sentA).Round(time.Millisecond), ttl, e.cfg.ExpirySlack)
+	if g.Fence <= a.Fence() {
+		t.Errorf("fence after expiry %v, want > %v", g.Fence, a.Fence())
+	}
+	if !waitDone(a.Done(), e.schedAllowance()) {
+		t.Fatal("the expired holder's lease is not reported lost")
+	}
+	if !errors.Is(context.Cause(a.Context()), fencedlock.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want ErrLeaseLost", context.Cause(a.Context()))
+	}
+	if err := b.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func testInvalidationReported(t *testing.T, e *env) {
+	type how struct {
+		name string
+		do   func(ctx context.Context, key string) error
+	}
+	ways := []how{{"invalidate", e.h.Invalidate}}
+	if exp, ok := e.h.(Expirer); ok {
+		ways = append(ways, how{"expire", exp.Expire})
+	}
+	for _, w := range ways {
+		key := e.key(w.name)
+		l := e.locker(t, nil)
+		ls, err := l.TryAcquire(e.ctx, key)
+		if err != nil {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		renewEvery := l.Options().RenewInterval
+		time.Sleep(renewEvery / 2) // between renewals
+		t0 := time.Now()
+		if err := w.do(e.ctx, key); err != nil {
+			t.Fatalf("harness %s: %v", w.name, err)
+		}
+		bound := e.grantTTL(ls.TTL()) + renewEvery + e.cfg.ExpirySlack
+		if !waitDone(ls.Done(), bound+e.schedAllowance()) {
+			t.Fatalf("%s: lease not reported lost %v after the key was removed (bound %v): a lease the store no longer holds is renewed as if held",
+				w.name, time.Since(t0).Round(time.Millisecond), bound)
+		}
+		t.Logf("%s: loss reported after %v (renew interval %v)", w.name, time.Since(t0).Round(time.Millisecond), renewEvery)
+		if cause := context.Cause(ls.Context()); !errors.Is(cause, fencedlock.ErrLeaseLost) {
+			t.Fatalf("%s: cause %v, want ErrLeaseLost", w.name, cause)
+		}
+		if err := ls.Release(e.ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+			t.Fatalf("%s: Release of a lost lease: %v, want ErrNotHeld", w.name, err)
+		}
+		if e.held(t, key) {
+			t.Fatalf("%s: key still held after the harness removed it", w.name)
+		}
+	}
+
+	// A manual Renew notices the loss at once.
+	key := e.key("manual")
+	l := e.locker(t, manual)
+	ls, err := l.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	if err := ls.Renew(e.ctx); err != nil {
+		t.Fatalf("Renew of a held lease: %v", err)
+	}
+	if err := e.h.Invalidate(e.ctx, key); err != nil {
+		t.Fatalf("harness Invalidate: %v", err)
+	}
+	if err := ls.Renew(e.ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Renew after invalidation: %v, want an error wrapping ErrNotHeld", err)
+	}
+	select {
+	case <-ls.Done():
+	default:
+		t.Fatal("lease not ended by a Renew that reported ErrNotHeld")
+	}
+}
+
+func testReleaseAfterLoss(t *testing.T, e *env) {
+	key := e.key("release")
+	b1, b2, b3 := e.backend(t), e.backend(t), e.backend(t)
+
+	// Never held.
+	if err := b1.Release(e.ctx, fencedlock.Grant{Key: key, Owner: owner(), Fence: 1}); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Release of a never-held key: %v, want ErrNotHeld", err)
+	}
+
+	// Lost to invalidation, key free.
+	ga := e.grab(t, b1, key)
+	if err := e.h.Invalidate(e.ctx, key); err != nil {
+		t.Fatalf("harness Invalidate: %v", err)
+	}
+	if err := b1.Release(e.ctx, ga); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Release after invalidation: %v, want ErrNotHeld", err)
+	}
+
+	// Lost, and the key now held by another owner.
+	gb := e.grab(t, b2, key)
+	if err := b1.Release(e.ctx, ga); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Release of a lost grant while another owner holds the key: %v, want ErrNotHeld", err)
+	}
+	e.mustBeHeld(t, b2, &gb, "after a lost owner's Release")
+
+	// Same key, a Release with the right owner but an older fence from the
+	// same backend is still not the holder's.
+	stale := gb
+	stale.Owner = ga.Owner
+	if err := b2.Release(e.ctx, stale); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Release with another owner's token: %v, want ErrNotHeld", err)
+	}
+	e.mustBeHeld(t, b2, &gb, "after a Release with another owner's token")
+
+	// Double release.
+	if err := b2.Release(e.ctx, gb); err != nil {
+		t.Fatalf("Release by the holder: %v", err)
+	}
+	if err := b2.Release(e.ctx, gb); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("second Release: %v, want ErrNotHeld", err)
+	}
+	gc := e.grab(t, b3, key)
+	if err := b2.Release(e.ctx, gb); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("third Release, while another owner holds the key: %v, want ErrNotHeld", err)
+	}
+	e.mustBeHeld(t, b3, &gc, "after a double Release by the previous holder")
+	if err := b3.Release(e.ctx, gc); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+
+	// Through a Locker.
+	l := e.locker(t, nil)
+	ls, err := l.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	if err := ls.Release(e.ctx); err != nil {
+		t.Fatalf("Lease.Release: %v", err)
+	}
+	if err := ls.Release(e.ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("second Lease.Release: %v, want ErrNotHeld", err)
+	}
+}
+
+func testRenewAfterLoss(t *testing.T, e *env) {
+	key := e.key("renew-lost")
+	b1, b2 := e.backend(t), e.backend(t)
+
+	// Never held: Renew must not create the key.
+	if _, err := b1.Renew(e.ctx, fencedlock.Grant{Key: key, Owner: owner(), Fence: 1}, e.ttl); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Renew of a never-held key: %v, want ErrNotHeld", err)
+	}
+	if e.held(t, key) {
+		t.Fatal("Renew of a never-held key created it")
+	}
+
+	ga := e.grab(t, b1, key)
+	if err := e.h.Invalidate(e.ctx, key); err != nil {
+		t.Fatalf("harness Invalidate: %v", err)
+	}
+	if _, err := b1.Renew(e.ctx, ga, e.ttl); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Renew after invalidation: %v, want ErrNotHeld", err)
+	}
+	if e.held(t, key) {
+		t.Fatal("Renew of a lost grant recreated the key")
+	}
+
+	gb := e.grab(t, b2, key)
+	if _, err := b1.Renew(e.ctx, ga, e.ttl); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Renew of a lost grant while another owner holds the key: %v, want ErrNotHeld", err)
+	}
+	e.mustBeHeld(t, b2, &gb, "after a lost owner's Renew")
+	if err := b1.Release(e.ctx, ga); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Release of a lost grant: %v, want ErrNotHeld", err)
+	}
+	if err := b2.Release(e.ctx, gb); err != nil {
+		t.Fatalf("the holder's Release after a lost owner's Renew: %v", err)
+	}
+}
+
+func testLateRelease(t *testing.T, e *env) {
+	key := e.key("late")
+	la := e.locker(t, manual)
+	lb := e.locker(t, nil)
+	a, err := la.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	// A is paused: no renewal. B takes the key once A's lease expired.
+	bound := time.Now().Add(e.grantTTL(a.TTL()) + e.cfg.ExpirySlack + e.schedAllowance())
+	var bl *fencedlock.Lease
+	for {
+		bl, err = lb.TryAcquire(e.ctx, key)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fencedlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("key still held %v after the paused holder's TTL", e.cfg.ExpirySlack+e.schedAllowance())
+		}
+		time.Sleep(max(e.ttl/25, 2*time.Millisecond))
+	}
+	// A resumes and releases late.
+	if err := a.Release(e.ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("late Release: %v, want ErrNotHeld", err)
+	}
+	if !e.held(t, key) {
+		t.Fatal("the late Release of an expired lease deleted the new holder's lock")
+	}
+	if err := bl.Renew(e.ctx); err != nil {
+		t.Fatalf("the new holder cannot renew after the late Release: %v", err)
+	}
+	if err := bl.Release(e.ctx); err != nil {
+		t.Fatalf("the new holder's Release: %v", err)
+	}
+}
+
+func testCancelledAcquire(t *testing.T, e *env) {
+	key := e.key("cancel")
+	holder := e.locker(t, nil)
+	waiter := e.locker(t, nil)
+	h, err := holder.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	prompt := e.ttl + e.schedAllowance()
+
+	cases := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(e.ctx, e.ttl/2) }, context.DeadlineExceeded},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(e.ctx)
+			time.AfterFunc(e.ttl/2, cancel)
+			return ctx, cancel
+		}, context.Canceled},
+		{"already cancelled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(e.ctx)
+			cancel()
+			return ctx, cancel
+		}, context.Canceled},
+	}
+	for _, c := range cases {
+		ctx, cancel := c.ctx()
+		res := make(chan error, 1)
+		go func() {
+			ls, err := waiter.Acquire(ctx, key)
+			if err == nil {
+				_ = ls.Release(e.ctx)
+			}
+			res <- err
+		}()
+		<-ctx.Done()
+		ended := time.Now()
+		select {
+		case err := <-res:
+			if !errors.Is(err, fencedlock.ErrNotAcquired) || !errors.Is(err, c.want) {
+				t.Fatalf("%s: Acquire of a held key: %v, want an error wrapping both ErrNotAcquired and %v", c.name, err, c.want)
+			}
+		case <-time.After(prompt):
+			t.Fatalf("%s: Acquire still waiting %v after its context ended", c.name, prompt)
+		}
+		t.Logf("%s: returned %v after the context ended", c.name, time.Since(ended).Round(time.Microsecond))
+		cancel()
+	}
+	wq, queued := e.backend(t).(fencedlock.WaitAcquirer)
+	if queued {
+		ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
+		_, err := wq.AcquireWait(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("AcquireWait of a held key with an expiring context: %v, want an error wrapping context.DeadlineExceeded", err)
+		}
+	}
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	// Nothing of the cancelled waits may stand in the way now.
+	fresh := e.backend(t)
+	g, err := fresh.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+	if err != nil {
+		t.Fatalf("a fresh backend's Acquire right after the holder released: %v (a cancelled wait left something behind)", err)
+	}
+	if err := fresh.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if !queued {
+		return
+	}
+
+	// For a queue: a cancelled waiter between a holder and a live waiter
+	// must not delay the live one.
+	h, err = holder.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
+	_, err = waiter.Acquire(ctx, key)
+	cancel()
+	if !errors.Is(err, fencedlock.ErrNotAcquired) {
+		t.Fatalf("cancelled Acquire: %v", err)
+	}
+	live := e.locker(t, nil)
+	got := make(chan *fencedlock.Lease, 1)
+	go func() {
+		ls, err := live.Acquire(e.ctx, key)
+		if err != nil {
+			t.Errorf("live waiter: %v", err)
+		}
+		got <- ls
+	}()
+	time.Sleep(e.cfg.QueueDelay)
+	released := time.Now()
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	// A cancelled waiter left in the queue would hold the key for a TTL.
+	bound := e.grantTTL(h.TTL()) / 2
+	select {
+	case ls := <-got:
+		if ls != nil {
+			t.Logf("live waiter got the key %v after the release", time.Since(released).Round(time.Millisecond))
+			_ = ls.Release(e.ctx)
+		}
+	case <-time.After(bound):
+		t.Fatalf("live waiter still waiting %v after the holder released: a cancelled waiter blocks the queue", bound)
+	}
+}
+
+func testPausedHolder(t *testing.T, e *env) {
+	var guard Guard = &memGuard{}
+	if gm, ok := e.h.(GuardMaker); ok {
+		g, err := gm.NewGuard(e.ctx)
+		if err != nil {
+			t.Fatalf("harness NewGuard: %v", err)
+		}
+		guard = g
+	}
+	key := e.key("paused")
+	la := e.locker(t, manual)
+	lb := e.locker(t, nil)
+	a, err := la.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	if err := guard.Write(e.ctx, a.Fence(), a.Holder(), "A1"); err != nil {
+		t.Fatalf("A's first write (fence %v): %v", a.Fence(), err)
+	}
+	// A pauses past its lease; B takes the key.
+	bound := time.Now().Add(e.grantTTL(a.TTL()) + e.cfg.ExpirySlack + e.schedAllowance())
+	var b *fencedlock.Lease
+	for {
+		b, err = lb.TryAcquire(e.ctx, key)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fencedlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		if time.Now().After(bound) {
+			t.Fatal("key still held long after the paused holder's TTL")
+		}
+		time.Sleep(max(e.ttl/25, 2*time.Millisecond))
+	}
+	if err := guard.Write(e.ctx, b.Fence(), b.Holder(), "B1"); err != nil {
+		t.Fatalf("B's write (fence %v): %v", b.Fence(), err)
+	}
+	// A resumes and writes as if it still held the lock.
+	err = guard.Write(e.ctx, a.Fence(), a.Holder(), "A2")
+	if !errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("paused holder's late write with fence %v after fence %v: %v, want an error wrapping fencing.ErrStale", a.Fence(), b.Fence(), err)
+	}
+	var se *fencing.StaleError
+	if errors.As(err, &se) && se.Token != a.Fence() {
+		t.Errorf("StaleError.Token = %v, want %v", se.Token, a.Fence())
+	}
+	if v, err := guard.Read(e.ctx); err != nil || v != "B1" {
+		t.Fatalf("guarded value %q (%v), want B's %q", v, err, "B1")
+	}
+	// The same fence from the same holder is accepted, from another holder
+	// not (a fence duplicated by a failover must not let two holders write).
+	if err := guard.Write(e.ctx, b.Fence(), b.Holder(), "B2"); err != nil {
+		t.Fatalf("B's second write with the same fence: %v", err)
+	}
+	if err := guard.Write(e.ctx, b.Fence(), a.Holder(), "X"); !errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("a write with B's fence from another holder: %v, want fencing.ErrStale", err)
+	}
+	if err := guard.Write(e.ctx, 0, b.Holder(), "Z"); err == nil {
+		t.Fatal("a write with the zero token was accepted")
+	}
+	if v, err := guard.Read(e.ctx); err != nil || v != "B2" {
+		t.Fatalf("guarded value %q (%v), want %q", v, err, "B2")
+	}
+	if !waitDone(a.Done(), e.schedAllowance()) {
+		t.Fatal("the paused holder's lease is not reported lost")
+	}
+	if err := b.Release(e.ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+func testAwkwardKeys(t *testing.T, e *env) {
+	r := randHex(4)
+	long := func(last byte) string {
+		k := r + "-max-" + strings.Repeat("k", fencedlock.MaxKeyLen)
+		return k[:fencedlock.MaxKeyLen-1] + string(last)
+	}
+	keys := []string{
+		r + "/a/b/c", "/" + r, r + "/", r + "//", "./" + r + "/..",
+		"ünïcødé-ключ-鍵-🔒-" + r,
+		"{" + r + "}", "{" + r, r + "}", "}" + r, "}{" + r, r + "{}", "x{" + r + "}y", "{" + r + "}:1", "{" + r + "}:2",
+		"with space " + r, " " + r, r + " ",
+		r + "\t\n\r", "\x00" + r, r + "\x00", r + "\x00x",
+		r + "\xff\xfe", r + "\xfe\xff", r + "\xc3", r + "\xc3\x28",
+		r + "*", r + "?", r + "%2F", r + "'\";--", r + `\`, r + ":",
+		"Case-" + r, "case-" + r,
+		long('a'), long('b'),
+	}
+	for _, k := range keys {
+		if err := fencedlock.ValidateKey(k); err != nil {
+			t.Fatalf("suite bug: key %s: %v", quote(k), err)
+		}
+	}
+	if n := len(long('a')); n != fencedlock.MaxKeyLen {
+		t.Fatalf("suite bug: long key of %d bytes", n)
+	}
+	l1, l2 := e.locker(t, nil), e.locker(t, nil)
+	insp, _ := e.backend(t).(fencedlock.Inspector)
+	leases := make([]*fencedlock.Lease, len(keys))
+	for i, k := range keys {
+		ls, err := l1.TryAcquire(e.ctx, k)
+		if err != nil {
+			t.Fatalf("TryAcquire(%s) while %d other awkward keys are held: %v (keys alias, or the key is mangled)", quote(k), i, err)
+		}
+		leases[i] = ls
+	}
+	for i, k := range keys {
+		if _, err := l2.TryAcquire(e.ctx, k); !errors.Is(err, fencedlock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire(%s) held by another backend: %v, want ErrNotAcquired", quote(k), err)
+		}
+		if insp != nil {
+			info, err := insp.Inspect(e.ctx, k)
+			if err != nil {
+				t.Fatalf("Inspect(%s): %v", quote(k), err)
+			}
+			if !info.Held || info.Fence != leases[i].Fence() {
+				t.Fatalf("Inspect(%s) = held %v fence %v, want held, fence %v", quote(k), info.Held, info.Fence, leases[i].Fence())
+			}
+		}
+	}
+	for i, ls := range leases {
+		if err := ls.Release(e.ctx); err != nil {
+			t.Fatalf("Release(%s): %v", quote(keys[i]), err)
+		}
+	}
+	for i, k := range keys {
+		ls, err := l2.TryAcquire(e.ctx, k)
+		if err != nil {
+			t.Fatalf("TryAcquire(%s) after Release: %v", quote(k), err)
+		}
+		if ls.Fence() <= leases[i].Fence() {
+			t.Fatalf("key %s: fence %v after %v", quote(k), ls.Fence(), leases[i].Fence())
+		}
+		if err := ls.Release(e.ctx); err != nil {
+			t.Fatalf("Release(%s): %v", quote(k), err)
+		}
+	}
+	for _, k := range []string{"", strings.Repeat("x", fencedlock.MaxKeyLen+1)} {
+		if _, err := l1.TryAcquire(e.ctx, k); !errors.Is(err, fencedlock.ErrInvalid) {
+			t.Fatalf("TryAcquire of a %d-byte key: %v, want ErrInvalid", len(k), err)
+		}
+	}
+	t.Logf("%d awkward keys held at once, released, and taken again", len(keys))
+}
+
+func testClose(t *testing.T, e *env) {
+	key := e.key("close")
+	b := e.backend(t)
+	other := e.backend(t)
+	g := e.grab(t, b, key)
+	if err := other.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release through another backend of the same store: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := b.Close(); err != nil && !errors.Is(err, fencedlock.ErrClosed) {
+		t.Fatalf("second Close: %v, want nil or ErrClosed", err)
+	}
+	closed := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, fencedlock.ErrClosed) {
+			t.Fatalf("%s after Close: %v, want an error wrapping ErrClosed", what, err)
+		}
+	}
+	_, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+	closed("Acquire", err)
+	og := e.grab(t, other, key)
+	_, err = b.Renew(e.ctx, og, e.ttl)
+	closed("Renew", err)
+	closed("Release", b.Release(e.ctx, og))
+	e.mustBeHeld(t, other, &og, "after calls on a closed backend")
+	if n, ok := b.(fencedlock.Notifier); ok {
+		_, stop, err := n.Watch(e.ctx, key)
+		if err == nil && stop != nil {
+			stop()
+		}
+		closed("Watch", err)
+	}
+	if w, ok := b.(fencedlock.WaitAcquirer); ok {
+		ctx, cancel := context.WithTimeout(e.ctx, e.ttl+e.schedAllowance())
+		_, err := w.AcquireWait(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		cancel()
+		closed("AcquireWait", err)
+	}
+	if in, ok := b.(fencedlock.Inspector); ok {
+		_, err := in.Inspect(e.ctx, key)
+		closed("Inspect", err)
+	}
+	if err := other.Release(e.ctx, og); err != nil {
+		t.Fatalf("Release by another backend after one was closed: %v", err)
+	}
+
+	// A Locker's Close releases its leases and closes its backend.
+	l := fencedlock.New(e.backend(t), e.lockerOpts(nil))
+	ls, err := l.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Locker.Close: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Locker.Close: %v", err)
+	}
+	if !errors.Is(context.Cause(ls.Context()), fencedlock.ErrReleased) {
+		t.Fatalf("lease cause after Locker.Close: %v, want ErrReleased", context.Cause(ls.Context()))
+	}
+	if e.held(t, key) {
+		t.Fatal("key held after the Locker holding it was closed")
+	}
+	if _, err := l.TryAcquire(e.ctx, key); !errors.Is(err, fencedlock.ErrClosed) {
+		t.Fatalf("TryAcquire on a closed Locker: %v, want ErrClosed", err)
+	}
+}
+
+// longTTL is a holder's lease in the wake-up checks: long enough that a
+// wake-up by expiry cannot pass for a wake-up by release.
+func (e *env) longTTL() time.Duration { return min(20*e.ttl, fencedlock.MaxTTL) }
+
+func testNotifier(t *testing.T, e *env) {
+	probe := e.backend(t)
+	if _, ok := probe.(fencedlock.Notifier); !ok {
+		t.Logf("%T is not a fencedlock.Notifier: nothing to check", probe)
+		return
+	}
+	key := e.key("notify")
+	b1, b2 := e.backend(t), e.backend(t)
+	n := b2.(fencedlock.Notifier)
+	wake := 4 * e.ttl // well before the holder's 20x TTL
+	g := e.grabTTL(t, b1, key, e.longTTL())
+	ch, stop, err := n.Watch(e.ctx, key)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	released := time.Now()
+	if err := b1.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case <-ch:
+		t.Logf("watcher woken %v after the release", time.Since(released).Round(time.Microsecond))
+	case <-time.After(wake):
+		stop()
+		t.Fatalf("watcher not woken %v after the release (the holder's TTL was %v)", wake, e.longTTL())
+	}
+	g2 := e.grab(t, b2, key) // agreement: the woken watcher can take the key
+	stop()
+	if err := b2.Release(e.ctx, g2); err != nil {
+		t.Fatalf("Release after stop: %v", err)
+	}
+
+	// A Locker's waiting Acquire is woken by the release too.
+	key = e.key("notify-locker")
+	holder := e.locker(t, func(o *fencedlock.Options) { o.TTL = e.longTTL() })
+	waiter := e.locker(t, func(o *fencedlock.Options) { o.MaxRetryDelay = e.longTTL() })
+	h, err := holder.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	got := make(chan *fencedlock.Lease, 1)
+	go func() {
+		ls, err := waiter.Acquire(e.ctx, key)
+		if err != nil {
+			t.Errorf("waiting Acquire: %v", err)
+		}
+		got <- ls
+	}()
+	time.Sleep(e.ttl) // let the waiter fail once and start watching
+	released = time.Now()
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case ls := <-got:
+		if ls == nil {
+			return
+		}
+		t.Logf("waiting Acquire woken %v after the release", time.Since(released).Round(time.Microsecond))
+		if ls.Fence() <= h.Fence() {
+			t.Errorf("woken waiter's fence %v, want > %v", ls.Fence(), h.Fence())
+		}
+		_ = ls.Release(e.ctx)
+	case <-time.After(wake):
+		t.Fatalf("waiting Acquire not woken %v after the release (the holder's TTL was %v)", wake, e.longTTL())
+	}
+}
+
+func testWaitAcquirer(t *testing.T, e *env) {
+	probe := e.backend(t)
+	if _, ok := probe.(fencedlock.WaitAcquirer); !ok {
+		t.Logf("%T is not a fencedlock.WaitAcquirer: nothing to check", probe)
+		return
+	}
+	key := e.key("queue")
+	b1 := e.backend(t)
+	w1 := b1.(fencedlock.WaitAcquirer)
+	req := func() fencedlock.AcquireRequest {
+		return fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl}
+	}
+
+	// A free key is granted at once, exclusively.
+	g, err := w1.AcquireWait(e.ctx, req())
+	if err != nil {
+		t.Fatalf("AcquireWait of a free key: %v", err)
+	}
+	e.checkGrant(t, g, key, e.ttl)
+	if !e.held(t, key) {
+		t.Fatal("key free after AcquireWait granted it")
+	}
+	if err := b1.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+
+	// A held key blocks the waiter until released; the waiter's fence is
+	// greater.
+	holder := e.locker(t, nil)
+	h, err := holder.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	type result struct {
+		g   fencedlock.Grant
+		err error
+		at  time.Time
+	}
+	res := make(chan result, 1)
+	go func() {
+		g, err := w1.AcquireWait(e.ctx, req())
+		res <- result{g, err, time.Now()}
+	}()
+	time.Sleep(2 * e.ttl) // the holder renews meanwhile
+	select {
+	case r := <-res:
+		t.Fatalf("AcquireWait returned (%v, fence %v) while the key was held and renewed", r.err, r.g.Fence)
+	default:
+	}
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case r := <-res:
+		if r.err != nil {
+			t.Fatalf("AcquireWait after the release: %v", r.err)
+		}
+		if r.g.Fence <= h.Fence() {
+			t.Fatalf("waiter's fence %v, want > holder's %v", r.g.Fence, h.Fence())
+		}
+		if !e.held(t, key) {
+			t.Fatal("key free after AcquireWait granted it")
+		}
+		if err := b1.Release(e.ctx, r.g); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	case <-time.After(e.grantTTL(h.TTL()) + e.schedAllowance()):
+		t.Fatal("waiter not granted the key after the holder released it")
+	}
+
+	// FIFO: waiters are granted in the order they queued.
+	const waiters = 4
+	h, err = holder.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range waiters {
+		b := e.backend(t)
+		w := b.(fencedlock.WaitAcquirer)
+		wg.Go(func() {
+			g, err := w.AcquireWait(e.ctx, req())
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if err := b.Release(e.ctx, g); err != nil {
+				t.Errorf("waiter %d: Release: %v", i, err)
+			}
+		})
+		time.Sleep(e.cfg.QueueDelay)
+	}
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	wg.Wait()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("waiters granted in order %v, want FIFO [0 1 ... %d] (waiters started %v apart)", order, waiters-1, e.cfg.QueueDelay)
+		}
+	}
+	t.Logf("%d waiters granted in FIFO order %v", waiters, order)
+}
+
+func testInspector(t *testing.T, e *env) {
+	probe := e.backend(t)
+	if _, ok := probe.(fencedlock.Inspector); !ok {
+		t.Logf("%T is not a fencedlock.Inspector: nothing to check", probe)
+		return
+	}
+	key := e.key("inspect")
+	b1, b2 := e.backend(t), e.backend(t)
+	in := b2.(fencedlock.Inspector)
+	inspect := func(what string) fencedlock.Info {
+		t.Helper()
+		info, err := in.Inspect(e.ctx, key)
+		if err != nil {
+			t.Fatalf("Inspect %s: %v", what, err)
+		}
+		return info
+	}
+
+	info := inspect("of a never-used key")
+	if info.Held || info.Holder != "" || info.TTL != 0 {
+		t.Fatalf("Inspect of a never-used key = %+v, want not held", info)
+	}
+	if e.held(t, key) {
+		t.Fatal("never-used key is held")
+	}
+	// held() above took and released the key once; start from here.
+	g := e.grab(t, b1, key)
+	info = inspect("of a held key")
+	if !info.Held {
+		t.Fatal("Inspect reports a held key free")
+	}
+	if info.Fence != g.Fence {
+		t.Errorf("Inspect fence %v, want the holder's %v", info.Fence, g.Fence)
+	}
+	if limit := e.grantTTL(g.TTL) + e.cfg.ExpirySlack; info.TTL <= 0 || info.TTL > limit {
+		t.Errorf("Inspect TTL %v, want in (0, %v]", info.TTL, limit)
+	}
+	if info.Holder != "" && info.Holder != fencedlock.HolderID(g.Owner) {
+		// Not printed: it may be the secret itself.
+		t.Errorf("Inspect Holder (%d bytes) is not HolderID(owner) nor empty", len(info.Holder))
+	}
+	noSecret(t, "Info", fmt.Sprintf("%#v", info), g.Owner)
+	if !e.held(t, key) {
+		t.Fatal("Acquire finds free a key Inspect reports held")
+	}
+	if err := b1.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	info = inspect("after release")
+	if info.Held {
+		t.Fatal("Inspect reports a released key held")
+	}
+	if info.Fence != 0 && info.Fence != g.Fence {
+		t.Errorf("Inspect fence after release %v, want the last granted %v (or 0)", info.Fence, g.Fence)
+	}
+	if e.held(t, key) {
+		t.Fatal("Acquire finds held a key Inspect reports free")
+	}
+	g = e.grab(t, b1, key)
+	if err := e.h.Invalidate(e.ctx, key); err != nil {
+		t.Fatalf("harness Invalidate: %v", err)
+	}
+	if info = inspect("after invalidation"); info.Held {
+		t.Fatal("Inspect reports an invalidated key held")
+	}
+}
+
+func testKeepAliver(t *testing.T, e *env) {
+	probe := e.backend(t)
+	if _, ok := probe.(fencedlock.KeepAliver); !ok {
+		t.Logf("%T is not a fencedlock.KeepAliver: nothing to check", probe)
+		return
+	}
+	key := e.key("keepalive")
+	b := e.backend(t)
+	ka := b.(fencedlock.KeepAliver)
+	g := e.grab(t, b, key)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	ch := ka.KeepAlive(ctx, g)
+	ttl := e.grantTTL(g.TTL)
+	until := time.Now().Add(2*ttl + e.cfg.ExpirySlack)
+	renewals := 0
+	for time.Now().Before(until) {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				t.Fatalf("KeepAlive channel closed after %d renewals of a held key", renewals)
+			}
+			if r.Err != nil {
+				t.Fatalf("KeepAlive of a held key reported %v", r.Err)
+			}
+			if r.TTL <= 0 {
+				t.Fatalf("KeepAlive Renewal.TTL = %v", r.TTL)
+			}
+			renewals++
+		case <-time.After(ttl):
+			t.Fatalf("no KeepAlive renewal within a TTL (%v) after %d renewals", ttl, renewals)
+		}
+	}
+	if !e.held(t, key) {
+		t.Fatalf("key free after %v of KeepAlive (%d renewals)", 2*ttl, renewals)
+	}
+	if err := e.h.Invalidate(e.ctx, key); err != nil {
+		t.Fatalf("harness Invalidate: %v", err)
+	}
+	bound := ttl + e.cfg.ExpirySlack + e.schedAllowance()
+	timeout := time.After(bound)
+	for {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				t.Logf("%d renewals, then the channel closed after invalidation", renewals)
+				return
+			}
+			if r.Err != nil {
+				if !errors.Is(r.Err, fencedlock.ErrNotHeld) {
+					t.Logf("KeepAlive error after invalidation (not ErrNotHeld, treated as transient): %v", r.Err)
+					continue
+				}
+				t.Logf("%d renewals, then ErrNotHeld after invalidation", renewals)
+				return
+			}
+		case <-timeout:
+			t.Fatalf("KeepAlive did not report the invalidated key within %v", bound)
+		}
+	}
+}

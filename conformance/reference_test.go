@@ -1,0 +1,500 @@
+package conformance_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// This file holds a small in-memory backend written only for the suite's
+// own tests: correct by default, and with switches that reproduce bugs
+// found in real lock libraries, so that TestBrokenBackendsAreReported can
+// show that the suite catches each of them. (The backend users should
+// model is backend/memory; this one exists to be broken.)
+
+// bug selects one defect of the reference backend.
+type bug int
+
+const (
+	correct bug = iota
+	// Release deletes the key whoever holds it (DEL without comparing the
+	// owner): a holder that resumes after expiry deletes its successor's lock.
+	bugReleaseNoOwnerCheck
+	// Renew extends the key whoever holds it (PEXPIRE without comparing the
+	// owner): a holder that lost the key believes it still holds it.
+	bugRenewNoOwnerCheck
+	// Each backend counts fences on its own (a client-side counter instead
+	// of one on the server): two processes hand out the same fence.
+	bugFenceRepeats
+	// The fence counter is deleted with the lock (Redisson's fenced lock):
+	// after a release the next holder gets fence 1 again.
+	bugFenceResets
+	// Keys are stored without a TTL: a crashed holder keeps the key forever.
+	bugNoTTL
+	// Renew always reports success without asking the store: a lease lost
+	// to an operator or a failover is never reported.
+	bugRenewAlwaysOK
+	// A cancelled AcquireWait leaves its waiter queued: the ghost is granted
+	// the key when the holder releases it and blocks everyone for a TTL.
+	bugQueueGhost
+	// Acquire checks, then sets in a second step (GET then SET without
+	// NX): two contenders both see the key free and both take it.
+	bugCheckThenSet
+	// Watch never delivers: waiters sleep until the holder's TTL.
+	bugSilentNotifier
+	// Inspect returns the owner token instead of the holder id.
+	bugInspectorLeaks
+	// The wait queue is served last in, first out.
+	bugLIFOQueue
+	// Keys are normalised before use (invalid UTF-8 replaced, truncated to
+	// 255 bytes, as a text column or a path would): distinct keys alias.
+	bugKeyMangling
+	// The server applies half the TTL it reports (a seconds/milliseconds
+	// mix-up): the key is free before the holder's local deadline.
+	bugEarlyExpiry
+	// Close does nothing: calls after Close still reach the store.
+	bugUsableAfterClose
+)
+
+// refStore is the shared state: one per harness.
+type refStore struct {
+	bug      bug
+	mu       sync.Mutex
+	locks    map[string]*refLock
+	fences   map[string]fencing.Token
+	watchers map[string]map[chan struct{}]struct{}
+}
+
+type refLock struct {
+	owner   string // "" while free
+	fence   fencing.Token
+	expires time.Time
+	queue   []*refWaiter
+}
+
+type refWaiter struct {
+	req     fencedlock.AcquireRequest
+	granted chan fencedlock.Grant // buffered: receives the grant once
+}
+
+func newRefStore(b bug) *refStore {
+	return &refStore{
+		bug:      b,
+		locks:    make(map[string]*refLock),
+		fences:   make(map[string]fencing.Token),
+		watchers: make(map[string]map[chan struct{}]struct{}),
+	}
+}
+
+func (s *refStore) mangle(key string) string {
+	if s.bug != bugKeyMangling {
+		return key
+	}
+	key = strings.ToValidUTF8(key, "?")
+	if len(key) > 255 {
+		key = key[:255]
+	}
+	return key
+}
+
+func (s *refStore) enforced(ttl time.Duration) time.Duration {
+	switch s.bug {
+	case bugNoTTL:
+		return 100 * 365 * 24 * time.Hour
+	case bugEarlyExpiry:
+		return ttl / 2
+	}
+	return ttl
+}
+
+// settle expires key's holder if its lease ran out, and hands a free key
+// to the first waiter in its queue. s.mu must be held.
+func (s *refStore) settle(key string, now time.Time) *refLock {
+	l := s.locks[key]
+	if l == nil {
+		l = &refLock{}
+		s.locks[key] = l
+	}
+	if l.owner != "" && !now.Before(l.expires) {
+		l.owner = ""
+		if s.bug == bugFenceResets {
+			delete(s.fences, key)
+		}
+	}
+	if l.owner == "" && len(l.queue) > 0 {
+		i := 0
+		if s.bug == bugLIFOQueue {
+			i = len(l.queue) - 1
+		}
+		w := l.queue[i]
+		l.queue = append(l.queue[:i:i], l.queue[i+1:]...)
+		g := s.grant(key, l, w.req, now, 0)
+		w.granted <- g
+	}
+	return l
+}
+
+// grant gives l to req. s.mu must be held.
+func (s *refStore) grant(key string, l *refLock, req fencedlock.AcquireRequest, now time.Time, local fencing.Token) fencedlock.Grant {
+	fence := s.fences[key] + 1
+	s.fences[key] = fence
+	if s.bug == bugFenceRepeats {
+		fence = local
+	}
+	l.owner, l.fence, l.expires = req.Owner, fence, now.Add(s.enforced(req.TTL))
+	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fence, TTL: req.TTL}
+}
+
+// free deletes key's lock and wakes its watchers. s.mu must be held.
+func (s *refStore) free(key string, l *refLock) {
+	l.owner = ""
+	if s.bug == bugFenceResets {
+		delete(s.fences, key)
+	}
+	if s.bug != bugSilentNotifier {
+		for ch := range s.watchers[key] {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	s.settle(key, time.Now())
+}
+
+// refBackend is one client of a refStore. It implements Backend, Notifier
+// and Inspector.
+type refBackend struct {
+	s      *refStore
+	mu     sync.Mutex
+	closed bool
+	local  map[string]fencing.Token // bugFenceRepeats: this client's counters
+}
+
+func (b *refBackend) usable(ctx context.Context) error {
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed && b.s.bug != bugUsableAfterClose {
+		return fmt.Errorf("ref: %w", fencedlock.ErrClosed)
+	}
+	return ctx.Err()
+}
+
+func (b *refBackend) nextLocal(key string) fencing.Token {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.local == nil {
+		b.local = make(map[string]fencing.Token)
+	}
+	b.local[key]++
+	return b.local[key]
+}
+
+func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+	if err := b.usable(ctx); err != nil {
+		return fencedlock.Grant{}, err
+	}
+	s, key := b.s, b.s.mangle(req.Key)
+	var local fencing.Token
+	if s.bug == bugFenceRepeats {
+		local = b.nextLocal(key)
+	}
+	s.mu.Lock()
+	now := time.Now()
+	l := s.settle(key, now)
+	if l.owner != "" {
+		defer s.mu.Unlock()
+		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: l.expires.Sub(now)}
+	}
+	if s.bug == bugCheckThenSet {
+		// The check above and the set below are two round trips.
+		s.mu.Unlock()
+		time.Sleep(200 * time.Microsecond)
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	return s.grant(key, l, req, now, local), nil
+}
+
+func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+	if err := b.usable(ctx); err != nil {
+		return 0, err
+	}
+	s, key := b.s, b.s.mangle(g.Key)
+	if s.bug == bugRenewAlwaysOK {
+		return ttl, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	l := s.settle(key, now)
+	if l.owner == "" || (l.owner != g.Owner && s.bug != bugRenewNoOwnerCheck) {
+		return 0, fmt.Errorf("ref: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+	}
+	l.expires = now.Add(s.enforced(ttl))
+	return ttl, nil
+}
+
+func (b *refBackend) Release(ctx context.Context, g fencedlock.Grant) error {
+	if err := b.usable(ctx); err != nil {
+		return err
+	}
+	s, key := b.s, b.s.mangle(g.Key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.settle(key, time.Now())
+	if l.owner == "" || (l.owner != g.Owner && s.bug != bugReleaseNoOwnerCheck) {
+		return fmt.Errorf("ref: release %q: %w", g.Key, fencedlock.ErrNotHeld)
+	}
+	s.free(key, l)
+	return nil
+}
+
+func (b *refBackend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	return nil
+}
+
+func (b *refBackend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	if err := b.usable(ctx); err != nil {
+		return nil, nil, err
+	}
+	s, key := b.s, b.s.mangle(key)
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.watchers[key] == nil {
+		s.watchers[key] = make(map[chan struct{}]struct{})
+	}
+	s.watchers[key][ch] = struct{}{}
+	s.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			delete(s.watchers[key], ch)
+			s.mu.Unlock()
+		})
+	}, nil
+}
+
+func (b *refBackend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
+	if err := b.usable(ctx); err != nil {
+		return fencedlock.Info{}, err
+	}
+	s, key := b.s, b.s.mangle(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	l := s.settle(key, now)
+	info := fencedlock.Info{Fence: s.fences[key]}
+	if l.owner != "" {
+		info.Held, info.TTL, info.Fence, info.Holder = true, l.expires.Sub(now), l.fence, fencedlock.HolderID(l.owner)
+		if s.bug == bugInspectorLeaks {
+			info.Holder = l.owner
+		}
+	}
+	return info, nil
+}
+
+// refQueueBackend adds a server-side FIFO queue: a WaitAcquirer.
+type refQueueBackend struct{ *refBackend }
+
+func (b refQueueBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+	if err := b.usable(context.WithoutCancel(ctx)); err != nil {
+		return fencedlock.Grant{}, err
+	}
+	s, key := b.s, b.s.mangle(req.Key)
+	w := &refWaiter{req: req, granted: make(chan fencedlock.Grant, 1)}
+	s.mu.Lock()
+	l := s.settle(key, time.Now())
+	l.queue = append(l.queue, w)
+	s.settle(key, time.Now())
+	s.mu.Unlock()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		l := s.settle(key, time.Now())
+		wait := time.Until(l.expires)
+		s.mu.Unlock()
+		timer.Reset(max(wait, time.Millisecond))
+		select {
+		case g := <-w.granted:
+			return g, nil
+		case <-timer.C:
+		case <-ctx.Done():
+			if s.bug == bugQueueGhost {
+				return fencedlock.Grant{}, fmt.Errorf("ref: %w", ctx.Err())
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for i, q := range l.queue {
+				if q == w {
+					l.queue = append(l.queue[:i:i], l.queue[i+1:]...)
+					break
+				}
+			}
+			select {
+			case <-w.granted: // granted meanwhile: give it back
+				s.free(key, l)
+			default:
+			}
+			return fencedlock.Grant{}, fmt.Errorf("ref: %w", ctx.Err())
+		}
+	}
+}
+
+// refHarness is the conformance harness of the reference store.
+type refHarness struct {
+	s     *refStore
+	queue bool
+}
+
+func (h *refHarness) NewBackend(context.Context) (fencedlock.Backend, error) {
+	b := &refBackend{s: h.s}
+	if h.queue {
+		return refQueueBackend{b}, nil
+	}
+	return b, nil
+}
+
+func (h *refHarness) Invalidate(_ context.Context, key string) error {
+	s, key := h.s, h.s.mangle(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.settle(key, time.Now())
+	l.owner = ""
+	if s.bug == bugFenceResets {
+		delete(s.fences, key)
+	}
+	return nil
+}
+
+func (h *refHarness) Config() conformance.Config { return conformance.Config{} }
+
+// expiringHarness adds Expire (the store can end a lease on demand).
+type expiringHarness struct{ *refHarness }
+
+func (h expiringHarness) Expire(_ context.Context, key string) error {
+	s, key := h.s, h.s.mangle(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.settle(key, time.Now())
+	if l.owner != "" {
+		l.expires = time.Now()
+	}
+	return nil
+}
+
+// guardHarness adds a GuardMaker.
+type guardHarness struct {
+	*refHarness
+	newGuard func() conformance.Guard
+}
+
+func (h guardHarness) NewGuard(context.Context) (conformance.Guard, error) { return h.newGuard(), nil }
+
+// versionGuard is a guarded value kept as its own record (as a row with a
+// fence column would be), applying fencing.Check on every write.
+type versionGuard struct {
+	mu     sync.Mutex
+	token  fencing.Token
+	holder string
+	value  string
+	// broken: reject only a repeat of the last token (an idempotency check
+	// mistaken for fencing), so any older token is accepted.
+	broken bool
+}
+
+func (g *versionGuard) Write(_ context.Context, token fencing.Token, holder, value string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.broken {
+		if token == 0 || (token == g.token && holder != g.holder) {
+			return &fencing.StaleError{Token: token, Holder: holder, Accepted: g.token, AcceptedFrom: g.holder}
+		}
+	} else if err := fencing.Check(g.token, g.holder, token, holder); err != nil {
+		return err
+	}
+	g.token, g.holder, g.value = token, holder, value
+	return nil
+}
+
+func (g *versionGuard) Read(context.Context) (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.value, nil
+}
+
+// variant is a configuration of the reference harness.
+type variant struct {
+	name string
+	// want lists the properties that must report this variant's bug; empty
+	// for a correct variant, which must pass the whole suite.
+	want []string
+	make func() conformance.Harness
+}
+
+func plain(b bug) func() conformance.Harness {
+	return func() conformance.Harness { return &refHarness{s: newRefStore(b)} }
+}
+
+func expiring(b bug) func() conformance.Harness {
+	return func() conformance.Harness { return expiringHarness{&refHarness{s: newRefStore(b)}} }
+}
+
+func queued(b bug) func() conformance.Harness {
+	return func() conformance.Harness { return &refHarness{s: newRefStore(b), queue: true} }
+}
+
+func guarded(broken bool) func() conformance.Harness {
+	return func() conformance.Harness {
+		return guardHarness{&refHarness{s: newRefStore(correct)}, func() conformance.Guard { return &versionGuard{broken: broken} }}
+	}
+}
+
+var correctVariants = []variant{
+	{name: "polling", make: expiring(correct)},
+	{name: "queue", make: queued(correct)},
+	{name: "guard", make: guarded(false)},
+}
+
+var brokenVariants = []variant{
+	{"ReleaseWithoutOwnerCheck", []string{"ReleaseAfterLoss", "LateRelease"}, plain(bugReleaseNoOwnerCheck)},
+	{"RenewWithoutOwnerCheck", []string{"RenewAfterLoss"}, plain(bugRenewNoOwnerCheck)},
+	{"FenceRepeats", []string{"FenceIncreasing"}, plain(bugFenceRepeats)},
+	{"FenceResetOnRelease", []string{"FenceIncreasing"}, plain(bugFenceResets)},
+	{"NoTTL", []string{"ExpiryWithoutRenew"}, plain(bugNoTTL)},
+	{"LostLeaseNeverReported", []string{"InvalidationReported"}, expiring(bugRenewAlwaysOK)},
+	{"CancelledWaitLeftQueued", []string{"CancelledAcquire"}, queued(bugQueueGhost)},
+	{"GuardAcceptsOlderToken", []string{"PausedHolder"}, guarded(true)},
+	{"CheckThenSet", []string{"MutualExclusion"}, plain(bugCheckThenSet)},
+	{"SilentNotifier", []string{"Notifier"}, plain(bugSilentNotifier)},
+	{"InspectorLeaksOwner", []string{"Inspector"}, plain(bugInspectorLeaks)},
+	{"LIFOQueue", []string{"WaitAcquirer"}, queued(bugLIFOQueue)},
+	{"KeyMangling", []string{"AwkwardKeys"}, plain(bugKeyMangling)},
+	{"EarlyExpiry", []string{"ExpiryWithoutRenew"}, plain(bugEarlyExpiry)},
+	{"UsableAfterClose", []string{"Close"}, plain(bugUsableAfterClose)},
+}
+
+// TestReference runs the suite on the correct reference backend: as a
+// polling backend with Notifier, Inspector and an Expirer harness, as a
+// queueing WaitAcquirer, and with a GuardMaker.
+func TestReference(t *testing.T) {
+	for _, v := range correctVariants {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			conformance.Run(t, func(*testing.T) conformance.Harness { return v.make() })
+		})
+	}
+}
