@@ -347,13 +347,34 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 		}
 	}
 	if s, err := vals[2].ToString(); err == nil {
-		f, perr := fencing.ParseToken(s)
-		if perr != nil {
-			return fencedlock.Info{}, fmt.Errorf("redis: inspect %q: fence counter %q: %w: %w", key, s, ErrCorrupt, perr)
+		f, ok := parseFence(s)
+		if !ok {
+			return fencedlock.Info{}, fmt.Errorf("redis: inspect %q: fence counter %q: %w", key, s, ErrCorrupt)
 		}
 		info.Fence = f
 	}
 	return info, nil
+}
+
+// maxFenceDigits is the longest fence counter the scripts accept (luagen
+// MaxFenceDigits): below 2^53, so exact in Lua numbers.
+const maxFenceDigits = 15
+
+// parseFence applies the acquire script's rule for a fence counter: "0" or
+// a decimal without sign or leading zero, at most maxFenceDigits digits.
+func parseFence(s string) (fencing.Token, bool) {
+	if s == "" || len(s) > maxFenceDigits || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return fencing.Token(v), true
 }
 
 // Close ends the backend's subscriptions and goroutines. It does not close

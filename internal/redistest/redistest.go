@@ -143,6 +143,8 @@ func Start(t testing.TB, opts ...Option) *Server {
 			"appendonly no",
 			"logfile \"\"",
 			"loglevel notice",
+			// Replicas sync at once instead of after the default 5s.
+			"repl-diskless-sync-delay 0",
 		}
 		if err := os.WriteFile(s.conf, []byte(strings.Join(append(base, c.lines...), "\n")+"\n"), 0o600); err != nil {
 			t.Fatalf("redistest: %v", err)

@@ -1,0 +1,235 @@
+package redis
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/redis/rueidis"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newBackend returns a Backend on its own new client of srv, closed at the
+// end of the test (backend first, then client).
+func newBackend(t testing.TB, srv *redistest.Server, opts Options) (*Backend, rueidis.Client) {
+	t.Helper()
+	c := srv.Client(t, nil)
+	b, err := New(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, c
+}
+
+// newMini returns a Backend on a miniredis server, for fast unit tests.
+func newMini(t testing.TB) (*Backend, *miniredis.Miniredis, rueidis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{m.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	b, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, m, c
+}
+
+// do runs a command given as strings on c and fails the test on error.
+func do(t testing.TB, c rueidis.Client, args ...string) rueidis.RedisResult {
+	t.Helper()
+	return c.Do(context.Background(), c.B().Arbitrary(args...).Build())
+}
+
+func str(t testing.TB, c rueidis.Client, args ...string) string {
+	t.Helper()
+	s, err := do(t, c, args...).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return s
+}
+
+func num(t testing.TB, c rueidis.Client, args ...string) int64 {
+	t.Helper()
+	n, err := do(t, c, args...).AsInt64()
+	if err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return n
+}
+
+var ownerSeq struct {
+	mu sync.Mutex
+	n  int
+}
+
+// owner returns a fresh owner token for tests.
+func owner() string {
+	ownerSeq.mu.Lock()
+	defer ownerSeq.mu.Unlock()
+	ownerSeq.n++
+	return fmt.Sprintf("test-owner-%d-%d", time.Now().UnixNano(), ownerSeq.n)
+}
+
+func acquire(t testing.TB, b *Backend, key string, ttl time.Duration) fencedlock.Grant {
+	t.Helper()
+	g, err := b.Acquire(context.Background(), fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
+	if err != nil {
+		t.Fatalf("acquire %q: %v", key, err)
+	}
+	return g
+}
+
+// waitFor polls cond every 5ms for at most d (test helper only).
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for i := 0; ; i++ {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// commandStats returns the calls per command from INFO commandstats.
+func commandStats(t testing.TB, c rueidis.Client) map[string]int64 {
+	t.Helper()
+	info := str(t, c, "INFO", "commandstats")
+	stats := make(map[string]int64)
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				stats[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return stats
+}
+
+// monitor counts the commands the server receives from clients (not from
+// scripts) through a raw MONITOR connection: one per round trip of a
+// client that sends one command per round trip.
+type monitor struct {
+	conn  net.Conn
+	mu    sync.Mutex
+	cmds  []string // command names received from clients
+	lines chan struct{}
+	done  chan struct{}
+}
+
+func startMonitor(t testing.TB, addr string) *monitor {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &monitor{conn: conn, lines: make(chan struct{}, 1024), done: make(chan struct{})}
+	if _, err := conn.Write([]byte("MONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	ok, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(ok, "+OK") {
+		t.Fatalf("MONITOR: %q %v", ok, err)
+	}
+	go func() {
+		defer close(m.done)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			// +1700000000.000000 [0 127.0.0.1:1234] "evalsha" "..." ...
+			_, rest, ok := strings.Cut(line, "[")
+			if !ok {
+				continue
+			}
+			src, rest, _ := strings.Cut(rest, "]")
+			if strings.HasSuffix(src, " lua") {
+				continue // called by a script, not a round trip
+			}
+			name := strings.Trim(strings.Fields(rest)[0], `"`)
+			m.mu.Lock()
+			m.cmds = append(m.cmds, strings.ToLower(name))
+			m.mu.Unlock()
+			select {
+			case m.lines <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(m.stop)
+	return m
+}
+
+func (m *monitor) stop() {
+	m.conn.Close()
+	<-m.done
+}
+
+// take returns the commands seen so far and forgets them.
+func (m *monitor) take() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.cmds
+	m.cmds = nil
+	return c
+}
+
+// sync sends a marker through c and waits until the monitor saw it, so
+// every command sent before it has been counted; the marker is dropped.
+func (m *monitor) sync(t testing.TB, c rueidis.Client) []string {
+	t.Helper()
+	marker := "monitor-marker-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	do(t, c, "ECHO", marker)
+	var got []string
+	deadline := time.After(5 * time.Second)
+	for {
+		m.mu.Lock()
+		for i, name := range m.cmds {
+			if name == "echo" {
+				got = append(got, m.cmds[:i]...)
+				m.cmds = append([]string(nil), m.cmds[i+1:]...)
+				m.mu.Unlock()
+				return got
+			}
+		}
+		m.mu.Unlock()
+		select {
+		case <-m.lines:
+		case <-deadline:
+			t.Fatal("monitor: marker not seen within 5s")
+		}
+	}
+}
+
+func isNotHeld(err error) bool { return errors.Is(err, fencedlock.ErrNotHeld) }
