@@ -121,13 +121,13 @@ func testMutualExclusion(t *testing.T, e *env) {
 			if valid(other, now) {
 				n++
 				if len(violations) < 5 {
-					violations = append(violations, fmt.Sprintf("fence %v granted while fence %v was still validly held", ls.Fence(), other.Fence()))
+					violations = append(violations, fmt.Sprintf("mutual exclusion violated: fence %v granted while fence %v was still validly held", ls.Fence(), other.Fence()))
 				}
 			}
 		}
 		maxValid = max(maxValid, n)
 		if n == 1 && ls.Fence() <= lastFence && len(violations) < 5 {
-			violations = append(violations, fmt.Sprintf("holder got fence %v after a holder with fence %v", ls.Fence(), lastFence))
+			violations = append(violations, fmt.Sprintf("fences out of order: a holder got fence %v after a holder with fence %v", ls.Fence(), lastFence))
 		}
 		lastFence = max(lastFence, ls.Fence())
 		inside[ls] = struct{}{}
@@ -177,7 +177,7 @@ func testMutualExclusion(t *testing.T, e *env) {
 		t.Errorf("... and %d more errors", n-3)
 	}
 	for _, v := range violations {
-		t.Errorf("mutual exclusion violated: %s", v)
+		t.Error(v)
 	}
 	if want := backends * goroutines * rounds; entries != want && !t.Failed() {
 		t.Errorf("%d critical sections, want %d", entries, want)

@@ -1,0 +1,299 @@
+package conformance_test
+
+// A complete fencedlock backend that is not one of ours: locks in a plain
+// PostgreSQL table through database/sql, checked by the conformance suite
+// against a real server that the test starts. It is the worked example of
+// conformance/GUIDE.md.
+//
+// One row per key, never deleted:
+//
+//	key        bytea PRIMARY KEY  -- any bytes: a text column would refuse NUL and invalid UTF-8
+//	owner_hash bytea              -- SHA-256 of the owner token, NULL while free
+//	fence      bigint NOT NULL    -- the last fence granted; only ever incremented
+//	expires_at timestamptz        -- server time; the lease ends then
+//
+// Every decision uses the server's clock (now()), never the client's.
+// Acquire is one INSERT ... ON CONFLICT DO UPDATE ... WHERE the lock is free
+// or expired, which increments the fence in the same statement; renew and
+// release are UPDATEs whose WHERE clause checks the owner and the expiry.
+// Release keeps the row (and so the fence): the next holder gets a greater
+// fence. The table holds only hashes of owner tokens, so reading it does not
+// let anyone renew or release another's lock.
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/pgtest"
+)
+
+// pgBackend is a fencedlock.Backend (and Inspector) on one table.
+type pgBackend struct {
+	db    *sql.DB
+	table string // a quoted identifier
+
+	mu     sync.Mutex
+	closed bool
+}
+
+var (
+	_ fencedlock.Backend   = (*pgBackend)(nil)
+	_ fencedlock.Inspector = (*pgBackend)(nil)
+)
+
+// openPG opens a backend on table with its own connection pool, as a
+// separate process would. The table must exist (see pgSchema).
+func openPG(dsn, table string) (*pgBackend, error) {
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pgexample: %w", err)
+	}
+	db.SetMaxOpenConns(8)
+	return &pgBackend{db: db, table: pq.QuoteIdentifier(table)}, nil
+}
+
+// pgSchema is the DDL of a lock table.
+func pgSchema(table string) string {
+	return fmt.Sprintf(`CREATE TABLE %s (
+		key        bytea PRIMARY KEY,
+		owner_hash bytea,
+		fence      bigint NOT NULL,
+		expires_at timestamptz
+	)`, pq.QuoteIdentifier(table))
+}
+
+func ownerHash(owner string) []byte {
+	h := sha256.Sum256([]byte(owner))
+	return h[:]
+}
+
+func (b *pgBackend) usable() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("pgexample: %w", fencedlock.ErrClosed)
+	}
+	return nil
+}
+
+// Acquire takes the key if its row is absent, free or expired, and
+// increments the fence in the same statement. When the key is held, the
+// same round trip reads the holder's remaining lease for the HeldError.
+func (b *pgBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+	if err := b.usable(); err != nil {
+		return fencedlock.Grant{}, err
+	}
+	q := fmt.Sprintf(`
+		WITH taken AS (
+			INSERT INTO %[1]s AS l (key, owner_hash, fence, expires_at)
+			VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond')
+			ON CONFLICT (key) DO UPDATE
+				SET owner_hash = EXCLUDED.owner_hash, fence = l.fence + 1, expires_at = EXCLUDED.expires_at
+				WHERE l.owner_hash IS NULL OR l.expires_at <= now()
+			RETURNING fence
+		)
+		SELECT fence, 0::float8 FROM taken
+		UNION ALL
+		SELECT 0, greatest(extract(epoch FROM expires_at - now()), 0)::float8
+			FROM %[1]s WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`, b.table)
+	var (
+		fence int64
+		left  float64 // seconds
+	)
+	err := b.db.QueryRowContext(ctx, q, []byte(req.Key), ownerHash(req.Owner), req.TTL.Microseconds()).Scan(&fence, &left)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		// Another transaction created the row concurrently; we did not see
+		// it in our snapshot, so its lease is unknown.
+		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key}
+	case err != nil:
+		return fencedlock.Grant{}, fmt.Errorf("pgexample: acquire: %w", err)
+	case fence == 0:
+		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: time.Duration(left * float64(time.Second))}
+	}
+	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: req.TTL}, nil
+}
+
+// Renew moves the expiry if, and only if, g's owner holds the key.
+func (b *pgBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+	if err := b.usable(); err != nil {
+		return 0, err
+	}
+	q := fmt.Sprintf(`UPDATE %s SET expires_at = now() + $3 * interval '1 microsecond'
+		WHERE key = $1 AND owner_hash = $2 AND expires_at > now()`, b.table)
+	res, err := b.db.ExecContext(ctx, q, []byte(g.Key), ownerHash(g.Owner), ttl.Microseconds())
+	if err != nil {
+		return 0, fmt.Errorf("pgexample: renew: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return 0, fmt.Errorf("pgexample: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+	}
+	return ttl, nil
+}
+
+// Release frees the key if, and only if, g's owner holds it. The row and
+// its fence stay.
+func (b *pgBackend) Release(ctx context.Context, g fencedlock.Grant) error {
+	if err := b.usable(); err != nil {
+		return err
+	}
+	q := fmt.Sprintf(`UPDATE %s SET owner_hash = NULL, expires_at = NULL
+		WHERE key = $1 AND owner_hash = $2 AND expires_at > now()`, b.table)
+	res, err := b.db.ExecContext(ctx, q, []byte(g.Key), ownerHash(g.Owner))
+	if err != nil {
+		return fmt.Errorf("pgexample: release: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("pgexample: release %q: %w", g.Key, fencedlock.ErrNotHeld)
+	}
+	return nil
+}
+
+// Inspect reads the key's row. The holder id is derived from the stored
+// hash, which is all the table knows of the owner.
+func (b *pgBackend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
+	if err := b.usable(); err != nil {
+		return fencedlock.Info{}, err
+	}
+	q := fmt.Sprintf(`SELECT fence, owner_hash IS NOT NULL AND expires_at > now(), owner_hash,
+		coalesce(greatest(extract(epoch FROM expires_at - now()), 0), 0)::float8
+		FROM %s WHERE key = $1`, b.table)
+	var (
+		info fencedlock.Info
+		hash []byte
+		left float64
+	)
+	err := b.db.QueryRowContext(ctx, q, []byte(key)).Scan(&info.Fence, &info.Held, &hash, &left)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fencedlock.Info{}, nil
+	}
+	if err != nil {
+		return fencedlock.Info{}, fmt.Errorf("pgexample: inspect: %w", err)
+	}
+	if info.Held {
+		info.TTL = time.Duration(left * float64(time.Second))
+		info.Holder = hex.EncodeToString(hash[:8]) // = fencedlock.HolderID(owner)
+	}
+	return info, nil
+}
+
+// Close closes the backend's own connection pool. It is idempotent.
+func (b *pgBackend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	return b.db.Close()
+}
+
+// pgHarness gives the suite one fresh table per property, on one server.
+type pgHarness struct {
+	admin *sql.DB
+	dsn   string
+	table string
+}
+
+func (h *pgHarness) NewBackend(context.Context) (fencedlock.Backend, error) {
+	return openPG(h.dsn, h.table)
+}
+
+// Invalidate frees the key as an operator would, keeping its fence.
+func (h *pgHarness) Invalidate(ctx context.Context, key string) error {
+	_, err := h.admin.ExecContext(ctx, fmt.Sprintf(
+		`UPDATE %s SET owner_hash = NULL, expires_at = NULL WHERE key = $1`, pq.QuoteIdentifier(h.table)), []byte(key))
+	return err
+}
+
+// Expire ends the key's lease now, as if its TTL had passed.
+func (h *pgHarness) Expire(ctx context.Context, key string) error {
+	_, err := h.admin.ExecContext(ctx, fmt.Sprintf(
+		`UPDATE %s SET expires_at = now() WHERE key = $1 AND owner_hash IS NOT NULL`, pq.QuoteIdentifier(h.table)), []byte(key))
+	return err
+}
+
+// Config: the server's clock is the local one; expiry is exact (checked in
+// every statement), so the defaults fit.
+func (h *pgHarness) Config() conformance.Config { return conformance.Config{} }
+
+// NewGuard returns a guarded row in a table of its own: the write and the
+// fencing check are one UPDATE.
+func (h *pgHarness) NewGuard(ctx context.Context) (conformance.Guard, error) {
+	table := h.table + "_guard"
+	_, err := h.admin.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE %s (
+		id int PRIMARY KEY, fence bigint NOT NULL, holder text NOT NULL, value text NOT NULL)`, pq.QuoteIdentifier(table)))
+	if err != nil {
+		return nil, err
+	}
+	_, err = h.admin.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %s VALUES (1, 0, '', '')`, pq.QuoteIdentifier(table)))
+	if err != nil {
+		return nil, err
+	}
+	return &pgGuard{db: h.admin, table: pq.QuoteIdentifier(table)}, nil
+}
+
+// pgGuard applies the fencing rule in the UPDATE that writes the value.
+type pgGuard struct {
+	db    *sql.DB
+	table string
+}
+
+func (g *pgGuard) Write(ctx context.Context, token fencing.Token, holder, value string) error {
+	if token == 0 {
+		return fmt.Errorf("pgexample: zero token: %w", fencing.ErrInvalidToken)
+	}
+	res, err := g.db.ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET fence = $1, holder = $2, value = $3
+		WHERE id = 1 AND (fence < $1 OR (fence = $1 AND holder = $2))`, g.table), int64(token), holder, value)
+	if err != nil {
+		return fmt.Errorf("pgexample: guarded write: %w", err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 1 {
+		return nil
+	}
+	se := &fencing.StaleError{Token: token, Holder: holder}
+	var accepted int64
+	if err := g.db.QueryRowContext(ctx, fmt.Sprintf(`SELECT fence, holder FROM %s WHERE id = 1`, g.table)).Scan(&accepted, &se.AcceptedFrom); err != nil {
+		return fmt.Errorf("pgexample: guarded write rejected, and reading the accepted fence failed: %w: %w", fencing.ErrStale, err)
+	}
+	se.Accepted = fencing.Token(accepted)
+	return se
+}
+
+func (g *pgGuard) Read(ctx context.Context) (string, error) {
+	var v string
+	err := g.db.QueryRowContext(ctx, fmt.Sprintf(`SELECT value FROM %s WHERE id = 1`, g.table)).Scan(&v)
+	return v, err
+}
+
+// TestPostgresExample runs the conformance suite on the example backend
+// against a real PostgreSQL server started for the test.
+func TestPostgresExample(t *testing.T) {
+	srv := pgtest.Start(t)
+	admin, err := sql.Open("postgres", srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	n := 0
+	conformance.Run(t, func(t *testing.T) conformance.Harness {
+		n++
+		table := fmt.Sprintf("locks_%d", n)
+		if _, err := admin.ExecContext(t.Context(), pgSchema(table)); err != nil {
+			t.Fatalf("create table: %v\nserver log:\n%s", err, srv.Log())
+		}
+		return &pgHarness{admin: admin, dsn: srv.DSN(), table: table}
+	})
+}
