@@ -482,4 +482,3 @@ func TestDemo(t *testing.T) {
 		check(t, "demo", "--redis", url)
 	})
 }
-
