@@ -628,7 +628,7 @@ func testCancelledAcquire(t *testing.T, e *env) {
 		t.Fatalf("holder's Release: %v", err)
 	}
 	// A cancelled waiter left in the queue would hold the key for a TTL.
-	bound := e.grantTTL(h.TTL()) / 2
+	bound := e.ttl * 3 / 4 // a ghost would hold the key for a full TTL
 	select {
 	case ls := <-got:
 		if ls != nil {
@@ -870,7 +870,7 @@ func testNotifier(t *testing.T, e *env) {
 	key := e.key("notify")
 	b1, b2 := e.backend(t), e.backend(t)
 	n := b2.(fencedlock.Notifier)
-	wake := 4 * e.ttl // well before the holder's 20x TTL
+	wake := e.longTTL() / 2 // well before the holder's TTL
 	g := e.grabTTL(t, b1, key, e.longTTL())
 	ch, stop, err := n.Watch(e.ctx, key)
 	if err != nil {

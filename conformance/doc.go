@@ -1,0 +1,108 @@
+// Package conformance checks a [fencedlock.Backend] against its contract.
+// Run it from a test of your backend:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, func(t *testing.T) conformance.Harness {
+//			return newHarness(t) // a fresh store (or a fresh namespace in one)
+//		})
+//	}
+//
+// and run it with the race detector: go test -race.
+//
+// # The harness
+//
+// [Run] calls its factory once per property, with that property's
+// *testing.T (register cleanups on it). The [Harness] it returns gives the
+// suite independent backends over one shared store, as if each ran in its
+// own process (NewBackend: own connections, sessions and caches, never a
+// shared client-side state), deletes or revokes a key behind its holder's
+// back (Invalidate: as an operator, an eviction or a failover would, keeping
+// the key's fence history), and describes the backend's timing in a
+// [Config]: the shortest TTL it enforces precisely (the suite's leases use
+// it; etcd needs seconds) and how late after a TTL the store may still
+// report a key held. Optionally the harness can end a lease at once
+// ([Expirer]) and provide a resource guard on the same store ([GuardMaker]);
+// without one the suite guards an in-process value with [fencing.Guard].
+//
+// # What it checks
+//
+// One subtest per property, each logging a sentence saying what it checks,
+// each with unique keys, its own deadline (Config.Timeout) and a watchdog
+// that panics with every goroutine's stack rather than hang:
+//
+//   - TryAcquire: a free key is taken with a non-zero fence; a held key
+//     fails with ErrNotAcquired, from another backend or the same one; the
+//     key is taken again after Release with a greater fence.
+//   - MutualExclusion: 3 backends x 3 goroutines contend for one key; at no
+//     moment are two leases valid (not lost, before their local deadline),
+//     and every holder's fence is greater than the previous one's.
+//   - FenceIncreasing: fences grow strictly across holders, backends,
+//     releases, out-of-band invalidations and expiries.
+//   - RenewKeepsLease: the watchdog keeps a lease past 3x its TTL, and so
+//     does the driver's Renew called directly; no one else gets in meanwhile.
+//   - ExpiryWithoutRenew: an unrenewed lease lets another backend in within
+//     TTL + ExpirySlack of the holder's request, never before its TTL, and
+//     the holder sees the lease lost.
+//   - InvalidationReported: a key removed out of band ends its lease's
+//     Context (cause ErrLeaseLost) within TTL + renew interval; a manual
+//     Renew reports ErrNotHeld at once.
+//   - ReleaseAfterLoss: Release after loss, a double Release and a Release
+//     of a never-held key return ErrNotHeld and delete nothing.
+//   - RenewAfterLoss: Renew by an owner that lost the key returns ErrNotHeld
+//     and neither recreates the key nor touches another holder's lock.
+//   - LateRelease: a holder paused past its lease releases late and does not
+//     delete its successor's lock.
+//   - CancelledAcquire: an Acquire whose context ends returns promptly an
+//     error that is both ErrNotAcquired and the context's error, and leaves
+//     nothing behind; for a queueing backend, a cancelled waiter does not
+//     hold up the queue.
+//   - PausedHolder: the paused holder's late write with its old fence is
+//     rejected by the guard with fencing.ErrStale; the same fence from
+//     another holder is rejected too.
+//   - AwkwardKeys: keys with slashes, Unicode, braces ("{x}", a leading "}"),
+//     spaces, NUL and invalid UTF-8 bytes, differing only in case, and of
+//     exactly MaxKeyLen bytes are distinct working keys; "" and MaxKeyLen+1
+//     bytes fail with ErrInvalid.
+//   - Close: Close is idempotent, calls after it fail with ErrClosed, other
+//     backends keep working; a Locker's Close releases its leases.
+//
+// Optional capabilities are found by type assertion on a backend and
+// checked when present, including their agreement with the base methods:
+//
+//   - Notifier: a release wakes a watcher, and a waiting Locker.Acquire,
+//     well before the holder's TTL, and the woken waiter can take the key.
+//   - WaitAcquirer: AcquireWait is exclusive with Acquire, blocks while the
+//     key is held, grants a greater fence, and serves waiters in FIFO order.
+//   - Inspector: Inspect agrees with Acquire on whether a key is held and on
+//     its fence, and never reveals the owner token.
+//   - KeepAliver: KeepAlive keeps a key held past its TTL and reports an
+//     invalidated key.
+//
+// # What a failure means
+//
+// A failing property is a real violation of the contract: the suite does
+// not fail a correct backend because of slowness. Where it bounds time from
+// above it bounds what the contract bounds (an attempt sent after TTL +
+// ExpirySlack must succeed; a loss must be reported within TTL + renew
+// interval), plus an allowance for scheduling delays, and its mutual
+// exclusion check only counts leases that their holders still consider
+// valid. Two checks rest on stated assumptions: that the store's clock runs
+// at the rate of the test's clock (within 1%), and, for the FIFO check of a
+// WaitAcquirer, that a waiter is queued within Config.QueueDelay. Timing
+// can make the suite miss a bug (a race that did not happen in this run):
+// it may give false negatives, so run it often and under -race.
+//
+// The suite's own tests show it can fail: they run it on deliberately
+// broken variants of a small reference backend, each reproducing a bug
+// class of real lock libraries (release or renew without the owner check,
+// a fence that repeats or restarts after release, no TTL, a lost lease never
+// reported, a cancelled waiter left queued, a guard that accepts an older
+// token, check-then-set acquire, ...), and check that each is reported by
+// the property meant to catch it.
+//
+// # Writing a backend
+//
+// GUIDE.md in this directory is a short guide to writing a backend and
+// running this suite on it; example_postgres_test.go is a complete backend
+// on a plain PostgreSQL table that passes the suite against a real server.
+package conformance
