@@ -196,8 +196,10 @@ func wrap(op, key string, err error) error {
 		return fmt.Errorf("redis: %s %q: client closed: %w: %w", op, key, fencedlock.ErrClosed, err)
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {
+		// Redis puts the code first; some compatible servers (miniredis)
+		// wrap script errors, so look for it anywhere.
 		msg := re.Error()
-		if strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, corruptCode) {
+		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, corruptCode) {
 			return fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)
 		}
 	}
