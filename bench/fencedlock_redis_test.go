@@ -1,0 +1,28 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/redis"
+)
+
+// fencedlock on its Redis backend (rueidis), default options except the
+// TTL; the scenarios that renew by hand set ManualRenew.
+
+func init() {
+	register(contender{
+		name:        "fencedlock-redis",
+		server:      "redis",
+		manualRenew: true,
+		autoRenew:   true,
+		open: func(tb testing.TB, e *env, cfg clientConfig) lockClient {
+			c := e.newRueidis(tb, nil)
+			b, err := redis.New(c, redis.Options{})
+			if err != nil {
+				tb.Fatalf("bench: fencedlock redis backend: %v", err)
+			}
+			return &fencedClient{l: fencedlock.New(b, fencedlock.Options{TTL: cfg.ttl, ManualRenew: cfg.manual}), closeClient: c.Close}
+		},
+	})
+}

@@ -1,0 +1,565 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchTTL is the lease of every scenario except ManyLeases.
+const benchTTL = 10 * time.Second
+
+// manyTTL is the lease in ManyLeases: short, so that renewals happen.
+const manyTTL = 3 * time.Second
+
+// contendedWorkers is the number of clients fighting for one key.
+const contendedWorkers = 16
+
+// handoffHold is how long the holder keeps the lock in Handoff before
+// releasing it, so that the waiter is really waiting.
+const handoffHold = 5 * time.Millisecond
+
+var runID = rand.Text()[:8]
+
+// key returns a key unique to this run, scenario and contender.
+func key(scenario, lib string, i int) string {
+	return fmt.Sprintf("fencedlock-bench:%s:%s:%s:%d", runID, scenario, lib, i)
+}
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(etcdChildEnv); dir != "" {
+		os.Exit(runEtcdChild(dir))
+	}
+	code := m.Run()
+	stopEnv()
+	os.Exit(code)
+}
+
+func scenarioDuration() time.Duration {
+	if testing.Short() {
+		return 200 * time.Millisecond
+	}
+	return *flagDuration
+}
+
+// forEach runs one sub-benchmark per contender.
+func forEach(b *testing.B, want func(contender) bool, fn func(b *testing.B, e *env, c contender)) {
+	e := servers(b)
+	for _, c := range allContenders() {
+		if want != nil && !want(c) {
+			continue
+		}
+		b.Run("lib="+c.name, func(b *testing.B) { fn(b, e, c) })
+	}
+}
+
+// BenchmarkAcquireRelease: acquire a free lock with the library's blocking
+// acquire and release it, conc goroutines on one client, each on its own
+// key. ns/op is per acquire+release of one goroutine divided by conc (the
+// throughput), p50-ns/p99-ns the latency of one acquire+release.
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, conc := range []int{1, 64} {
+		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
+			forEach(b, nil, func(b *testing.B, e *env, c contender) {
+				b.Logf("uncontended acquire+release, %d goroutines, one key each, one %s client", conc, c.name)
+				cl := c.open(b, e, clientConfig{ttl: benchTTL})
+				defer cl.close()
+				runOps(b, e, c, conc, func(i int) (func(context.Context) error, func()) {
+					k := key("ar", c.name, conc*1000+i)
+					return func(ctx context.Context) error {
+						h, err := cl.acquire(ctx, k)
+						if err != nil {
+							return err
+						}
+						return h.Release(ctx)
+					}, func() {}
+				})
+			})
+		})
+	}
+}
+
+// BenchmarkRenew: renew a held lock by hand (the library's extend call),
+// conc goroutines on one client, each holding its own lock.
+func BenchmarkRenew(b *testing.B) {
+	for _, conc := range []int{1, 64} {
+		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
+			forEach(b, func(c contender) bool { return c.manualRenew }, func(b *testing.B, e *env, c contender) {
+				b.Logf("renew of a held lock, %d goroutines, one lock each, one %s client", conc, c.name)
+				cl := c.open(b, e, clientConfig{ttl: benchTTL, manual: true})
+				defer cl.close()
+				runOps(b, e, c, conc, func(i int) (func(context.Context) error, func()) {
+					h, err := cl.acquire(context.Background(), key("renew", c.name, conc*1000+i))
+					if err != nil {
+						b.Fatalf("acquire: %v", err)
+					}
+					return h.Renew, func() {
+						if err := h.Release(context.Background()); err != nil {
+							b.Errorf("release: %v", err)
+						}
+					}
+				})
+			})
+		})
+	}
+}
+
+// runOps runs b.N operations spread over conc goroutines. setup(i) is
+// called before the timer starts and returns goroutine i's operation and
+// its cleanup.
+func runOps(b *testing.B, e *env, c contender, conc int, setup func(i int) (op func(context.Context) error, cleanup func())) {
+	ops := make([]func(context.Context) error, conc)
+	cleanups := make([]func(), conc)
+	for i := range conc {
+		ops[i], cleanups[i] = setup(i)
+	}
+	defer func() {
+		for _, f := range cleanups {
+			f()
+		}
+	}()
+	// One untimed round warms up connections and script caches.
+	for i := range conc {
+		if err := ops[i](context.Background()); err != nil {
+			b.Fatalf("warm-up: %v", err)
+		}
+	}
+	hists := make([]hist, conc)
+	var counter atomic.Int64
+	var failed atomic.Value
+	var rc *redisCounter
+	if c.server == "redis" {
+		rc = startRedisCounter(b, e)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for i := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			h := &hists[i]
+			op := ops[i]
+			for counter.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				if err := op(ctx); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				h.add(time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatalf("%s: %v", c.name, err)
+	}
+	var all hist
+	for i := range hists {
+		all.merge(&hists[i])
+	}
+	b.ReportMetric(float64(all.quantile(0.50)), "p50-ns")
+	b.ReportMetric(float64(all.quantile(0.99)), "p99-ns")
+	if rc != nil {
+		n, detail := rc.stop(b)
+		b.ReportMetric(float64(n)/float64(b.N), "cmds/op")
+		if b.N >= 100 {
+			b.Logf("redis commands over %d ops: %s", b.N, detail)
+		}
+	}
+}
+
+// contendedResult is the outcome of one Contended run.
+type contendedResult struct {
+	elapsed      time.Duration
+	acquisitions int64
+	handoffs     int64 // acquisitions by a worker other than the previous holder
+	perWorker    []int64
+	wait         hist // from calling acquire to holding
+	handoff      hist // from the previous holder's release call to a different worker holding
+	idle         hist // from a release call to the next acquisition by anyone
+	violations   int64
+	errors       int64
+	firstErr     error
+	mallocs      uint64
+	bytes        uint64
+	commands     int64
+	detail       string
+}
+
+// runContended has workers clients (one each) loop on acquire+release of
+// one key for d, with the library's blocking acquire.
+func runContended(tb testing.TB, e *env, c contender, workers int, d time.Duration) contendedResult {
+	tb.Helper()
+	k := key("contended", c.name, workers)
+	clients := make([]lockClient, workers)
+	for i := range clients {
+		clients[i] = c.open(tb, e, clientConfig{ttl: benchTTL})
+	}
+	defer func() {
+		for _, cl := range clients {
+			cl.close()
+		}
+	}()
+	// Warm up each client once (connections, scripts), one at a time.
+	for _, cl := range clients {
+		h, err := cl.acquire(context.Background(), k)
+		if err != nil {
+			tb.Fatalf("%s: warm-up acquire: %v", c.name, err)
+		}
+		if err := h.Release(context.Background()); err != nil {
+			tb.Fatalf("%s: warm-up release: %v", c.name, err)
+		}
+	}
+
+	var (
+		mu          sync.Mutex
+		last        = -1
+		lastRelease time.Time
+		inside      atomic.Int32
+		res         = contendedResult{perWorker: make([]int64, workers)}
+		waits       = make([]hist, workers)
+		errs        atomic.Int64
+		violations  atomic.Int64
+		firstErr    atomic.Value
+	)
+	var rc *redisCounter
+	if c.server == "redis" {
+		rc = startRedisCounter(tb, e)
+	}
+	m0 := readMem()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := clients[w]
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				h, err := cl.acquire(ctx, k)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				now := time.Now()
+				if !inside.CompareAndSwap(0, 1) {
+					violations.Add(1)
+				}
+				waits[w].add(now.Sub(t0))
+				mu.Lock()
+				if last >= 0 {
+					res.idle.add(now.Sub(lastRelease))
+					if last != w {
+						res.handoffs++
+						res.handoff.add(now.Sub(lastRelease))
+					}
+				}
+				res.acquisitions++
+				res.perWorker[w]++
+				last = w
+				lastRelease = time.Now()
+				mu.Unlock()
+				inside.Store(0)
+				if err := h.Release(context.Background()); err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res.elapsed = min(time.Since(start), d)
+	m1 := readMem()
+	res.mallocs, res.bytes = m1.mallocs-m0.mallocs, m1.bytes-m0.bytes
+	if rc != nil {
+		res.commands, res.detail = rc.stop(tb)
+	}
+	for i := range waits {
+		res.wait.merge(&waits[i])
+	}
+	res.errors, res.violations = errs.Load(), violations.Load()
+	res.firstErr, _ = firstErr.Load().(error)
+	return res
+}
+
+// BenchmarkContended: 16 workers, one client each (as separate processes
+// would be), loop on acquire+release of ONE key for a fixed time (-duration)
+// with each library's blocking acquire. A hand-off is an acquisition by a
+// worker other than the previous holder; acquisitions alone flatter
+// libraries that let the releasing worker re-take the lock. ns/op, B/op and
+// allocs/op are per acquisition.
+func BenchmarkContended(b *testing.B) {
+	forEach(b, nil, func(b *testing.B, e *env, c contender) {
+		d := scenarioDuration()
+		b.Logf("%d workers, one %s client each, one key, %v", contendedWorkers, c.name, d)
+		b.ResetTimer()
+		r := runContended(b, e, c, contendedWorkers, d)
+		b.StopTimer()
+		if r.violations > 0 {
+			b.Errorf("%s: %d times two workers held the lock at once", c.name, r.violations)
+		}
+		if r.errors > 0 {
+			b.Logf("%s: %d acquire/release errors; first: %v", c.name, r.errors, r.firstErr)
+		}
+		reportContended(b, r)
+	})
+}
+
+func reportContended(b *testing.B, r contendedResult) {
+	secs := r.elapsed.Seconds()
+	n := float64(max(r.acquisitions, 1))
+	b.ReportMetric(float64(r.elapsed.Nanoseconds())/n, "ns/op")
+	b.ReportMetric(float64(r.mallocs)/n, "allocs/op")
+	b.ReportMetric(float64(r.bytes)/n, "B/op")
+	b.ReportMetric(float64(r.acquisitions)/secs, "acq/s")
+	b.ReportMetric(float64(r.handoffs)/secs, "handoffs/s")
+	b.ReportMetric(float64(r.wait.quantile(0.5)), "wait-p50-ns")
+	b.ReportMetric(float64(r.wait.quantile(0.99)), "wait-p99-ns")
+	b.ReportMetric(float64(r.handoff.quantile(0.5)), "handoff-p50-ns")
+	b.ReportMetric(float64(r.handoff.quantile(0.99)), "handoff-p99-ns")
+	b.ReportMetric(float64(r.idle.max), "idle-max-ns")
+	lo, hi := r.perWorker[0], r.perWorker[0]
+	for _, v := range r.perWorker {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	fair := 0.0
+	if hi > 0 {
+		fair = float64(lo) / float64(hi)
+	}
+	b.ReportMetric(fair, "fairness")
+	b.ReportMetric(float64(lo), "min-acq")
+	b.ReportMetric(float64(hi), "max-acq")
+	b.ReportMetric(float64(r.violations), "violations")
+	if r.commands > 0 {
+		b.ReportMetric(float64(r.commands)/n, "cmds/op")
+		b.Logf("redis commands over %d acquisitions: %s", r.acquisitions, r.detail)
+	}
+}
+
+// handoffResult is the outcome of one Handoff run.
+type handoffResult struct {
+	elapsed time.Duration
+	lat     hist
+	sum     time.Duration
+	mallocs uint64
+	bytes   uint64
+}
+
+// runHandoff ping-pongs one key between two clients: the holder waits until
+// the other is blocked in acquire (handoffHold), releases, and the time from
+// its release call to the other holding is one sample. It stops after d or
+// rounds hand-offs.
+func runHandoff(tb testing.TB, e *env, c contender, d time.Duration, rounds int) handoffResult {
+	tb.Helper()
+	k := key("handoff", c.name, 0)
+	cls := [2]lockClient{c.open(tb, e, clientConfig{ttl: benchTTL}), c.open(tb, e, clientConfig{ttl: benchTTL})}
+	defer cls[0].close()
+	defer cls[1].close()
+	// Waiting can take long for sleeping-retry libraries: allow for it.
+	ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Second)
+	defer cancel()
+	h, err := cls[0].acquire(ctx, k)
+	if err != nil {
+		tb.Fatalf("%s: acquire: %v", c.name, err)
+	}
+	type got struct {
+		h   heldLock
+		at  time.Time
+		err error
+	}
+	var res handoffResult
+	m0 := readMem()
+	start := time.Now()
+	holder := 0
+	for n := 0; n < rounds && time.Since(start) < d; n++ {
+		ch := make(chan got, 1)
+		waiter := cls[1-holder]
+		go func() {
+			h, err := waiter.acquire(ctx, k)
+			ch <- got{h, time.Now(), err}
+		}()
+		time.Sleep(handoffHold)
+		t0 := time.Now()
+		if err := h.Release(context.Background()); err != nil {
+			tb.Fatalf("%s: release: %v", c.name, err)
+		}
+		g := <-ch
+		if g.err != nil {
+			tb.Fatalf("%s: waiter's acquire: %v", c.name, g.err)
+		}
+		lat := g.at.Sub(t0)
+		res.lat.add(lat)
+		res.sum += lat
+		h, holder = g.h, 1-holder
+	}
+	res.elapsed = time.Since(start)
+	m1 := readMem()
+	res.mallocs, res.bytes = m1.mallocs-m0.mallocs, m1.bytes-m0.bytes
+	if err := h.Release(context.Background()); err != nil {
+		tb.Fatalf("%s: release: %v", c.name, err)
+	}
+	return res
+}
+
+// BenchmarkHandoff: latency from the holder's release call to the next
+// holder (one waiter, already waiting), for a fixed time (-duration). ns/op
+// is the mean hand-off latency.
+func BenchmarkHandoff(b *testing.B) {
+	forEach(b, nil, func(b *testing.B, e *env, c contender) {
+		d := scenarioDuration()
+		b.Logf("hand-off between two %s clients, holder keeps the lock %v, %v", c.name, handoffHold, d)
+		b.ResetTimer()
+		r := runHandoff(b, e, c, d, 1<<30)
+		b.StopTimer()
+		n := float64(max(r.lat.n, 1))
+		b.ReportMetric(float64(r.sum.Nanoseconds())/n, "ns/op")
+		b.ReportMetric(float64(r.mallocs)/n, "allocs/op")
+		b.ReportMetric(float64(r.bytes)/n, "B/op")
+		b.ReportMetric(float64(r.lat.quantile(0.5)), "p50-ns")
+		b.ReportMetric(float64(r.lat.quantile(0.99)), "p99-ns")
+		b.ReportMetric(float64(r.lat.max), "max-ns")
+		b.ReportMetric(float64(r.lat.n), "handoffs")
+	})
+}
+
+// manyResult is the outcome of one ManyLeases run.
+type manyResult struct {
+	n          int
+	acquire    time.Duration // to acquire all leases
+	mallocs    uint64        // allocations while acquiring
+	bytes      uint64
+	hold       time.Duration
+	heapPer    float64 // live heap bytes per held lease
+	goroutines float64 // goroutines per held lease
+	cpu        time.Duration
+	commands   int64
+	detail     string
+	lost       int
+	releaseErr int
+}
+
+// runManyLeases acquires n leases on one client, holds them for hold while
+// the library renews them, and releases them.
+func runManyLeases(tb testing.TB, e *env, c contender, n int, hold time.Duration) manyResult {
+	tb.Helper()
+	cl := c.open(tb, e, clientConfig{ttl: manyTTL})
+	defer cl.close()
+	res := manyResult{n: n, hold: hold}
+	leases := make([]heldLock, n)
+	heap0, g0 := heapInUse(), runtime.NumGoroutine()
+	m0 := readMem()
+	t0 := time.Now()
+	parallel(n, func(i int) {
+		h, err := cl.acquire(context.Background(), key("many", c.name, i))
+		if err != nil {
+			tb.Errorf("%s: acquire %d: %v", c.name, i, err)
+			return
+		}
+		leases[i] = h
+	})
+	res.acquire = time.Since(t0)
+	m1 := readMem()
+	res.mallocs, res.bytes = m1.mallocs-m0.mallocs, m1.bytes-m0.bytes
+	if tb.Failed() {
+		tb.FailNow()
+	}
+	res.heapPer = (float64(heapInUse()) - float64(heap0)) / float64(n)
+	res.goroutines = float64(runtime.NumGoroutine()-g0) / float64(n)
+
+	var rc *redisCounter
+	if c.server == "redis" {
+		rc = startRedisCounter(tb, e)
+	}
+	cpu0 := cpuTime()
+	time.Sleep(hold)
+	res.cpu = cpuTime() - cpu0
+	if rc != nil {
+		res.commands, res.detail = rc.stop(tb)
+	}
+	for _, h := range leases {
+		if done := h.Done(); done != nil {
+			select {
+			case <-done:
+				res.lost++
+			default:
+			}
+		}
+	}
+	var relErr atomic.Int64
+	parallel(n, func(i int) {
+		if err := leases[i].Release(context.Background()); err != nil {
+			relErr.Add(1)
+		}
+	})
+	res.releaseErr = int(relErr.Load())
+	return res
+}
+
+// parallel runs fn(0..n-1) on 64 goroutines.
+func parallel(n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, 64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func manyParams() (int, time.Duration) {
+	if testing.Short() {
+		return 100, 1500 * time.Millisecond
+	}
+	return *flagLeases, *flagHold
+}
+
+// BenchmarkManyLeases: one process holds many leases (-leases, default
+// 10000) for a fixed time (-hold) while the library keeps them alive (TTL
+// 3s). Reports CPU and live heap per lease, renew traffic, and losses
+// (must be 0). ns/op, B/op and allocs/op are per lease while acquiring
+// them (64 at a time). Libraries without a watchdog run the renew loop a user
+// would write (one goroutine per lock).
+func BenchmarkManyLeases(b *testing.B) {
+	forEach(b, func(c contender) bool { return c.autoRenew }, func(b *testing.B, e *env, c contender) {
+		n, hold := manyParams()
+		b.Logf("%d leases held by one %s client for %v, TTL %v", n, c.name, hold, manyTTL)
+		b.ResetTimer()
+		r := runManyLeases(b, e, c, n, hold)
+		b.StopTimer()
+		if r.lost > 0 || r.releaseErr > 0 {
+			b.Errorf("%s: %d leases lost, %d releases failed", c.name, r.lost, r.releaseErr)
+		}
+		b.ReportMetric(float64(r.acquire.Nanoseconds())/float64(n), "ns/op")
+		b.ReportMetric(float64(r.mallocs)/float64(n), "allocs/op")
+		b.ReportMetric(float64(r.bytes)/float64(n), "B/op")
+		b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(n)/r.hold.Seconds(), "cpu-ns/lease/s")
+		b.ReportMetric(r.heapPer, "heap-B/lease")
+		b.ReportMetric(r.goroutines, "goroutines/lease")
+		b.ReportMetric(float64(r.lost), "lost")
+		if r.commands > 0 {
+			b.ReportMetric(float64(r.commands)/float64(n)/r.hold.Seconds(), "cmds/lease/s")
+			b.Logf("redis commands while holding: %s", r.detail)
+		}
+	})
+}
