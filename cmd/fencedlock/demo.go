@@ -485,8 +485,11 @@ func (w *demoWorker) kill() {
 func describeEvent(ev workerEvent) string {
 	switch ev.Ev {
 	case "waiting":
-		if ev.Holder != "" {
+		switch {
+		case ev.Holder != "" && ev.TTLms > 0:
 			return fmt.Sprintf("lock is held by holder %s (fence %d), lease ends in %v: waiting", ev.Holder, ev.Fence, roundDuration(time.Duration(ev.TTLms)*time.Millisecond))
+		case ev.Holder != "":
+			return fmt.Sprintf("lock is held by holder %s (fence %d): waiting", ev.Holder, ev.Fence)
 		}
 		return "lock is held: waiting"
 	case "acquired":

@@ -17,7 +17,7 @@ const progressInterval = 2 * time.Second
 const inspectTimeout = 2 * time.Second
 
 // openTimeout bounds how long opening a backend may take.
-const openTimeout = 10 * time.Second
+const openTimeout = 5 * time.Second
 
 // progress prints progress messages on standard error unless quiet.
 type progress struct {
