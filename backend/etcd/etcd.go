@@ -314,7 +314,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 	kdone := make(chan struct{})
 	go func() {
 		defer close(kdone)
-		b.keep(kctx, req.Key, g, renewals, false)
+		b.keep(kctx, req.Key, g, renewals, 0)
 	}()
 	stopKeeper := func() { kcancel(); <-kdone }
 

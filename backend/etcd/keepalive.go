@@ -38,7 +38,7 @@ func (b *Backend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fenc
 		defer close(out)
 		ctx, cancel := b.withClose(ctx)
 		defer cancel()
-		b.keep(ctx, g.Key, d, out, true)
+		b.keep(ctx, g.Key, d, out, d.held+1)
 	}()
 	return out
 }
@@ -59,10 +59,11 @@ func offer(out chan fencedlock.Renewal, r fencedlock.Renewal) {
 	}
 }
 
-// keep renews d's lease until ctx ends or the lease is lost. With watch set
-// it also watches d's key (from the revision at which d held it) and
-// reports its deletion.
-func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fencedlock.Renewal, watch bool) {
+// keep renews d's lease until ctx ends or the lease is lost. With watchFrom
+// > 0 it also watches d's key from that revision (one past the revision at
+// which d was known to hold the lock) and reports its deletion; d.rev must
+// then be set and no longer change.
+func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fencedlock.Renewal, watchFrom int64) {
 	interval := max(d.ttl/3, 10*time.Millisecond)
 	retry := max(interval/4, 5*time.Millisecond)
 
@@ -70,7 +71,7 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 		wch      clientv3.WatchChan
 		wcancel  context.CancelFunc = func() {}
 		rewatch  bool
-		watchRev = d.held + 1
+		watchRev = watchFrom
 	)
 	defer func() { wcancel() }()
 	startWatch := func(rev int64) {
@@ -79,7 +80,7 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 		wctx, wcancel = context.WithCancel(ctx)
 		wch = b.c.Watch(wctx, d.name, clientv3.WithRev(rev), clientv3.WithFilterPut())
 	}
-	if watch {
+	if watchFrom > 0 {
 		startWatch(watchRev)
 	}
 	lost := func(err error) {
