@@ -48,9 +48,15 @@ func scenarioDuration() time.Duration {
 	return *flagDuration
 }
 
+var describeOnce sync.Once
+
 // forEach runs one sub-benchmark per contender.
 func forEach(b *testing.B, want func(contender) bool, fn func(b *testing.B, e *env, c contender)) {
 	e := servers(b)
+	describeOnce.Do(func() {
+		// "key: value" lines: benchstat keeps them as configuration.
+		fmt.Printf("redis: %s\netcd: %s\n", e.describeRedis(), e.describeEtcd())
+	})
 	for _, c := range allContenders() {
 		if want != nil && !want(c) {
 			continue

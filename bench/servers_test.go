@@ -23,6 +23,7 @@ import (
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // Flags of the test binary. Pass them after -args, or use the environment
@@ -394,11 +395,18 @@ func (e *env) newGoRedis() *goredis.Client {
 // newEtcd returns a new etcd client for the benchmark etcd.
 func (e *env) newEtcd(tb testing.TB) *clientv3.Client {
 	tb.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: e.etcdEPs, DialTimeout: 5 * time.Second})
+	c, err := clientv3.New(etcdConfig(e.etcdEPs))
 	if err != nil {
 		tb.Fatalf("bench: etcd client: %v", err)
 	}
 	return c
+}
+
+// etcdConfig is the client configuration of every etcd contender. The
+// client's logger is silenced: its retry warnings at the end of a timed
+// run would interleave with the benchmark output.
+func etcdConfig(endpoints []string) clientv3.Config {
+	return clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
 }
 
 // commandStats returns the calls per command from INFO commandstats,
@@ -434,4 +442,44 @@ func (e *env) commandStats(ctx context.Context) (map[string]int64, error) {
 		}
 	}
 	return m, nil
+}
+
+// describeRedis returns the server version and where it runs.
+func (e *env) describeRedis() string {
+	where := "at BENCH_REDIS_URL"
+	if e.ownRedis {
+		where = "started by the benchmark on loopback, no persistence"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := e.stats.Do(ctx, e.stats.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return "version unknown (" + err.Error() + "), " + where
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			return v + ", " + where
+		}
+	}
+	return "version unknown, " + where
+}
+
+// describeEtcd returns the server version and where it runs.
+func (e *env) describeEtcd() string {
+	where := "at BENCH_ETCD_ENDPOINTS"
+	if e.ownEtcd {
+		where = "single member started by the benchmark in a child process on loopback, fsync off"
+	}
+	c, err := clientv3.New(etcdConfig(e.etcdEPs))
+	if err != nil {
+		return "version unknown, " + where
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx, e.etcdEPs[0])
+	if err != nil {
+		return "version unknown, " + where
+	}
+	return st.Version + ", " + where
 }
