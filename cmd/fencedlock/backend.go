@@ -27,8 +27,9 @@ const backendHelp = `
 Backends (flags win over the environment):
   Redis:  --redis URL, or $FENCEDLOCK_REDIS
             redis://[user:password@]host:port[/db]       plain TCP; user/password for ACL or requirepass
-            rediss://[user:password@]host:port[/db]      TLS (add ?skip_verify=true only for testing)
-            unix:///run/redis/redis.sock                 a Unix socket
+            rediss://[user:password@]host:port[/db]      TLS, verified against the system's CAs; for a private CA
+                                                         set SSL_CERT_FILE=ca.pem (?skip_verify=true: testing only)
+            unix://[user:password@]/run/redis/redis.sock a Unix socket
             redis://sentinel1:26379?addr=sentinel2:26379&master_set=mymaster
                                                          Sentinel: the addresses are sentinels, master_set the
                                                          monitored primary; user:password are the primary's

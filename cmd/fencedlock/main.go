@@ -14,7 +14,8 @@
 // Every command except demo needs a server, given by flag or environment:
 //
 //	--redis URL        or FENCEDLOCK_REDIS    redis://[user:password@]host:port[/db]
-//	                                          rediss://... (TLS), unix:///path/to/redis.sock
+//	                                          rediss://... (TLS; a private CA via SSL_CERT_FILE=ca.pem)
+//	                                          unix://[user:password@]/path/to/redis.sock
 //	                                          Sentinel: redis://sentinel1:26379?addr=sentinel2:26379&master_set=mymaster
 //	                                          Cluster:  redis://node1:7000?addr=node2:7000&addr=node3:7000 (detected)
 //	--etcd ENDPOINTS   or FENCEDLOCK_ETCD     comma-separated, e.g. https://10.0.0.1:2379,https://10.0.0.2:2379
