@@ -1,0 +1,124 @@
+package faultproxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// echo starts a line echo server and returns its address.
+func echo(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func start(t *testing.T) *Proxy {
+	t.Helper()
+	p, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func dial(t *testing.T, p *Proxy) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, bufio.NewReader(c)
+}
+
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string, timeout time.Duration) (string, error) {
+	t.Helper()
+	if _, err := c.Write([]byte(msg + "\n")); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	return r.ReadString('\n')
+}
+
+func TestForwardAndLatency(t *testing.T) {
+	p := start(t)
+	c, r := dial(t, p)
+	if got, err := roundTrip(t, c, r, "hello", 5*time.Second); err != nil || got != "hello\n" {
+		t.Fatalf("round trip = %q, %v", got, err)
+	}
+	p.SetLatency(100 * time.Millisecond)
+	t0 := time.Now()
+	if got, err := roundTrip(t, c, r, "slow", 5*time.Second); err != nil || got != "slow\n" {
+		t.Fatalf("round trip = %q, %v", got, err)
+	}
+	// Both directions are delayed: a round trip cannot be shorter.
+	if d := time.Since(t0); d < 200*time.Millisecond {
+		t.Fatalf("round trip with 100ms latency each way took %v", d)
+	}
+}
+
+func TestBlackholeHoldsThenDelivers(t *testing.T) {
+	p := start(t)
+	c, r := dial(t, p)
+	if _, err := roundTrip(t, c, r, "warm", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Blackhole(true)
+	if got, err := roundTrip(t, c, r, "held", 200*time.Millisecond); err == nil {
+		t.Fatalf("got %q through a blackhole", got)
+	}
+	p.Blackhole(false)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := r.ReadString('\n'); err != nil || got != "held\n" {
+		t.Fatalf("after healing: %q, %v", got, err)
+	}
+}
+
+func TestResetAndRefuse(t *testing.T) {
+	p := start(t)
+	c, r := dial(t, p)
+	if _, err := roundTrip(t, c, r, "warm", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.ResetAll()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := r.ReadString('\n'); err == nil {
+		t.Fatal("read on a reset connection succeeded")
+	}
+	p.RefuseNew(true)
+	c2, r2 := dial(t, p)
+	if got, err := roundTrip(t, c2, r2, "x", 5*time.Second); err == nil {
+		t.Fatalf("refused connection answered %q", got)
+	}
+	p.Heal()
+	c3, r3 := dial(t, p)
+	if got, err := roundTrip(t, c3, r3, "back", 5*time.Second); err != nil || got != "back\n" {
+		t.Fatalf("after heal: %q, %v", got, err)
+	}
+	if n := p.Accepted(); n != 3 {
+		t.Fatalf("accepted %d connections, want 3", n)
+	}
+}
