@@ -298,7 +298,7 @@ func TestCommandIgnoringSIGTERMIsKilled(t *testing.T) {
 	if code != exitLeaseLost {
 		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.stderr)
 	}
-	if !strings.Contains(p.stderr.String(), "sending SIGKILL") || !strings.Contains(p.stderr.String(), "killed by killed") {
+	if !strings.Contains(p.stderr.String(), "sending SIGKILL") || !strings.Contains(p.stderr.String(), "killed by signal 9 (killed)") {
 		t.Errorf("stderr does not report the SIGKILL:\n%s", p.stderr)
 	}
 	if p.ended.Sub(lostAt) < grace {
@@ -372,6 +372,7 @@ func TestExitCodes(t *testing.T) {
 		{"server unreachable", []string{"run", "--redis", "redis://127.0.0.1:1", "k", "--", "true"}, nil, exitBackend, "is the server running"},
 		{"wrong password", []string{"run", "--redis", "redis://locker:wrong@" + srv.Addr, "k", "--", "true"}, nil, exitBackend, "credentials"},
 		{"bad URL", []string{"inspect", "--redis", "http://x:secretpw@h", "k"}, nil, exitBackend, "invalid URL scheme"},
+		{"bad key prefix", []string{"inspect", "--redis", url, "--key-prefix", "a{b", "k"}, nil, exitUsage, "KeyPrefix"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -403,7 +404,7 @@ func TestTryAndWaitOnHeldKey(t *testing.T) {
 		t.Errorf("--try: exit %d, stderr:\n%s", code, p.stderr)
 	}
 	code, p = runBin(t, env, "run", "--wait", "2500ms", "held", "--", "touch", dir+"/ran")
-	if code != exitNotAcquired || !strings.Contains(p.stderr.String(), `waiting for "held" by holder `+holderID) || !strings.Contains(p.stderr.String(), "--wait 2.5s expired") {
+	if code != exitNotAcquired || !strings.Contains(p.stderr.String(), `waiting for "held": held by holder `+holderID) || !strings.Contains(p.stderr.String(), "--wait 2.5s expired") {
 		t.Errorf("--wait: exit %d, stderr:\n%s", code, p.stderr)
 	}
 	code, p = runBin(t, env, "run", "-q", "--wait", "300ms", "held", "--", "touch", dir+"/ran")

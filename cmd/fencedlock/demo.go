@@ -76,8 +76,7 @@ func (e *env) demo(ctx context.Context, args []string) int {
 	d := &demo{e: e, f: f, tl: &timeline{w: e.stdout, start: time.Now()}}
 	defer d.cleanup()
 	if err := d.setup(ctx); err != nil {
-		fmt.Fprintf(e.stderr, "fencedlock demo: %v\n", err)
-		return exitBackend
+		return e.openError("demo", err)
 	}
 	if err := d.play(ctx); err != nil {
 		d.tl.say("demo", "FAILED: %v", err)

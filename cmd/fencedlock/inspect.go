@@ -59,8 +59,7 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	}
 	b, closeBackend, err := e.open(ctx, cfg)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "fencedlock inspect: %v\n", err)
-		return exitBackend
+		return e.openError("inspect", err)
 	}
 	defer closeBackend()
 	in, ok := b.(fencedlock.Inspector)

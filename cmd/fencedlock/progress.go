@@ -38,7 +38,7 @@ func (p *progress) waiting(ctx context.Context, b fencedlock.Backend, since time
 	if p.quiet {
 		return
 	}
-	p.printf("waiting for %q%s; waited %v", p.key, describeHolder(ctx, b, p.key), roundDuration(time.Since(since)))
+	p.printf("waiting for %q: held%s; waited %v", p.key, describeHolder(ctx, b, p.key), roundDuration(time.Since(since)))
 }
 
 // describeHolder returns ": held by holder H (fence F), lease ends in T" for

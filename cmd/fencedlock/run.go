@@ -109,8 +109,7 @@ func (e *env) run(ctx context.Context, args []string) int {
 
 	b, closeBackend, err := e.open(ctx, f.backend)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "fencedlock run: %v\n", err)
-		return exitBackend
+		return e.openError("run", err)
 	}
 	defer closeBackend()
 	locker := fencedlock.New(b, fencedlock.Options{TTL: f.ttl})
@@ -120,6 +119,14 @@ func (e *env) run(ctx context.Context, args []string) int {
 	lease, code := e.acquire(ctx, locker, b, key, &f, sigs, p)
 	if lease == nil {
 		return code
+	}
+	select {
+	case sig := <-sigs:
+		// Interrupted while the lock was being taken: do not start.
+		e.release(lease, p)
+		fmt.Fprintf(e.stderr, "fencedlock run: interrupted by %v before %q started; released %q\n", sig, rest[0], key)
+		return exitNotAcquired
+	default:
 	}
 	p.printf("acquired %q: fence %v, holder %s, lease %v", key, lease.Fence(), lease.Holder(), roundDuration(lease.TTL()))
 	return e.supervise(lease, &f, rest, sigs, p)
@@ -177,6 +184,17 @@ func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b fencedlo
 			p.waiting(wctx, b, waitStart)
 		}
 	}
+}
+
+// openError reports a failure to open the backend: a usage error if the
+// configuration is invalid (a bad key prefix, say), a backend error
+// otherwise.
+func (e *env) openError(cmd string, err error) int {
+	if errors.Is(err, fencedlock.ErrInvalid) {
+		return e.usageError(cmd, "%v", err)
+	}
+	fmt.Fprintf(e.stderr, "fencedlock %s: %v\n", cmd, err)
+	return exitBackend
 }
 
 func (e *env) lockError(err error, f *runFlags) int {
@@ -300,7 +318,7 @@ func describeExit(ps *os.ProcessState) string {
 		return "unknown status"
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "killed by " + ws.Signal().String()
+		return fmt.Sprintf("killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
 	}
 	return "exit code " + strconv.Itoa(ps.ExitCode())
 }

@@ -261,7 +261,7 @@ func TestRunTryOnHeldKey(t *testing.T) {
 	// --wait gives up with the same code, after reporting progress.
 	e, _, errb = memEnv(store, nil)
 	code = e.main(context.Background(), append([]string{"run", "--wait", "300ms", "k"}, shell("touch "+marker)...))
-	if code != exitNotAcquired || !strings.Contains(errb.String(), "--wait 300ms expired") || !strings.Contains(errb.String(), "waiting for \"k\" by holder") {
+	if code != exitNotAcquired || !strings.Contains(errb.String(), "--wait 300ms expired") || !strings.Contains(errb.String(), "waiting for \"k\": held by holder") {
 		t.Errorf("--wait: exit %d, stderr:\n%s", code, errb)
 	}
 }
