@@ -266,6 +266,14 @@ var errWaiterLost = errors.New("etcd: waiter's lease expired or was revoked whil
 // [fencedlock.ErrNotAcquired] and ctx.Err(). A waiter whose lease expired or
 // was revoked while it waited is never granted the lock: it starts over at
 // the end of the queue with a new lease (at most [MaxWaitRestarts] times).
+// Errors before the waiter is queued (no leader, connection lost) are
+// returned as they are, after the same clean-up.
+//
+// The Locker measures a grant's lease from the moment it called
+// AcquireWait, so the returned Grant's TTL runs from that moment to the
+// earliest moment the server can expire the lease (the send time of its
+// last confirmed renewal plus the lease TTL): after a long wait it exceeds
+// the lease's own TTL by about the time waited.
 func (b *Backend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
 	if err := b.begin(); err != nil {
 		return fencedlock.Grant{}, err

@@ -155,7 +155,8 @@ func TestFIFOOrder(t *testing.T) {
 	t.Logf("served in order %v with fences %v", order, fence)
 }
 
-// A wait ended by its context removes its queue entry and lease; TryAcquire
+// A wait ended by its context or by Close removes its queue entry and
+// lease; TryAcquire
 // on a held lock fails with the holder's remaining TTL and leaves nothing.
 func TestCancelledWaitLeavesNothing(t *testing.T) {
 	e := newEnv(t)
@@ -184,6 +185,17 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	ccancel()
 	if a := <-ch; !errors.Is(a.err, fencedlock.ErrNotAcquired) || !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", a.err)
+	}
+
+	// A Locker closed while one of its Acquires waits.
+	cl, _ := e.locker(2, fencedlock.Options{})
+	ch = acquireAsync(ctx, cl, "k")
+	e.waitEntries("k", 2)
+	if err := cl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-ch; !errors.Is(a.err, fencedlock.ErrClosed) {
+		t.Fatalf("wait ended by Close: %v, want ErrClosed", a.err)
 	}
 
 	_, err = wl.TryAcquire(ctx, "k")

@@ -1,0 +1,102 @@
+package clustertest
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/etcd"
+)
+
+// rpcCounter counts the unary KV and Lease calls a client makes.
+type rpcCounter struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *rpcCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	c.mu.Lock()
+	c.calls = append(c.calls, method[strings.LastIndex(method, "/")+1:])
+	c.mu.Unlock()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// take returns and resets the calls counted so far.
+func (c *rpcCounter) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	calls := c.calls
+	c.calls = nil
+	return calls
+}
+
+// The round trips of each operation, counted at the client: an uncontended
+// acquire is LeaseGrant + Txn, a release Txn + LeaseRevoke.
+func TestRoundTrips(t *testing.T) {
+	e := newEnv(t)
+	var rc rpcCounter
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{e.clus.Members[1].GRPCURL},
+		DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept)},
+		Logger:      e.clus.Members[1].Logger.Named("counted-client"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	b, err := etcd.New(c, etcd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := fencedlock.New(b, fencedlock.Options{TTL: ttl, ManualRenew: true})
+	defer l.Close()
+	other, _ := e.locker(2, fencedlock.Options{})
+	ctx := ctxFor(t, time.Minute)
+
+	check := func(what string, want ...string) {
+		t.Helper()
+		got := rc.take()
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: calls %v, want %v", what, got, want)
+		}
+		t.Logf("%s: %d round trips %v", what, len(got), got)
+	}
+	rc.take()
+	ls, err := l.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("uncontended TryAcquire", "LeaseGrant", "Txn")
+	if err := ls.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("manual Renew (+ one LeaseKeepAlive stream message)", "Range")
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("Release", "Txn", "LeaseRevoke")
+	ls, err = l.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("uncontended Acquire (queue)", "LeaseGrant", "Txn")
+	ls.Release(ctx)
+	rc.take()
+
+	h, err := other.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryAcquire(ctx, "k"); err == nil {
+		t.Fatal("TryAcquire succeeded on a held lock")
+	}
+	check("contended TryAcquire (fails, leaves nothing)", "LeaseGrant", "Txn", "LeaseRevoke", "LeaseTimeToLive")
+	h.Release(ctx)
+}
