@@ -50,8 +50,10 @@ type Harness interface {
 // Config describes a backend's timing to the suite. Its zero value suits a
 // store with millisecond expiry on the local machine.
 type Config struct {
-	// MinTTL is the shortest lease the backend enforces precisely; the suite
-	// requests leases of this length. Zero means DefaultTTL. Backends with
+	// MinTTL is the shortest lease the backend enforces precisely. The
+	// properties about renewal and expiry request leases of this length;
+	// the others request 20*MinTTL, so that no lease runs out in the middle
+	// of a check on a slow machine. Zero means DefaultTTL. Backends with
 	// coarse expiry set it higher (etcd leases are whole seconds with a
 	// server minimum, so 2s there). It must be at least fencedlock.MinTTL.
 	MinTTL time.Duration
@@ -186,7 +188,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 					name, 10*time.Second, cfg.Timeout, buf[:n]))
 			})
 			defer watchdog.Stop()
-			e := &env{h: h, cfg: cfg, ttl: cfg.MinTTL, ctx: ctx, prefix: "conformance/" + p.name + "/" + randHex(6) + "/"}
+			e := &env{h: h, cfg: cfg, ttl: cfg.MinTTL, hold: min(20*cfg.MinTTL, fencedlock.MaxTTL), ctx: ctx, prefix: "conformance/" + p.name + "/" + randHex(6) + "/"}
 			p.fn(t, e)
 		})
 	}
@@ -196,7 +198,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 type env struct {
 	h      Harness
 	cfg    Config
-	ttl    time.Duration // the lease the suite requests
+	ttl    time.Duration // the lease of the timing properties: Config.MinTTL
+	hold   time.Duration // the lease of keys that must not expire during a check
 	ctx    context.Context
 	prefix string // unique per run
 	n      int
@@ -231,10 +234,11 @@ func (e *env) backend(t *testing.T) fencedlock.Backend {
 	return b
 }
 
-// lockerOpts are the Locker options the suite uses, modified by mod.
+// lockerOpts are the Locker options the suite uses, modified by mod: a
+// long lease (e.hold) unless mod says otherwise.
 func (e *env) lockerOpts(mod func(*fencedlock.Options)) fencedlock.Options {
 	o := fencedlock.Options{
-		TTL:           e.ttl,
+		TTL:           e.hold,
 		MinRetryDelay: time.Millisecond,
 		MaxRetryDelay: max(e.ttl/10, 5*time.Millisecond),
 	}
@@ -252,22 +256,29 @@ func (e *env) locker(t *testing.T, mod func(*fencedlock.Options)) *fencedlock.Lo
 	return l
 }
 
-func manual(o *fencedlock.Options) { o.ManualRenew = true }
+// short makes a Locker's leases Config.MinTTL long, for the properties
+// about renewal and expiry.
+func (e *env) short(o *fencedlock.Options) { o.TTL = e.ttl }
 
-// grantTTL returns the lease length to reckon with for g: the TTL the
-// backend reported, or the requested one if it reported none.
-func (e *env) grantTTL(d time.Duration) time.Duration {
+// pausedHolder makes a Locker whose leases are short and never renewed by
+// the watchdog: a holder that pauses past its lease.
+func (e *env) pausedHolder(o *fencedlock.Options) { o.TTL, o.ManualRenew = e.ttl, true }
+
+// grantTTL returns the lease length to reckon with for a grant of a
+// requested lease: the TTL the backend reported, or the requested one if
+// it reported none.
+func grantTTL(d, requested time.Duration) time.Duration {
 	if d <= 0 {
-		return e.ttl
+		return requested
 	}
 	return d
 }
 
-// grab makes one direct Backend.Acquire of key for a fresh owner and fails
-// the test unless it succeeds.
+// grab makes one direct Backend.Acquire of key, with a long lease, for a
+// fresh owner and fails the test unless it succeeds.
 func (e *env) grab(t *testing.T, b fencedlock.Backend, key string) fencedlock.Grant {
 	t.Helper()
-	return e.grabTTL(t, b, key, e.ttl)
+	return e.grabTTL(t, b, key, e.hold)
 }
 
 func (e *env) grabTTL(t *testing.T, b fencedlock.Backend, key string, ttl time.Duration) fencedlock.Grant {
@@ -300,7 +311,7 @@ func (e *env) checkGrant(t *testing.T, g fencedlock.Grant, key string, ttl time.
 func (e *env) held(t *testing.T, key string) bool {
 	t.Helper()
 	b := e.backend(t)
-	g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+	g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 	if err == nil {
 		if rerr := b.Release(e.ctx, g); rerr != nil {
 			t.Errorf("Release of a fresh grant on %s: %v", quote(key), rerr)
@@ -321,7 +332,7 @@ func (e *env) mustBeHeld(t *testing.T, b fencedlock.Backend, g *fencedlock.Grant
 	if !e.held(t, key) {
 		t.Fatalf("%s: %s is free, want it still held by its holder (fence %v)", why, quote(key), g.Fence)
 	}
-	if _, err := b.Renew(e.ctx, *g, e.ttl); err != nil {
+	if _, err := b.Renew(e.ctx, *g, e.hold); err != nil {
 		t.Fatalf("%s: the holder (fence %v) can no longer renew %s: %v", why, g.Fence, quote(key), err)
 	}
 }
@@ -334,9 +345,9 @@ func (e *env) acquireBy(t *testing.T, b fencedlock.Backend, key string, notAfter
 	interval := max(e.ttl/25, 2*time.Millisecond)
 	for attempt := 0; ; attempt++ {
 		sent = time.Now()
-		g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 		if err == nil {
-			e.checkGrant(t, g, key, e.ttl)
+			e.checkGrant(t, g, key, e.hold)
 			return g, sent, time.Now()
 		}
 		if !errors.Is(err, fencedlock.ErrNotAcquired) {

@@ -47,8 +47,8 @@ func testTryAcquire(t *testing.T, e *env) {
 	if a.Fence() == 0 {
 		t.Fatal("TryAcquire granted fence 0")
 	}
-	if a.TTL() != 0 && a.TTL() < e.ttl {
-		t.Errorf("lease TTL %v shorter than the requested %v", a.TTL(), e.ttl)
+	if a.TTL() != 0 && a.TTL() < e.hold {
+		t.Errorf("lease TTL %v shorter than the requested %v", a.TTL(), e.hold)
 	}
 	for i, l := range []*fencedlock.Locker{l2, l1} {
 		_, err := l.TryAcquire(e.ctx, key)
@@ -60,7 +60,7 @@ func testTryAcquire(t *testing.T, e *env) {
 			if he.Key != "" && he.Key != key {
 				t.Errorf("HeldError.Key = %s, want %s", quote(he.Key), quote(key))
 			}
-			if limit := e.grantTTL(a.TTL()) + e.cfg.ExpirySlack; he.RetryAfter > limit {
+			if limit := grantTTL(a.TTL(), e.hold) + e.cfg.ExpirySlack; he.RetryAfter > limit {
 				t.Errorf("HeldError.RetryAfter = %v exceeds the holder's lease %v + slack", he.RetryAfter, limit)
 			}
 			if he.RetryAfter < 0 {
@@ -202,7 +202,11 @@ func testFenceIncreasing(t *testing.T, e *env) {
 	waited := false
 	for i, end := range ends {
 		b := bs[i%len(bs)]
-		g := e.grab(t, b, key)
+		ttl := e.hold
+		if end == "expire" {
+			ttl = e.ttl
+		}
+		g := e.grabTTL(t, b, key, ttl)
 		check(g, fmt.Sprintf("backend %d", i%len(bs)+1))
 		switch end {
 		case "release":
@@ -225,7 +229,7 @@ func testFenceIncreasing(t *testing.T, e *env) {
 			if hasExpirer || !waited {
 				// Let the next backend take the key once it expired.
 				nb := bs[(i+1)%len(bs)]
-				bound := time.Now().Add(e.grantTTL(g.TTL) + e.cfg.ExpirySlack)
+				bound := time.Now().Add(grantTTL(g.TTL, ttl) + e.cfg.ExpirySlack)
 				g2, _, _ := e.acquireBy(t, nb, key, bound, "fence after expiry")
 				check(g2, "after expiry")
 				if err := nb.Release(e.ctx, g2); err != nil {
@@ -242,12 +246,12 @@ func testFenceIncreasing(t *testing.T, e *env) {
 
 func testRenewKeepsLease(t *testing.T, e *env) {
 	key := e.key("renew")
-	l := e.locker(t, nil)
+	l := e.locker(t, e.short)
 	ls, err := l.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	ttl := e.grantTTL(ls.TTL())
+	ttl := grantTTL(ls.TTL(), e.ttl)
 	until := time.Now().Add(3*ttl + ttl/2 + e.cfg.ExpirySlack)
 	checks := 0
 	for time.Now().Before(until) {
@@ -269,7 +273,7 @@ func testRenewKeepsLease(t *testing.T, e *env) {
 
 	// The driver's Renew, called directly, extends the lease as well.
 	b := e.backend(t)
-	g := e.grab(t, b, key)
+	g := e.grabTTL(t, b, key, e.ttl)
 	until = time.Now().Add(ttl + ttl/2 + e.cfg.ExpirySlack)
 	for time.Now().Before(until) {
 		time.Sleep(ttl / 3)
@@ -291,14 +295,14 @@ func testRenewKeepsLease(t *testing.T, e *env) {
 
 func testExpiry(t *testing.T, e *env) {
 	key := e.key("expiry")
-	la := e.locker(t, manual)
+	la := e.locker(t, e.pausedHolder)
 	b := e.backend(t)
 	sentA := time.Now()
 	a, err := la.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	ttl := e.grantTTL(a.TTL())
+	ttl := grantTTL(a.TTL(), e.ttl)
 	if !e.held(t, key) {
 		t.Fatal("key free right after TryAcquire")
 	}
@@ -336,7 +340,7 @@ func testInvalidationReported(t *testing.T, e *env) {
 	}
 	for _, w := range ways {
 		key := e.key(w.name)
-		l := e.locker(t, nil)
+		l := e.locker(t, e.short)
 		ls, err := l.TryAcquire(e.ctx, key)
 		if err != nil {
 			t.Fatalf("TryAcquire: %v", err)
@@ -347,7 +351,7 @@ func testInvalidationReported(t *testing.T, e *env) {
 		if err := w.do(e.ctx, key); err != nil {
 			t.Fatalf("harness %s: %v", w.name, err)
 		}
-		bound := e.grantTTL(ls.TTL()) + renewEvery + e.cfg.ExpirySlack
+		bound := grantTTL(ls.TTL(), e.ttl) + renewEvery + e.cfg.ExpirySlack
 		if !waitDone(ls.Done(), bound+e.schedAllowance()) {
 			t.Fatalf("%s: lease not reported lost %v after the key was removed (bound %v): a lease the store no longer holds is renewed as if held",
 				w.name, time.Since(t0).Round(time.Millisecond), bound)
@@ -366,7 +370,7 @@ func testInvalidationReported(t *testing.T, e *env) {
 
 	// A manual Renew notices the loss at once.
 	key := e.key("manual")
-	l := e.locker(t, manual)
+	l := e.locker(t, func(o *fencedlock.Options) { o.ManualRenew = true })
 	ls, err := l.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
@@ -494,14 +498,14 @@ func testRenewAfterLoss(t *testing.T, e *env) {
 
 func testLateRelease(t *testing.T, e *env) {
 	key := e.key("late")
-	la := e.locker(t, manual)
+	la := e.locker(t, e.pausedHolder)
 	lb := e.locker(t, nil)
 	a, err := la.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
 	// A is paused: no renewal. B takes the key once A's lease expired.
-	bound := time.Now().Add(e.grantTTL(a.TTL()) + e.cfg.ExpirySlack + e.schedAllowance())
+	bound := time.Now().Add(grantTTL(a.TTL(), e.ttl) + e.cfg.ExpirySlack + e.schedAllowance())
 	var bl *fencedlock.Lease
 	for {
 		bl, err = lb.TryAcquire(e.ctx, key)
@@ -534,7 +538,7 @@ func testLateRelease(t *testing.T, e *env) {
 func testCancelledAcquire(t *testing.T, e *env) {
 	key := e.key("cancel")
 	holder := e.locker(t, nil)
-	waiter := e.locker(t, nil)
+	waiter := e.locker(t, e.short) // a waiter left behind would hold the key for MinTTL
 	h, err := holder.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
@@ -595,7 +599,7 @@ func testCancelledAcquire(t *testing.T, e *env) {
 	}
 	// Nothing of the cancelled waits may stand in the way now.
 	fresh := e.backend(t)
-	g, err := fresh.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+	g, err := fresh.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 	if err != nil {
 		t.Fatalf("a fresh backend's Acquire right after the holder released: %v (a cancelled wait left something behind)", err)
 	}
@@ -655,7 +659,7 @@ func testPausedHolder(t *testing.T, e *env) {
 		guard = g
 	}
 	key := e.key("paused")
-	la := e.locker(t, manual)
+	la := e.locker(t, e.pausedHolder)
 	lb := e.locker(t, nil)
 	a, err := la.TryAcquire(e.ctx, key)
 	if err != nil {
@@ -665,7 +669,7 @@ func testPausedHolder(t *testing.T, e *env) {
 		t.Fatalf("A's first write (fence %v): %v", a.Fence(), err)
 	}
 	// A pauses past its lease; B takes the key.
-	bound := time.Now().Add(e.grantTTL(a.TTL()) + e.cfg.ExpirySlack + e.schedAllowance())
+	bound := time.Now().Add(grantTTL(a.TTL(), e.ttl) + e.cfg.ExpirySlack + e.schedAllowance())
 	var b *fencedlock.Lease
 	for {
 		b, err = lb.TryAcquire(e.ctx, key)
@@ -835,7 +839,7 @@ func testClose(t *testing.T, e *env) {
 	_, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
 	closed("Acquire", err)
 	og := e.grab(t, other, key)
-	_, err = b.Renew(e.ctx, og, e.ttl)
+	_, err = b.Renew(e.ctx, og, e.hold)
 	closed("Renew", err)
 	closed("Release", b.Release(e.ctx, og))
 	e.mustBeHeld(t, other, &og, "after calls on a closed backend")
@@ -883,10 +887,6 @@ func testClose(t *testing.T, e *env) {
 	}
 }
 
-// longTTL is a holder's lease in the wake-up checks: long enough that a
-// wake-up by expiry cannot pass for a wake-up by release.
-func (e *env) longTTL() time.Duration { return min(20*e.ttl, fencedlock.MaxTTL) }
-
 func testNotifier(t *testing.T, e *env) {
 	probe := e.backend(t)
 	if _, ok := probe.(fencedlock.Notifier); !ok {
@@ -896,8 +896,8 @@ func testNotifier(t *testing.T, e *env) {
 	key := e.key("notify")
 	b1, b2 := e.backend(t), e.backend(t)
 	n := b2.(fencedlock.Notifier)
-	wake := e.longTTL() / 2 // well before the holder's TTL
-	g := e.grabTTL(t, b1, key, e.longTTL())
+	wake := e.hold / 2 // well before the holder's TTL
+	g := e.grabTTL(t, b1, key, e.hold)
 	ch, stop, err := n.Watch(e.ctx, key)
 	if err != nil {
 		t.Fatalf("Watch: %v", err)
@@ -911,7 +911,7 @@ func testNotifier(t *testing.T, e *env) {
 		t.Logf("watcher woken %v after the release", time.Since(released).Round(time.Microsecond))
 	case <-time.After(wake):
 		stop()
-		t.Fatalf("watcher not woken %v after the release (the holder's TTL was %v)", wake, e.longTTL())
+		t.Fatalf("watcher not woken %v after the release (the holder's TTL was %v)", wake, e.hold)
 	}
 	g2 := e.grab(t, b2, key) // agreement: the woken watcher can take the key
 	stop()
@@ -921,8 +921,8 @@ func testNotifier(t *testing.T, e *env) {
 
 	// A Locker's waiting Acquire is woken by the release too.
 	key = e.key("notify-locker")
-	holder := e.locker(t, func(o *fencedlock.Options) { o.TTL = e.longTTL() })
-	waiter := e.locker(t, func(o *fencedlock.Options) { o.MaxRetryDelay = e.longTTL() })
+	holder := e.locker(t, nil)
+	waiter := e.locker(t, func(o *fencedlock.Options) { o.MaxRetryDelay = e.hold })
 	h, err := holder.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
@@ -951,7 +951,7 @@ func testNotifier(t *testing.T, e *env) {
 		}
 		_ = ls.Release(e.ctx)
 	case <-time.After(wake):
-		t.Fatalf("waiting Acquire not woken %v after the release (the holder's TTL was %v)", wake, e.longTTL())
+		t.Fatalf("waiting Acquire not woken %v after the release (the holder's TTL was %v)", wake, e.hold)
 	}
 }
 
@@ -965,7 +965,7 @@ func testWaitAcquirer(t *testing.T, e *env) {
 	b1 := e.backend(t)
 	w1 := b1.(fencedlock.WaitAcquirer)
 	req := func() fencedlock.AcquireRequest {
-		return fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl}
+		return fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
 	}
 
 	// A free key is granted at once, exclusively.
@@ -973,7 +973,7 @@ func testWaitAcquirer(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatalf("AcquireWait of a free key: %v", err)
 	}
-	e.checkGrant(t, g, key, e.ttl)
+	e.checkGrant(t, g, key, e.hold)
 	if !e.held(t, key) {
 		t.Fatal("key free after AcquireWait granted it")
 	}
@@ -1021,7 +1021,7 @@ func testWaitAcquirer(t *testing.T, e *env) {
 		if err := b1.Release(e.ctx, r.g); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-	case <-time.After(e.grantTTL(h.TTL()) + e.schedAllowance()):
+	case <-time.After(e.schedAllowance()):
 		t.Fatal("waiter not granted the key after the holder released it")
 	}
 
@@ -1098,7 +1098,7 @@ func testInspector(t *testing.T, e *env) {
 	if info.Fence != g.Fence {
 		t.Errorf("Inspect fence %v, want the holder's %v", info.Fence, g.Fence)
 	}
-	if limit := e.grantTTL(g.TTL) + e.cfg.ExpirySlack; info.TTL <= 0 || info.TTL > limit {
+	if limit := grantTTL(g.TTL, e.hold) + e.cfg.ExpirySlack; info.TTL <= 0 || info.TTL > limit {
 		t.Errorf("Inspect TTL %v, want in (0, %v]", info.TTL, limit)
 	}
 	if info.Holder != "" && info.Holder != fencedlock.HolderID(g.Owner) {
@@ -1140,11 +1140,11 @@ func testKeepAliver(t *testing.T, e *env) {
 	key := e.key("keepalive")
 	b := e.backend(t)
 	ka := b.(fencedlock.KeepAliver)
-	g := e.grab(t, b, key)
+	g := e.grabTTL(t, b, key, e.ttl)
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	ch := ka.KeepAlive(ctx, g)
-	ttl := e.grantTTL(g.TTL)
+	ttl := grantTTL(g.TTL, e.ttl)
 	until := time.Now().Add(2*ttl + e.cfg.ExpirySlack)
 	renewals := 0
 	for time.Now().Before(until) {

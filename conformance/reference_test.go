@@ -380,7 +380,10 @@ func (h *refHarness) Invalidate(_ context.Context, key string) error {
 	return nil
 }
 
-func (h *refHarness) Config() conformance.Config { return conformance.Config{} }
+// Config: the default timing, and a short per-property deadline, since
+// some broken variants (a silent notifier under contention) would otherwise
+// keep a property waiting for the default 30 seconds.
+func (h *refHarness) Config() conformance.Config { return conformance.Config{Timeout: 8 * time.Second} }
 
 // expiringHarness adds Expire (the store can end a lease on demand).
 type expiringHarness struct{ *refHarness }
