@@ -41,6 +41,14 @@
 //
 //	redis-cli --eval backend/redis/scripts/release.lua 'fencedlock:{orders}' , TOKEN
 //
+// On Redis Cluster, set [Options.ShardedPubSub]: release then publishes
+// with SPUBLISH, which reaches only the shard serving the key's slot, and
+// waiters subscribe with SSUBSCRIBE on that shard (one connection per slot
+// watched). By hand, add the argument "sharded" after the token so that
+// such waiters are woken:
+//
+//	redis-cli -c --eval backend/redis/scripts/release.lua 'fencedlock:{orders}' , TOKEN sharded
+//
 // # Errors
 //
 // Errors wrap the fencedlock sentinels: [fencedlock.ErrNotAcquired] (a

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,18 @@ type Options struct {
 	// DefaultWaitTimeout. Ignored when WaitReplicas is 0.
 	WaitTimeout time.Duration
 
+	// ShardedPubSub makes release publish with SPUBLISH and waiters
+	// subscribe with SSUBSCRIBE (Redis 7 sharded Pub/Sub): on Redis Cluster
+	// a release then reaches only the shard serving the key's slot instead
+	// of being broadcast to every node, as PUBLISH is. Set it on Redis
+	// Cluster 7 or later (a server without SPUBLISH fails every release).
+	// Every backend sharing a store must use the same setting, or waiters
+	// miss wake-ups and fall back to the holder's TTL hint. Default false:
+	// PUBLISH and SUBSCRIBE, which work on every topology. It is not
+	// turned on from the client's mode because rueidis also reports
+	// cluster mode for servers that merely answer CLUSTER SLOTS (miniredis).
+	ShardedPubSub bool
+
 	// Logger receives debug records about subscriptions and reconnections
 	// (keys and channel names, never owner tokens). Default: no logging.
 	Logger *slog.Logger
@@ -99,8 +112,16 @@ type Backend struct {
 	c      rueidis.Client
 	opts   Options
 	closed atomic.Bool
-	hub    *hub
+	hub    *hub                   // nil when sharded: see hubs
 	ttl    atomic.Pointer[ttlArg] // the last TTL argument, to avoid formatting it per call
+
+	// sharded is Options.ShardedPubSub: release publishes with
+	// SPUBLISH and watches use SSUBSCRIBE, one subscription connection
+	// per hash slot watched (a sharded subscription must be made on the
+	// node serving the channel's slot).
+	sharded bool
+	hubsMu  sync.Mutex
+	hubs    map[uint16]*hub
 }
 
 var (
@@ -121,7 +142,12 @@ func New(client rueidis.Client, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{c: client, opts: o}
-	b.hub = newHub(client, o.Logger)
+	if o.ShardedPubSub {
+		b.sharded = true
+		b.hubs = make(map[uint16]*hub)
+	} else {
+		b.hub = newHub(client, o.Logger, false)
+	}
 	return b, nil
 }
 
@@ -311,7 +337,11 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	if b.closed.Load() {
 		return errClosed("release", g.Key)
 	}
-	n, err := releaseScript.Exec(ctx, b.c, []string{b.LockKey(g.Key)}, []string{g.Owner}).AsInt64()
+	args := []string{g.Owner}
+	if b.sharded {
+		args = append(args, "sharded")
+	}
+	n, err := releaseScript.Exec(ctx, b.c, []string{b.LockKey(g.Key)}, args).AsInt64()
 	if err != nil {
 		return wrap("release", g.Key, err)
 	}
@@ -386,8 +416,38 @@ func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
-	b.hub.close()
+	if b.hub != nil {
+		b.hub.close()
+	}
+	b.hubsMu.Lock()
+	hubs := b.hubs
+	b.hubs = nil
+	b.hubsMu.Unlock()
+	for _, h := range hubs {
+		h.close()
+	}
 	return nil
+}
+
+// hubFor returns the hub that watches channel: the only one, or on a
+// cluster the one of channel's hash slot.
+func (b *Backend) hubFor(channel string) (*hub, error) {
+	if !b.sharded {
+		return b.hub, nil
+	}
+	cmd := b.c.B().Ssubscribe().Channel(channel).Build()
+	slot := cmd.Slot()
+	b.hubsMu.Lock()
+	defer b.hubsMu.Unlock()
+	if b.hubs == nil {
+		return nil, fencedlock.ErrClosed
+	}
+	h := b.hubs[slot]
+	if h == nil {
+		h = newHub(b.c, b.opts.Logger, true)
+		b.hubs[slot] = h
+	}
+	return h, nil
 }
 
 // Watch implements [fencedlock.Notifier]: the returned channel receives a
@@ -396,9 +456,18 @@ func (b *Backend) Close() error {
 // All watches of a Backend share one subscription connection, with one
 // SUBSCRIBE per channel however many waiters watch it. The subscription is
 // confirmed by the server before Watch returns. stop must be called once.
+// With Options.ShardedPubSub, watches use SSUBSCRIBE on the node
+// serving the key's slot, one connection per slot watched; a slot migrated
+// away ends its sharded subscriptions on the server, after which waiters of
+// that slot fall back to the holder's TTL hint until they watch again.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if b.closed.Load() {
 		return nil, nil, errClosed("watch", key)
 	}
-	return b.hub.watch(ctx, key, b.Channel(key))
+	ch := b.Channel(key)
+	h, err := b.hubFor(ch)
+	if err != nil {
+		return nil, nil, errClosed("watch", key)
+	}
+	return h.watch(ctx, key, ch)
 }

@@ -27,9 +27,10 @@ const unsubscribeTimeout = 5 * time.Second
 // lost or released) and one per pending background UNSUBSCRIBE or
 // resubscription; close waits for all of them.
 type hub struct {
-	c   rueidis.Client
-	log *slog.Logger
-	wg  sync.WaitGroup
+	c       rueidis.Client
+	log     *slog.Logger
+	wg      sync.WaitGroup
+	sharded bool // SSUBSCRIBE/SUNSUBSCRIBE instead of SUBSCRIBE/UNSUBSCRIBE
 
 	mu     sync.Mutex
 	closed bool
@@ -57,8 +58,22 @@ type chanState struct {
 
 type watcher struct{ ch chan struct{} }
 
-func newHub(c rueidis.Client, log *slog.Logger) *hub {
-	return &hub{c: c, log: log, chans: make(map[string]*chanState)}
+func newHub(c rueidis.Client, log *slog.Logger, sharded bool) *hub {
+	return &hub{c: c, log: log, sharded: sharded, chans: make(map[string]*chanState)}
+}
+
+func (h *hub) subscribeCmd(dc rueidis.DedicatedClient, channel string) rueidis.Completed {
+	if h.sharded {
+		return dc.B().Ssubscribe().Channel(channel).Build()
+	}
+	return dc.B().Subscribe().Channel(channel).Build()
+}
+
+func (h *hub) unsubscribeCmd(dc rueidis.DedicatedClient, channel string) rueidis.Completed {
+	if h.sharded {
+		return dc.B().Sunsubscribe().Channel(channel).Build()
+	}
+	return dc.B().Unsubscribe().Channel(channel).Build()
 }
 
 func (h *hub) watch(ctx context.Context, key, channel string) (<-chan struct{}, func(), error) {
@@ -104,7 +119,7 @@ func (h *hub) subscribe(ctx context.Context, cs *chanState) error {
 	}
 	// rueidis completes a SUBSCRIBE when the server's confirmation arrives,
 	// so the watch is in effect when Do returns nil.
-	err = conn.dc.Do(ctx, conn.dc.B().Subscribe().Channel(cs.name).Build()).Error()
+	err = conn.dc.Do(ctx, h.subscribeCmd(conn.dc, cs.name)).Error()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err != nil {
@@ -241,7 +256,7 @@ func (h *hub) unsubscribe(cs *chanState) {
 	var err error
 	if send {
 		ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
-		err = conn.dc.Do(ctx, conn.dc.B().Unsubscribe().Channel(cs.name).Build()).Error()
+		err = conn.dc.Do(ctx, h.unsubscribeCmd(conn.dc, cs.name)).Error()
 		cancel()
 	}
 	h.mu.Lock()

@@ -115,6 +115,7 @@ var scripts = []Script{
 		},
 		Args: []Param{
 			{"owner", "the owner token (a secret)"},
+			{"sharded", "optional: \"sharded\" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); absent: PUBLISH"},
 		},
 		Returns: []string{
 			"1: deleted and published; 0: not held by owner, nothing deleted",

@@ -4,6 +4,7 @@
 --
 -- KEYS[1]: lock key: the lock; waiters listen on the channel KEYS[1] .. ":released"
 -- ARGV[1]: owner: the owner token (a secret)
+-- ARGV[2]: sharded: optional: "sharded" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); absent: PUBLISH
 -- Returns:
 --   1: deleted and published; 0: not held by owner, nothing deleted
 --   The fence counter is not touched.
@@ -14,7 +15,13 @@
 -- GET fails with WRONGTYPE if the lock key is not a string.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1] .. ':released', 'released')
+  -- On Redis Cluster PUBLISH is broadcast to every node; SPUBLISH reaches
+  -- only the shard that serves the key's slot (the channel shares its hash tag).
+  local publish = 'PUBLISH'
+  if ARGV[2] == 'sharded' then
+    publish = 'SPUBLISH'
+  end
+  redis.call(publish, KEYS[1] .. ':released', 'released')
   return 1
 end
 return 0
