@@ -191,7 +191,8 @@ func errorf(format string, args ...any) error {
 // creates our key with that lease only if no one holds or waits for the
 // lock. If the lock is held or has waiters, it revokes the lease and
 // returns a *[fencedlock.HeldError] (wrapping [fencedlock.ErrNotAcquired])
-// whose RetryAfter is the holder's remaining lease. The fence is the create
+// whose RetryAfter is the holder's remaining lease (at most; etcd reports
+// it in whole seconds). The fence is the create
 // revision of our key.
 func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
 	if err := b.begin(); err != nil {
@@ -222,8 +223,8 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		b.revoke(lg.ID)
 		held := &fencedlock.HeldError{Key: req.Key}
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].Lease != 0 {
-			if tr, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil && tr.TTL > 0 {
-				held.RetryAfter = time.Duration(tr.TTL) * time.Second
+			if tr, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil {
+				held.RetryAfter = remaining(tr)
 			}
 		}
 		return fencedlock.Grant{}, fmt.Errorf("etcd: acquire: %w", held)
@@ -231,6 +232,16 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	rev := resp.Header.Revision
 	g := &grant{name: name, lease: lg.ID, rev: rev, held: rev, ttl: time.Duration(lg.TTL) * time.Second, lastSent: sent}
 	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: g.ttl, Data: g}, nil
+}
+
+// remaining is an upper bound of a lease's remaining time: etcd reports it
+// truncated to whole seconds, so it lies in [TTL, TTL+1s), and never above
+// the granted TTL. It is 0 for an expired lease.
+func remaining(tr *clientv3.LeaseTimeToLiveResponse) time.Duration {
+	if tr.TTL < 0 {
+		return 0
+	}
+	return time.Duration(min(tr.TTL+1, max(tr.GrantedTTL, tr.TTL))) * time.Second
 }
 
 // ctxErr returns err, or, if ctx ended because the backend was closed, an
@@ -266,8 +277,9 @@ var errWaiterLost = errors.New("etcd: waiter's lease expired or was revoked whil
 // [fencedlock.ErrNotAcquired] and ctx.Err(). A waiter whose lease expired or
 // was revoked while it waited is never granted the lock: it starts over at
 // the end of the queue with a new lease (at most [MaxWaitRestarts] times).
-// Errors before the waiter is queued (no leader, connection lost) are
-// returned as they are, after the same clean-up.
+// A transient error (no leader, connection lost, request timed out) ends
+// the turn the same way, after the same clean-up, and the wait starts over
+// after a backoff of 50 ms doubling up to 1 s, for as long as ctx allows.
 //
 // The Locker measures a grant's lease from the moment it called
 // AcquireWait, so the returned Grant's TTL runs from that moment to the
@@ -282,14 +294,30 @@ func (b *Backend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
 	start := time.Now()
-	for range MaxWaitRestarts {
+	backoff := 50 * time.Millisecond
+	for restarts := 0; ; {
 		g, err := b.wait(ctx, req, start)
-		if errors.Is(err, errWaiterLost) && ctx.Err() == nil {
+		switch {
+		case err == nil:
+			return g, nil
+		case ctx.Err() != nil, errors.Is(err, fencedlock.ErrClosed), errors.Is(err, fencedlock.ErrInvalid),
+			errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrInvalidAuthToken):
+			return g, err
+		case errors.Is(err, errWaiterLost):
+			if restarts++; restarts >= MaxWaitRestarts {
+				return fencedlock.Grant{}, errorf("acquire %q: %w: gave up after %d restarts", req.Key, err, restarts)
+			}
 			continue
 		}
-		return g, err
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fencedlock.Grant{}, b.waitError(ctx, req.Key)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	return fencedlock.Grant{}, errorf("acquire %q: %w: gave up after %d restarts", req.Key, errWaiterLost, MaxWaitRestarts)
 }
 
 // waitError is returned when a wait's context ends first: it is both
@@ -534,7 +562,8 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 }
 
 // Inspect reports the holder of key (the queue entry with the lowest create
-// revision): its fence, holder id and remaining lease. Fence is 0 when the
+// revision): its fence, holder id and remaining lease (an upper bound: etcd
+// reports it truncated to whole seconds). Fence is 0 when the
 // lock is free. It never returns an owner token (etcd stores only the
 // holder id).
 func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
@@ -561,9 +590,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 		if err != nil {
 			return fencedlock.Info{}, b.ctxErr(ctx, errorf("inspect %q: %w", key, err))
 		}
-		if tr.TTL > 0 {
-			info.TTL = time.Duration(tr.TTL) * time.Second
-		}
+		info.TTL = remaining(tr)
 	}
 	return info, nil
 }

@@ -190,3 +190,65 @@ func TestPartitionedHolderMember(t *testing.T) {
 	lost, granted := lossRace(t, e, fol[0], fol[1], func() { m.InjectPartition(t, others...) }, heal)
 	t.Logf("partition (TTL %v): loss-detection delay %s, other client granted at %s", ttl, ms(lost), ms(granted))
 }
+
+// The Jepsen scenario of etcd issue #11456 with a real expiry: W waits
+// behind H through a member whose client bridge is then blackholed, so W's
+// keepalives stop and its lease expires on the server while W still
+// waits. H releases; C (queued after W) must be granted. When the
+// blackhole heals, W sees its predecessor gone but also its own entry gone:
+// it must not take the lock, and re-queues behind C with a new fence.
+func TestWaiterPausedPastItsLease(t *testing.T) {
+	e := newEnv(t)
+	hl, _ := e.locker(0, fencedlock.Options{})
+	wl, _ := e.locker(1, fencedlock.Options{})
+	cl, _ := e.locker(2, fencedlock.Options{})
+	ctx := ctxFor(t, time.Minute)
+	bridge := e.clus.Members[1].Bridge()
+	healed := false
+	heal := func() {
+		if !healed {
+			bridge.Unblackhole()
+			healed = true
+		}
+	}
+	t.Cleanup(heal)
+
+	h, err := hl.Acquire(ctx, "jepsen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wch := acquireAsync(ctx, wl, "jepsen")
+	e.waitEntries("jepsen", 2)
+	cch := acquireAsync(ctx, cl, "jepsen")
+	dead := e.waitEntries("jepsen", 3)[1]
+
+	bridge.Blackhole()
+	paused := time.Now()
+	e.waitEntries("jepsen", 2) // W's lease expired on the server
+	expired := time.Since(paused)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := recv(t, cch, 10*time.Second, "C after H released")
+	heal()
+
+	time.Sleep(ttl / 2) // W wakes up, finds its entry gone, re-queues
+	select {
+	case a := <-wch:
+		t.Fatalf("W acquired while C held the lock (fence %v, err %v)", a.lease, a.err)
+	default:
+	}
+	if c.lease.Err() != nil {
+		t.Fatalf("C lost its lease: %v", c.lease.Err())
+	}
+	if err := c.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := recv(t, wch, 10*time.Second, "W after C")
+	if w.lease.Fence() <= c.lease.Fence() || w.lease.Fence() == fencing.Token(dead.CreateRevision) {
+		t.Fatalf("W's fence %d: want a new entry above C's %d (its expired entry was %d)", w.lease.Fence(), c.lease.Fence(), dead.CreateRevision)
+	}
+	w.lease.Release(ctx)
+	t.Logf("W's entry %d expired %s after its member was blackholed; C granted %d; W re-queued after healing and granted %d",
+		dead.CreateRevision, ms(expired), c.lease.Fence(), w.lease.Fence())
+}

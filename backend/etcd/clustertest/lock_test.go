@@ -512,3 +512,60 @@ func TestManualRenew(t *testing.T) {
 		t.Fatalf("Err = %v", ls.Err())
 	}
 }
+
+// etcd leases are whole seconds with a server minimum: the Grant reports
+// the TTL the server applied, and the Locker's deadline follows it, so a
+// lease asked for 300 ms (applied as 1 s) is kept alive and not lost.
+// Closing the backend leaves the caller's client open.
+func TestTTLRoundedUp(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t, time.Minute)
+	for _, c := range []struct{ asked, applied time.Duration }{
+		{300 * time.Millisecond, time.Second},
+		{1500 * time.Millisecond, 2 * time.Second},
+	} {
+		cli := e.client(1)
+		b, err := etcd.New(cli, etcd.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := fencedlock.New(b, fencedlock.Options{TTL: c.asked})
+		// One attempt: the Grant's TTL is the applied lease.
+		ls, err := l.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls.TTL() != c.applied {
+			t.Errorf("asked %v: lease TTL %v, want %v", c.asked, ls.TTL(), c.applied)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Through the queue: the TTL counts from the call to AcquireWait,
+		// so it exceeds the applied lease by the time spent in the call.
+		ls, err = l.Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ls.TTL() < c.applied || ls.TTL() > c.applied+time.Second {
+			t.Errorf("asked %v: queued lease TTL %v, want %v plus the time in the call", c.asked, ls.TTL(), c.applied)
+		}
+		if info, err := b.Inspect(ctx, "k"); err != nil || info.TTL <= 0 || info.TTL > c.applied {
+			t.Errorf("asked %v: Inspect TTL %v (%v), want in (0, %v]", c.asked, info.TTL, err, c.applied)
+		}
+		select {
+		case <-ls.Done():
+			t.Fatalf("asked %v: lost: %v", c.asked, ls.Err())
+		case <-time.After(c.applied + c.applied/2):
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Get(ctx, "k"); err != nil {
+			t.Fatalf("the client was closed with the backend: %v", err)
+		}
+	}
+}
