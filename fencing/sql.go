@@ -1,0 +1,257 @@
+package fencing
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Errors of the SQL guard.
+var (
+	// ErrNoRow is wrapped by the error of [SQLTable.Set] when no row has
+	// the key: the guard updates rows, it does not create them.
+	ErrNoRow = errors.New("fencing: no such row")
+	// ErrInvalidTable is wrapped by errors about an [SQLTable] that cannot
+	// be used: a missing or malformed table or column name, an unknown
+	// placeholder style. Nothing was sent to the database.
+	ErrInvalidTable = errors.New("fencing: invalid sql table description")
+)
+
+// Placeholder is the bind parameter style of a database driver.
+type Placeholder int
+
+const (
+	// Dollar numbers parameters $1, $2, ... (PostgreSQL: lib/pq, pgx). The
+	// zero value.
+	Dollar Placeholder = iota
+	// Question writes every parameter as ? (MySQL, SQLite).
+	Question
+)
+
+// SQLTable describes a table whose rows are guarded by fencing tokens, for
+// use with database/sql. Each guarded row carries, next to the data, the
+// highest token accepted for it and the holder id that presented it. The
+// shape, with the default column names (PostgreSQL):
+//
+//	CREATE TABLE resources (
+//	    key    text   PRIMARY KEY,
+//	    value  text,
+//	    fence  bigint NOT NULL DEFAULT 0,  -- highest token accepted; 0: none yet
+//	    holder text   NOT NULL DEFAULT ''  -- holder id that presented it
+//	);
+//
+// A row must exist before it is guarded (insert it with fence 0); the guard
+// only updates. Tokens are stored as signed 64-bit integers, so tokens
+// above math.MaxInt64 are refused (no backend grants them: Redis fences
+// stay below 10^15, etcd revisions are int64).
+//
+// The rule ([Check]) is part of the UPDATE's WHERE clause:
+//
+//	UPDATE resources SET value = $1, fence = $2, holder = $3
+//	 WHERE key = $4 AND (fence < $2 OR (fence = $2 AND holder = $3))
+//
+// so the check and the write are one statement: the database takes the
+// row lock and re-evaluates the condition on the latest row version
+// (PostgreSQL at READ COMMITTED and above, MySQL InnoDB), and a rejected
+// write changes nothing. Use [SQLTable.Where] to add the same rule to your
+// own UPDATE statements.
+//
+// Names are written into the SQL text as given; they must be plain
+// identifiers (letters, digits, underscores, optionally schema-qualified
+// with one dot), and are checked before anything is sent.
+type SQLTable struct {
+	Table string // table name, e.g. "resources" or "app.resources"; required
+
+	// Column names; empty means the default in parentheses.
+	KeyColumn    string // ("key") the primary key
+	ValueColumn  string // ("value") the column Set writes
+	FenceColumn  string // ("fence") bigint, the highest accepted token
+	HolderColumn string // ("holder") text, the holder id of that token
+
+	// Placeholder is the driver's parameter style. Default Dollar.
+	Placeholder Placeholder
+}
+
+// SQLExecer is what the guard needs of a database handle: *sql.DB,
+// *sql.Tx and *sql.Conn all implement it.
+type SQLExecer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+
+// resolved returns t with defaults filled in, or an error wrapping
+// ErrInvalidTable.
+func (t SQLTable) resolved() (SQLTable, error) {
+	def := func(s *string, d string) {
+		if *s == "" {
+			*s = d
+		}
+	}
+	def(&t.KeyColumn, "key")
+	def(&t.ValueColumn, "value")
+	def(&t.FenceColumn, "fence")
+	def(&t.HolderColumn, "holder")
+	for _, n := range []struct{ what, name string }{
+		{"table", t.Table}, {"key column", t.KeyColumn}, {"value column", t.ValueColumn},
+		{"fence column", t.FenceColumn}, {"holder column", t.HolderColumn},
+	} {
+		if !identRE.MatchString(n.name) {
+			return t, fmt.Errorf("fencing: sql %s name %q is not a plain identifier: %w", n.what, n.name, ErrInvalidTable)
+		}
+	}
+	if t.Placeholder != Dollar && t.Placeholder != Question {
+		return t, fmt.Errorf("fencing: unknown sql placeholder style %d: %w", t.Placeholder, ErrInvalidTable)
+	}
+	return t, nil
+}
+
+// param returns the placeholder of the parameter numbered n (1-based) in
+// t's style.
+func (t SQLTable) param(n int) string {
+	if t.Placeholder == Question {
+		return "?"
+	}
+	return "$" + strconv.Itoa(n)
+}
+
+// checkToken refuses tokens the guard cannot apply, and an empty holder id
+// (the token and holder id are presented together; an empty id would let
+// any two holders of a duplicated token pass as one).
+func checkToken(token Token, holder string) error {
+	if token == 0 {
+		return fmt.Errorf("fencing: zero token: %w", ErrInvalidToken)
+	}
+	if uint64(token) > math.MaxInt64 {
+		return fmt.Errorf("fencing: token %d does not fit a bigint column: %w", token, ErrInvalidToken)
+	}
+	if holder == "" {
+		return fmt.Errorf("fencing: empty holder id: %w", ErrInvalidToken)
+	}
+	return nil
+}
+
+// Where returns the guard condition for an UPDATE of your own, with the
+// arguments to bind, numbering its parameters from first (ignored with
+// Question, where arguments bind in order of appearance):
+//
+//	(fence < $3 OR (fence = $3 AND holder = $4))     args: token, holder   (Dollar)
+//	(fence < ? OR (fence = ? AND holder = ?))        args: token, token, holder   (Question)
+//
+// Set the fence and holder columns to the same token and holder in the
+// UPDATE, and treat zero rows affected as a rejection (call
+// [SQLTable.Stale] to build the error). The error wraps ErrInvalidTable or
+// ErrInvalidToken.
+func (t SQLTable) Where(token Token, holder string, first int) (cond string, args []any, err error) {
+	r, err := t.resolved()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := checkToken(token, holder); err != nil {
+		return "", nil, err
+	}
+	return where(r, token, holder, first)
+}
+
+func where(r SQLTable, token Token, holder string, first int) (string, []any, error) {
+	if r.Placeholder == Question {
+		return fmt.Sprintf("(%s < ? OR (%s = ? AND %s = ?))", r.FenceColumn, r.FenceColumn, r.HolderColumn),
+			[]any{int64(token), int64(token), holder}, nil
+	}
+	tp, hp := r.param(first), r.param(first+1)
+	return fmt.Sprintf("(%s < %s OR (%s = %s AND %s = %s))", r.FenceColumn, tp, r.FenceColumn, tp, r.HolderColumn, hp),
+		[]any{int64(token), holder}, nil
+}
+
+// Set writes value to the value column of the row with key if the fencing
+// rule accepts token from holder, and records token and holder in the same
+// UPDATE. It returns nil if the row was written; a *[StaleError] (wrapping
+// [ErrStale]) carrying the row's accepted token and holder if the rule
+// rejected the write, which then changed nothing; an error wrapping
+// [ErrNoRow] if no row has the key; errors wrapping [ErrInvalidToken] or
+// [ErrInvalidTable] for bad input, before anything is sent.
+//
+// A rejection costs a second statement (a SELECT of the row's fence and
+// holder) to build the StaleError. Run Set inside a transaction (db a
+// *sql.Tx) to combine it with other statements; the guard then holds the
+// row lock until the transaction ends.
+func (t SQLTable) Set(ctx context.Context, db SQLExecer, key, value any, token Token, holder string) error {
+	r, err := t.resolved()
+	if err != nil {
+		return err
+	}
+	if err := checkToken(token, holder); err != nil {
+		return err
+	}
+	var q strings.Builder
+	var args []any
+	if r.Placeholder == Question {
+		fmt.Fprintf(&q, "UPDATE %s SET %s = ?, %s = ?, %s = ? WHERE %s = ? AND ",
+			r.Table, r.ValueColumn, r.FenceColumn, r.HolderColumn, r.KeyColumn)
+		args = []any{value, int64(token), holder, key}
+	} else {
+		// $2 and $3 serve both the SET and the condition.
+		fmt.Fprintf(&q, "UPDATE %s SET %s = $1, %s = $2, %s = $3 WHERE %s = $4 AND ",
+			r.Table, r.ValueColumn, r.FenceColumn, r.HolderColumn, r.KeyColumn)
+		args = []any{value, int64(token), holder, key}
+	}
+	cond, cargs, err := where(r, token, holder, 2)
+	if err != nil {
+		return err
+	}
+	q.WriteString(cond)
+	if r.Placeholder == Question {
+		args = append(args, cargs...)
+	}
+	res, err := db.ExecContext(ctx, q.String(), args...)
+	if err != nil {
+		return fmt.Errorf("fencing: sql update of %s: %w", r.Table, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("fencing: sql update of %s: rows affected: %w", r.Table, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	return stale(ctx, r, db, key, token, holder)
+}
+
+// Stale builds the error for an UPDATE guarded by [SQLTable.Where] that
+// affected no row: it reads the row's fence and holder and returns a
+// *[StaleError] (wrapping [ErrStale]), or an error wrapping [ErrNoRow] if
+// the row does not exist. If the row now accepts token (it was deleted
+// and inserted again in between), the error says so and wraps neither:
+// retry the write.
+func (t SQLTable) Stale(ctx context.Context, db SQLExecer, key any, token Token, holder string) error {
+	r, err := t.resolved()
+	if err != nil {
+		return err
+	}
+	return stale(ctx, r, db, key, token, holder)
+}
+
+func stale(ctx context.Context, r SQLTable, db SQLExecer, key any, token Token, holder string) error {
+	q := fmt.Sprintf("SELECT %s, %s FROM %s WHERE %s = %s",
+		r.FenceColumn, r.HolderColumn, r.Table, r.KeyColumn, r.param(1))
+	var fence int64
+	var from string
+	switch err := db.QueryRowContext(ctx, q, key).Scan(&fence, &from); {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("fencing: sql update of %s: key %v: %w", r.Table, key, ErrNoRow)
+	case err != nil:
+		return fmt.Errorf("fencing: sql update of %s: reading the fence after a rejected update: %w", r.Table, err)
+	case fence < 0:
+		return fmt.Errorf("fencing: sql update of %s: key %v holds negative fence %d", r.Table, key, fence)
+	}
+	if err := Check(Token(fence), from, token, holder); err != nil {
+		return err
+	}
+	return fmt.Errorf("fencing: sql update of %s: key %v matched no row, but the row now accepts token %d (it changed in between); retry", r.Table, key, token)
+}

@@ -1,0 +1,337 @@
+package fencing_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/pgtest"
+	_ "github.com/lib/pq"
+)
+
+// openPG starts a PostgreSQL server, opens it with lib/pq and creates the
+// documented table shape.
+func openPG(t *testing.T) *sql.DB {
+	t.Helper()
+	srv := pgtest.Start(t)
+	db, err := sql.Open("postgres", srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.Exec(`CREATE TABLE resources (
+	    key    text   PRIMARY KEY,
+	    value  text,
+	    fence  bigint NOT NULL DEFAULT 0,
+	    holder text   NOT NULL DEFAULT ''
+	)`); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+type row struct {
+	value  sql.NullString
+	fence  int64
+	holder string
+}
+
+func readRow(t *testing.T, db *sql.DB, key string) row {
+	t.Helper()
+	var r row
+	if err := db.QueryRow(`SELECT value, fence, holder FROM resources WHERE key = $1`, key).Scan(&r.value, &r.fence, &r.holder); err != nil {
+		t.Fatalf("reading %s: %v", key, err)
+	}
+	return r
+}
+
+// questionDB runs ?-style statements on PostgreSQL by numbering the
+// placeholders, so the Question style is checked on a real server.
+type questionDB struct{ db *sql.DB }
+
+func numbered(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func (d questionDB) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if strings.Contains(q, "$") {
+		return nil, fmt.Errorf("dollar placeholder in a Question statement: %s", q)
+	}
+	return d.db.ExecContext(ctx, numbered(q), args...)
+}
+
+func (d questionDB) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return d.db.QueryRowContext(ctx, numbered(q), args...)
+}
+
+var ruleSteps = []struct {
+	token  fencing.Token
+	holder string
+	accept bool
+	why    string
+}{
+	{5, "A", true, "first write: fence 0 in the new row"},
+	{5, "A", true, "equal token, same holder"},
+	{5, "B", false, "equal token, another holder (a duplicated fence)"},
+	{4, "A", false, "older token"},
+	{6, "B", true, "greater token"},
+	{5, "A", false, "older token after a newer one"},
+	{1 << 53, "C", true, "2^53"},
+	{1<<53 + 1, "D", true, "2^53+1"},
+	{1 << 53, "C", false, "2^53 after 2^53+1"},
+	{math.MaxInt64, "E", true, "largest bigint"},
+	{math.MaxInt64 - 1, "F", false, "one below it"},
+}
+
+// TestSQLSetRule applies ruleSteps to one row with each placeholder style
+// and checks the row and the error after every step.
+func TestSQLSetRule(t *testing.T) {
+	db := openPG(t)
+	ctx := context.Background()
+	styles := []struct {
+		name string
+		tab  fencing.SQLTable
+		exec fencing.SQLExecer
+	}{
+		{"dollar", fencing.SQLTable{Table: "resources"}, db},
+		{"question", fencing.SQLTable{Table: "public.resources", Placeholder: fencing.Question}, questionDB{db}},
+	}
+	for _, st := range styles {
+		t.Run(st.name, func(t *testing.T) {
+			key := "orders-" + st.name
+			if _, err := db.Exec(`INSERT INTO resources (key) VALUES ($1)`, key); err != nil {
+				t.Fatal(err)
+			}
+			var accepted fencing.Token
+			var from string
+			for i, s := range ruleSteps {
+				before := readRow(t, db, key)
+				value := fmt.Sprintf("v%d", i)
+				err := st.tab.Set(ctx, st.exec, key, value, s.token, s.holder)
+				after := readRow(t, db, key)
+				if s.accept {
+					if err != nil {
+						t.Fatalf("step %d (%s): rejected: %v", i, s.why, err)
+					}
+					if after.value.String != value || after.fence != int64(s.token) || after.holder != s.holder {
+						t.Fatalf("step %d (%s): row %+v", i, s.why, after)
+					}
+					accepted, from = s.token, s.holder
+					continue
+				}
+				var se *fencing.StaleError
+				if !errors.As(err, &se) || !errors.Is(err, fencing.ErrStale) {
+					t.Fatalf("step %d (%s): %v, want a StaleError", i, s.why, err)
+				}
+				if se.Accepted != accepted || se.AcceptedFrom != from || se.Token != s.token || se.Holder != s.holder {
+					t.Fatalf("step %d (%s): %+v, want accepted %d from %s", i, s.why, *se, accepted, from)
+				}
+				if before != after {
+					t.Fatalf("step %d (%s): rejected write changed the row: %+v -> %+v", i, s.why, before, after)
+				}
+			}
+		})
+	}
+}
+
+// TestSQLMissingRow: the guard does not create rows; a missing one is
+// reported with ErrNoRow and nothing is inserted.
+func TestSQLMissingRow(t *testing.T) {
+	db := openPG(t)
+	err := fencing.SQLTable{Table: "resources"}.Set(context.Background(), db, "absent", "v", 3, "A")
+	if !errors.Is(err, fencing.ErrNoRow) || errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("missing row: %v", err)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM resources`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows after writing a missing row (%v)", n, err)
+	}
+}
+
+// countingDB counts the statements it is asked to run and runs none.
+type countingDB struct{ n int }
+
+func (c *countingDB) ExecContext(context.Context, string, ...any) (sql.Result, error) {
+	c.n++
+	return nil, errors.New("must not be called")
+}
+
+func (c *countingDB) QueryRowContext(context.Context, string, ...any) *sql.Row {
+	c.n++
+	return nil
+}
+
+// TestSQLInvalid: bad input is refused before any statement, with an error
+// wrapping a sentinel.
+func TestSQLInvalid(t *testing.T) {
+	ctx := context.Background()
+	good := fencing.SQLTable{Table: "resources"}
+	cases := []struct {
+		name string
+		tab  fencing.SQLTable
+		tok  fencing.Token
+		hold string
+		want error
+	}{
+		{"zero token", good, 0, "A", fencing.ErrInvalidToken},
+		{"token above int64", good, math.MaxInt64 + 1, "A", fencing.ErrInvalidToken},
+		{"empty holder", good, 1, "", fencing.ErrInvalidToken},
+		{"no table", fencing.SQLTable{}, 1, "A", fencing.ErrInvalidTable},
+		{"injection in table", fencing.SQLTable{Table: "resources; DROP TABLE x"}, 1, "A", fencing.ErrInvalidTable},
+		{"quoted column", fencing.SQLTable{Table: "resources", FenceColumn: `"fence"`}, 1, "A", fencing.ErrInvalidTable},
+		{"two dots", fencing.SQLTable{Table: "a.b.c"}, 1, "A", fencing.ErrInvalidTable},
+		{"unknown placeholder", fencing.SQLTable{Table: "resources", Placeholder: 7}, 1, "A", fencing.ErrInvalidTable},
+	}
+	for _, tc := range cases {
+		var db countingDB
+		err := tc.tab.Set(ctx, &db, "k", "v", tc.tok, tc.hold)
+		if !errors.Is(err, tc.want) || !strings.HasPrefix(err.Error(), "fencing: ") {
+			t.Errorf("%s: Set: %v, want an error wrapping %v", tc.name, err, tc.want)
+		}
+		if _, _, err := tc.tab.Where(tc.tok, tc.hold, 1); !errors.Is(err, tc.want) {
+			t.Errorf("%s: Where: %v, want an error wrapping %v", tc.name, err, tc.want)
+		}
+		if db.n != 0 {
+			t.Errorf("%s: %d statements sent", tc.name, db.n)
+		}
+	}
+}
+
+// TestSQLWhereOwnUpdate uses Where in a statement of one's own, inside a
+// transaction, and Stale after a rejection.
+func TestSQLWhereOwnUpdate(t *testing.T) {
+	db := openPG(t)
+	ctx := context.Background()
+	if _, err := db.Exec(`CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint, version bigint, fence bigint NOT NULL DEFAULT 0, holder text NOT NULL DEFAULT '')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO accounts (id, balance, version) VALUES (1, 100, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	tab := fencing.SQLTable{Table: "accounts", KeyColumn: "id"}
+	debit := func(tok fencing.Token, holder string, amount int64) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		cond, args, err := tab.Where(tok, holder, 3)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx,
+			`UPDATE accounts SET balance = balance - $1, version = version + 1, fence = $3, holder = $4 WHERE id = $2 AND `+cond,
+			append([]any{amount, 1}, args...)...)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return tab.Stale(ctx, tx, 1, tok, holder)
+		}
+		return tx.Commit()
+	}
+	if err := debit(10, "A", 30); err != nil {
+		t.Fatal(err)
+	}
+	err := debit(9, "B", 50)
+	var se *fencing.StaleError
+	if !errors.As(err, &se) || se.Accepted != 10 || se.AcceptedFrom != "A" {
+		t.Fatalf("older debit: %v", err)
+	}
+	var bal, ver, fence int64
+	if err := db.QueryRow(`SELECT balance, version, fence FROM accounts WHERE id = 1`).Scan(&bal, &ver, &fence); err != nil {
+		t.Fatal(err)
+	}
+	if bal != 70 || ver != 1 || fence != 10 {
+		t.Fatalf("balance %d version %d fence %d, want 70 1 10", bal, ver, fence)
+	}
+	if err := tab.Stale(ctx, db, 2, 1, "A"); !errors.Is(err, fencing.ErrNoRow) {
+		t.Fatalf("Stale of a missing row: %v", err)
+	}
+}
+
+// TestSQLConcurrentWriters: writers on separate connections present mixed
+// tokens at once; the row ends with the greatest token and the value
+// written with it. Each writer's tokens wrap around, so some of its writes
+// are certainly older than one already accepted and must be rejected.
+func TestSQLConcurrentWriters(t *testing.T) {
+	db := openPG(t)
+	db.SetMaxOpenConns(16)
+	ctx := context.Background()
+	if _, err := db.Exec(`INSERT INTO resources (key) VALUES ('counter')`); err != nil {
+		t.Fatal(err)
+	}
+	tab := fencing.SQLTable{Table: "resources"}
+	const writers, perWriter = 8, 30
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted, rejected := 0, 0
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perWriter; i++ {
+				tok := fencing.Token(1 + (i*writers+w*7)%(writers*perWriter))
+				holder := fmt.Sprintf("w%d", w)
+				err := tab.Set(ctx, db, "counter", tok.String()+"/"+holder, tok, holder)
+				mu.Lock()
+				switch {
+				case err == nil:
+					accepted++
+				case errors.Is(err, fencing.ErrStale):
+					rejected++
+				default:
+					t.Error(err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	r := readRow(t, db, "counter")
+	maxTok := int64(writers * perWriter)
+	if r.fence != maxTok || !strings.HasPrefix(r.value.String, strconv.FormatInt(maxTok, 10)+"/") || !strings.HasSuffix(r.value.String, "/"+r.holder) {
+		t.Fatalf("final row %+v, want fence %d and its writer's value", r, maxTok)
+	}
+	if accepted+rejected != writers*perWriter || accepted == 0 || rejected == 0 {
+		t.Fatalf("accepted %d rejected %d", accepted, rejected)
+	}
+	t.Logf("%d writes with mixed tokens on PostgreSQL: %d accepted, %d rejected; final fence %d", writers*perWriter, accepted, rejected, r.fence)
+}
+
+// ExampleSQLTable_Set guards a row of a PostgreSQL table with the fence
+// of a lease.
+func ExampleSQLTable_Set() {
+	var db *sql.DB // sql.Open("postgres", dsn), with the table of SQLTable's doc
+	var fence fencing.Token
+	var holder string // lease.Fence(), lease.Holder()
+	if db == nil {
+		return
+	}
+	tab := fencing.SQLTable{Table: "resources"}
+	err := tab.Set(context.Background(), db, "orders", `{"next": 42}`, fence, holder)
+	var stale *fencing.StaleError
+	switch {
+	case errors.As(err, &stale):
+		fmt.Println("a newer holder wrote first:", stale.Accepted)
+	case err != nil:
+		fmt.Println(err)
+	}
+}
