@@ -47,8 +47,9 @@
 // read are one Txn, a waiter whose lease expired (or was revoked) while it
 // waited is never told it holds the lock: the bug Jepsen found in etcd 3.4.3
 // (etcd issue #11456). Such a waiter starts over with a new lease at the end
-// of the queue. A wait ended by its context revokes its lease, which deletes
-// its queue entry.
+// of the queue; so does a waiter after a transient error (no leader,
+// connection lost), after a backoff. A wait ended by its context, or by
+// Close, revokes its lease, which deletes its queue entry.
 //
 // [Backend.Release] is a Txn that deletes our key only if it still carries
 // our create revision, then revokes our lease; it never deletes another

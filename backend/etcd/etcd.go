@@ -422,12 +422,23 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 			g.held = resp.Header.Revision
 			break
 		}
-		lost, err := b.waitDeleted(ctx, string(kvs[0].Key), resp.Header.Revision, renewals)
+		lost, broke, err := b.waitDeleted(ctx, string(kvs[0].Key), resp.Header.Revision, renewals)
 		if lost {
 			return fail(errWaiterLost)
 		}
 		if err != nil {
 			return fail(err)
+		}
+		if broke {
+			// The watch ended without an event: re-read after a pause, so
+			// a watch that keeps failing cannot make this loop spin.
+			t := time.NewTimer(watchRetry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fail(ctx.Err())
+			case <-t.C:
+			}
 		}
 	}
 	stopKeeper()
@@ -438,28 +449,32 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: ttl, Data: g}, nil
 }
 
-// waitDeleted watches pred from rev+1 until it is deleted (nil), the watch
-// breaks (nil: the caller re-reads), ctx ends (error), or our lease is lost
-// (lost).
-func (b *Backend) waitDeleted(ctx context.Context, pred string, rev int64, renewals <-chan fencedlock.Renewal) (lost bool, err error) {
+// watchRetry is the pause before re-reading the queue after a watch ended
+// without an event.
+const watchRetry = 50 * time.Millisecond
+
+// waitDeleted watches pred from rev+1 until it is deleted, the watch ends
+// without an event (broke: the caller re-reads), ctx ends (err), or our
+// lease is lost (lost).
+func (b *Backend) waitDeleted(ctx context.Context, pred string, rev int64, renewals <-chan fencedlock.Renewal) (lost, broke bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wch := b.c.Watch(wctx, pred, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
 	for {
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return false, false, ctx.Err()
 		case r, ok := <-renewals:
 			if !ok || errors.Is(r.Err, fencedlock.ErrNotHeld) {
-				return true, nil
+				return true, false, nil
 			}
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return false, nil
+				return false, true, nil
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					return false, nil
+					return false, false, nil
 				}
 			}
 		}
