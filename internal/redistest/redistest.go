@@ -41,6 +41,7 @@ type config struct {
 	lines    []string
 	password string
 	user     string
+	tls      *TLS // serve TLS only (see WithTLS)
 }
 
 // WithConfig adds lines to the server's config file, e.g.
@@ -95,6 +96,8 @@ type Server struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
 	log  *logBuf
+
+	tls *TLS // non-nil if the server only speaks TLS (WithTLS)
 }
 
 // logBuf collects a server's output.
@@ -124,7 +127,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, o := range opts {
 		o(&c)
 	}
-	s := &Server{t: t, bin: bin, Dir: t.TempDir(), password: c.password, user: c.user}
+	s := &Server{t: t, bin: bin, Dir: t.TempDir(), password: c.password, user: c.user, tls: c.tls}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := freePort()
@@ -145,6 +148,9 @@ func Start(t testing.TB, opts ...Option) *Server {
 			"loglevel notice",
 			// Replicas sync at once instead of after the default 5s.
 			"repl-diskless-sync-delay 0",
+		}
+		if c.tls != nil {
+			base = append(base, c.tls.serverLines(port)...)
 		}
 		if err := os.WriteFile(s.conf, []byte(strings.Join(append(base, c.lines...), "\n")+"\n"), 0o600); err != nil {
 			t.Fatalf("redistest: %v", err)
@@ -282,12 +288,16 @@ func (s *Server) Restart() {
 
 // ClientOption returns rueidis options for this server, with credentials.
 func (s *Server) ClientOption() rueidis.ClientOption {
-	return rueidis.ClientOption{
+	opt := rueidis.ClientOption{
 		InitAddress:  []string{s.Addr},
 		Username:     s.user,
 		Password:     s.password,
 		DisableCache: true,
 	}
+	if s.tls != nil {
+		opt.TLSConfig = s.tls.ClientConfig()
+	}
+	return opt
 }
 
 // Client returns a new rueidis client for this server, closed at the end of
@@ -317,6 +327,9 @@ func (s *Server) CLI(t testing.TB, args ...string) (string, error) {
 	}
 	if s.password != "" {
 		full = append(full, "--no-auth-warning", "-a", s.password)
+	}
+	if s.tls != nil {
+		full = append(full, "--tls", "--cacert", s.tls.CAFile)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

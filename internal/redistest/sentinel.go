@@ -1,0 +1,186 @@
+package redistest
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// SentinelOptions configures StartSentinels. Zero fields take the defaults
+// noted.
+type SentinelOptions struct {
+	MasterName string        // default "fencedlock"
+	Quorum     int           // default a majority of the sentinels
+	DownAfter  time.Duration // down-after-milliseconds; default 500ms
+	// FailoverTimeout is failover-timeout; default 20s. Sentinel also waits
+	// this long before "fixing" a replica that replicates from an address it
+	// does not expect (a replica behind a fault proxy), so keep it longer
+	// than the test.
+	FailoverTimeout time.Duration
+}
+
+func (o SentinelOptions) resolve(n int) SentinelOptions {
+	if o.MasterName == "" {
+		o.MasterName = "fencedlock"
+	}
+	if o.Quorum == 0 {
+		o.Quorum = n/2 + 1
+	}
+	if o.DownAfter == 0 {
+		o.DownAfter = 500 * time.Millisecond
+	}
+	if o.FailoverTimeout == 0 {
+		o.FailoverTimeout = 20 * time.Second
+	}
+	return o
+}
+
+// Sentinels is a group of redis-sentinel processes monitoring one master.
+type Sentinels struct {
+	Nodes      []*Server
+	MasterName string
+}
+
+// StartSentinels starts n redis-sentinel processes that monitor primary,
+// each on a free port in its own directory (sentinel rewrites its config
+// file), stopped when the test ends. It does not wait for them to discover
+// each other or the replicas: see WaitReady.
+func StartSentinels(t testing.TB, primary *Server, n int, o SentinelOptions) *Sentinels {
+	t.Helper()
+	o = o.resolve(n)
+	bin := Binary(t, "redis-sentinel")
+	g := &Sentinels{MasterName: o.MasterName}
+	for range n {
+		s := &Server{t: t, bin: bin, Dir: t.TempDir()}
+		var lastErr error
+		for attempt := 0; attempt < 5; attempt++ {
+			port, err := freePort()
+			if err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
+			s.Port = port
+			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			s.conf = filepath.Join(s.Dir, "sentinel.conf")
+			name := o.MasterName
+			lines := []string{
+				"port " + strconv.Itoa(port),
+				"bind 127.0.0.1",
+				"dir " + quote(s.Dir),
+				"daemonize no",
+				"logfile \"\"",
+				"loglevel notice",
+				fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", name, primary.Port, o.Quorum),
+				fmt.Sprintf("sentinel down-after-milliseconds %s %d", name, o.DownAfter.Milliseconds()),
+				fmt.Sprintf("sentinel failover-timeout %s %d", name, o.FailoverTimeout.Milliseconds()),
+				fmt.Sprintf("sentinel parallel-syncs %s 1", name),
+			}
+			if primary.password != "" {
+				lines = append(lines, fmt.Sprintf("sentinel auth-pass %s %s", name, quote(primary.password)))
+				if primary.user != "" {
+					lines = append(lines, fmt.Sprintf("sentinel auth-user %s %s", name, primary.user))
+				}
+			}
+			if err := os.WriteFile(s.conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+				t.Fatalf("redistest: %v", err)
+			}
+			if lastErr = s.start(); lastErr == nil {
+				break
+			}
+			if !strings.Contains(lastErr.Error(), "Address already in use") {
+				break
+			}
+		}
+		if lastErr != nil {
+			t.Fatalf("redistest: starting redis-sentinel: %v", lastErr)
+		}
+		t.Cleanup(s.Stop)
+		g.Nodes = append(g.Nodes, s)
+	}
+	return g
+}
+
+// SentinelReadyTimeout bounds WaitReady.
+const SentinelReadyTimeout = 20 * time.Second
+
+// WaitReady waits until every sentinel knows at least replicas replicas of
+// the master and all the other sentinels (they find each other through
+// hello messages every 2s), so that a failover can be authorized.
+func (g *Sentinels) WaitReady(t testing.TB, replicas int) {
+	t.Helper()
+	deadline := time.Now().Add(SentinelReadyTimeout)
+	for _, s := range g.Nodes {
+		for {
+			reps, err1 := s.CLI(t, "SENTINEL", "REPLICAS", g.MasterName)
+			sens, err2 := s.CLI(t, "SENTINEL", "SENTINELS", g.MasterName)
+			if err1 == nil && err2 == nil && countFields(reps, "flags") >= replicas &&
+				countFields(sens, "flags") == len(g.Nodes)-1 && !strings.Contains(reps, "s_down") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: sentinel %s not ready after %v:\nreplicas:\n%s\nsentinels:\n%s", s.Addr, SentinelReadyTimeout, reps, sens)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// countFields counts the lines of redis-cli output equal to name (one per
+// entry of a SENTINEL REPLICAS or SENTINELS reply).
+func countFields(out, name string) int {
+	n := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.TrimSpace(l) == name {
+			n++
+		}
+	}
+	return n
+}
+
+// MasterAddr returns the master address the first sentinel reports.
+func (g *Sentinels) MasterAddr(t testing.TB) string {
+	t.Helper()
+	out, err := g.Nodes[0].CLI(t, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", g.MasterName)
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		t.Fatalf("redistest: SENTINEL GET-MASTER-ADDR-BY-NAME: %q", out)
+	}
+	return net.JoinHostPort(f[0], f[1])
+}
+
+// ClientOption returns rueidis options that find the master through the
+// sentinels (rueidis's Sentinel option), with the data servers' credentials
+// taken from primary.
+func (g *Sentinels) ClientOption(primary *Server) rueidis.ClientOption {
+	opt := primary.ClientOption()
+	opt.InitAddress = nil
+	for _, s := range g.Nodes {
+		opt.InitAddress = append(opt.InitAddress, s.Addr)
+	}
+	opt.Sentinel = rueidis.SentinelOption{MasterSet: g.MasterName, TopologyRefreshInterval: time.Second}
+	return opt
+}
+
+// Client returns a sentinel-mode rueidis client, closed when the test ends.
+func (g *Sentinels) Client(t testing.TB, primary *Server, edit func(*rueidis.ClientOption)) rueidis.Client {
+	t.Helper()
+	opt := g.ClientOption(primary)
+	if edit != nil {
+		edit(&opt)
+	}
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatalf("redistest: connecting through sentinels: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
