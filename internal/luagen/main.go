@@ -135,6 +135,27 @@ var scripts = []Script{
 			"The caller must not reveal the owner token.",
 		},
 	},
+	{
+		Name:    "fenced_write",
+		Summary: "Write fields of a hash if, and only if, the fencing rule accepts the token.",
+		Keys: []Param{
+			{"hash", "the guarded resource: a hash holding the caller's fields and the fence record (fields fencedlock:fence and fencedlock:holder)"},
+		},
+		Args: []Param{
+			{"token", "the fencing token presented, in decimal (1 to 20 digits, no leading zero)"},
+			{"holder", "the holder id presented (non-empty; never the owner token)"},
+			{"field", "the first field to set (not a reserved field)"},
+			{"value", "its value; further field, value pairs may follow"},
+		},
+		Returns: []string{
+			"{1}: accepted; the fields, the token and the holder id were written",
+			"{0, fence, holder}: rejected (token older than fence, or equal to it from",
+			"       another holder); nothing was written",
+			"error " + consts.CorruptCode + ": the fence record was not written by fencedlock;",
+			"       nothing was written (WRONGTYPE if KEYS[1] is not a hash)",
+		},
+		Usage: "redis-cli --eval backend/redis/scripts/fenced_write.lua orders , 42 holder-id value 7",
+	},
 }
 
 // funcs are the template functions: dict builds the argument of a shared
