@@ -42,7 +42,7 @@ func init() {
 		manualRenew: true,
 		autoRenew:   true, // with the renew loop a user would write
 		open: func(tb testing.TB, e *env, cfg clientConfig) lockClient {
-			return &rawClient{c: e.newRueidis(tb, nil), ttl: strconv.FormatInt(cfg.ttl.Milliseconds(), 10), period: cfg.ttl / 3, auto: !cfg.manual}
+			return &rawClient{c: e.newRueidis(tb, nil), ttl: strconv.FormatInt(cfg.ttl.Milliseconds(), 10), period: cfg.ttl / 3, auto: cfg.keepAlive && !cfg.manual}
 		},
 	})
 }

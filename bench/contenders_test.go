@@ -28,6 +28,10 @@ type contender struct {
 type clientConfig struct {
 	ttl    time.Duration // lease on the server
 	manual bool          // the scenario renews by hand: keep any watchdog quiet
+	// keepAlive: the scenario holds leases past their TTL (ManyLeases), so
+	// contenders without a watchdog run the renew loop a user would write.
+	// Elsewhere the raw baseline stays the bare minimum.
+	keepAlive bool
 }
 
 // lockClient is one library client.

@@ -464,7 +464,7 @@ type manyResult struct {
 // the library renews them, and releases them.
 func runManyLeases(tb testing.TB, e *env, c contender, n int, hold time.Duration) manyResult {
 	tb.Helper()
-	cl := c.open(tb, e, clientConfig{ttl: manyTTL})
+	cl := c.open(tb, e, clientConfig{ttl: manyTTL, keepAlive: true})
 	defer cl.close()
 	res := manyResult{n: n, hold: hold}
 	leases := make([]heldLock, n)

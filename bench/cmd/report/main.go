@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,8 +44,9 @@ func main() {
 		svg       = flag.String("svg", "chart.svg", "SVG chart to write")
 		save      = flag.String("save", filepath.Join("results", "latest.txt"), "where to save the raw benchmark output (empty: don't)")
 		benchtime = flag.String("benchtime", "1s", "go test -benchtime for the b.N scenarios")
-		count     = flag.Int("count", 1, "go test -count")
-		bench     = flag.String("bench", ".", "go test -bench pattern")
+		count     = flag.Int("count", 3, "go test -count for the b.N scenarios (AcquireRelease, Renew); the report shows medians")
+		countFix  = flag.Int("count-fixed", 1, "go test -count for the fixed-duration scenarios (Contended, Handoff, ManyLeases)")
+		bench     = flag.String("bench", "", "run only the benchmarks matching this go test -bench pattern (with -count)")
 		short     = flag.Bool("short", false, "scaled-down run (go test -short)")
 		duration  = flag.Duration("duration", 2*time.Second, "length of Contended and Handoff")
 		leases    = flag.Int("leases", 10000, "leases in ManyLeases")
@@ -61,18 +63,26 @@ func main() {
 			os.Exit(1)
 		}
 	} else {
-		args := []string{"test", "-run", "^$", "-bench", *bench, "-benchmem", "-benchtime", *benchtime,
-			"-count", strconv.Itoa(*count), "-timeout", "60m"}
-		if *short {
-			args = append(args, "-short")
-		}
-		args = append(args, ".", "-args", "-duration", duration.String(), "-leases", strconv.Itoa(*leases), "-hold", hold.String())
-		log("go %s", strings.Join(args, " "))
-		cmd := exec.Command("go", args...)
 		var buf bytes.Buffer
-		cmd.Stdout = io.MultiWriter(&buf, os.Stderr)
-		cmd.Stderr = os.Stderr
-		runErr := cmd.Run()
+		runGo := func(pattern string, count int) error {
+			args := []string{"test", "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", *benchtime,
+				"-count", strconv.Itoa(count), "-timeout", "60m"}
+			if *short {
+				args = append(args, "-short")
+			}
+			args = append(args, ".", "-args", "-duration", duration.String(), "-leases", strconv.Itoa(*leases), "-hold", hold.String())
+			log("go %s", strings.Join(args, " "))
+			cmd := exec.Command("go", args...)
+			cmd.Stdout = io.MultiWriter(&buf, os.Stderr)
+			cmd.Stderr = os.Stderr
+			return cmd.Run()
+		}
+		var runErr error
+		if *bench != "" {
+			runErr = runGo(*bench, *count)
+		} else if runErr = runGo("^Benchmark(AcquireRelease|Renew|Overhead)$", *count); runErr == nil {
+			runErr = runGo("^Benchmark(Contended|Handoff|ManyLeases)$", *countFix)
+		}
 		raw = buf.Bytes()
 		if *save != "" {
 			if err := os.MkdirAll(filepath.Dir(*save), 0o755); err == nil {
@@ -107,7 +117,7 @@ func main() {
 	fmt.Print(headline(run))
 }
 
-// result is the metrics of one benchmark (averaged over -count runs).
+// result is the metrics of one benchmark (the median over -count runs).
 type result map[string]float64
 
 // runData is a parsed benchmark run: results by benchmark name (without
@@ -116,6 +126,7 @@ type result map[string]float64
 type runData struct {
 	config  map[string]string // goos, cpu, redis, etcd...
 	results map[string]result
+	runs    map[string]int // how many runs each result summarises
 	procs   int
 }
 
@@ -125,8 +136,8 @@ var (
 )
 
 func parse(raw []byte) (*runData, error) {
-	r := &runData{config: map[string]string{}, results: map[string]result{}}
-	counts := map[string]int{}
+	r := &runData{config: map[string]string{}, results: map[string]result{}, runs: map[string]int{}}
+	samples := map[string]map[string][]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -149,25 +160,41 @@ func parse(raw []byte) (*runData, error) {
 		if len(f)%2 != 0 {
 			continue
 		}
-		res := r.results[name]
-		if res == nil {
-			res = result{}
-			r.results[name] = res
+		if samples[name] == nil {
+			samples[name] = map[string][]float64{}
 		}
-		n := counts[name]
 		for i := 0; i < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
 				continue
 			}
-			res[f[i+1]] = (res[f[i+1]]*float64(n) + v) / float64(n+1)
+			samples[name][f[i+1]] = append(samples[name][f[i+1]], v)
 		}
-		counts[name] = n + 1
 	}
-	if len(r.results) == 0 {
+	if len(samples) == 0 {
 		return nil, errors.New("no benchmark results in the input")
 	}
+	// Several runs of one benchmark (-count) are summarised by their
+	// median, which a burst of noise on a shared machine does not move.
+	for name, units := range samples {
+		res := result{}
+		for unit, vs := range units {
+			res[unit] = median(vs)
+			r.runs[name] = max(r.runs[name], len(vs))
+		}
+		r.results[name] = res
+	}
 	return r, nil
+}
+
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
 }
 
 // libs lists the libraries in report order, as the benchmarks name them.
@@ -393,6 +420,30 @@ func many(r *runData) string {
 	return t.String()
 }
 
+func overhead(r *runData) string {
+	t := &table{head: []string{"layer", "ops/s", "vs raw", "ns/op", "allocs/op", "B/op"}}
+	names := map[string]string{"raw": "raw rueidis scripts", "backend": "backend/redis directly", "locker-try": "Locker.TryAcquire + Lease.Release", "locker": "Locker.Acquire + Lease.Release"}
+	var base float64
+	for _, layer := range []string{"raw", "backend", "locker-try", "locker"} {
+		res, ok := r.results["Overhead/layer="+layer]
+		if !ok || res["ns/op"] <= 0 {
+			continue
+		}
+		if layer == "raw" {
+			base = res["ns/op"]
+		}
+		ratio := "–"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2fx", base/res["ns/op"])
+		}
+		t.rows = append(t.rows, []string{names[layer], fmtRate(1e9 / res["ns/op"]), ratio, fmtNum(res["ns/op"]), fmtNum(res["allocs/op"]), fmtNum(res["B/op"])})
+	}
+	if len(t.rows) == 0 {
+		return "_not run_\n"
+	}
+	return t.String()
+}
+
 // target is one goal of issue 7, checked against the run.
 type target struct {
 	what   string
@@ -490,6 +541,10 @@ func render(r *runData, versions map[string]string) string {
 	b.WriteString("One client acquires the leases (64 at a time), holds them while the library keeps them alive (TTL 3 s), then releases them. redsync and bsm/redislock have no watchdog and are left out; the raw baseline runs the renew loop a user would write (one goroutine and ticker per lock). CPU is the client process's; heap is live heap after GC.\n\n")
 	b.WriteString(many(r))
 
+	b.WriteString("\n### Where fencedlock/redis spends its time (uncontended acquire+release, one goroutine)\n\n")
+	b.WriteString("The same operation through each layer on one client: the raw baseline, the Redis backend called directly, then `Locker.TryAcquire` and `Locker.Acquire` (lease, watchdog, contexts, logging of the root package on top).\n\n")
+	b.WriteString(overhead(r))
+
 	b.WriteString("\n---\n\n")
 	b.WriteString(footnote(r, versions))
 	fmt.Fprintf(&b, "\n%s\n", endMarker)
@@ -557,8 +612,19 @@ func footnote(r *runData, versions map[string]string) string {
 	}
 	b.WriteString(strings.Join(vs, ", "))
 	b.WriteString("; fencedlock at the commit of this file. ")
-	b.WriteString("One run (`-count 1`), not a statistical study: for decisions, run `go test -run '^$' -bench . -benchmem -count 10` against your own servers and compare with benchstat.\n")
+	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: median of %d runs each; the fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
+	b.WriteString("Not a statistical study: for decisions, run `go test -run '^$' -bench . -benchmem -count 10` against your own servers and compare with benchstat.\n")
 	return b.String()
+}
+
+func (r *runData) maxRuns(prefix string) int {
+	n := 0
+	for name, c := range r.runs {
+		if strings.HasPrefix(name, prefix) {
+			n = max(n, c)
+		}
+	}
+	return n
 }
 
 func orUnknown(s string) string {
@@ -718,4 +784,3 @@ func chart(r *runData) string {
 func esc(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }
-
