@@ -46,7 +46,10 @@ type Backend interface {
 	Renew(ctx context.Context, g Grant, ttl time.Duration) (time.Duration, error)
 
 	// Release deletes g.Key if, and only if, g.Owner still holds it. If not,
-	// it must delete nothing and return an error wrapping [ErrNotHeld]. The
+	// it must delete nothing and return an error wrapping [ErrNotHeld].
+	// Release must also work on a Grant carrying only Key and Owner (no
+	// Fence, TTL or Data): the Locker sends one to clean up after an
+	// Acquire whose outcome is unknown (its context ended mid-request). The
 	// fence history of the key must survive Release: the next Grant on the
 	// key still carries a greater fence.
 	Release(ctx context.Context, g Grant) error
@@ -71,7 +74,13 @@ type Grant struct {
 	Key   string
 	Owner string        // the owner token of the request: a secret
 	Fence fencing.Token // greater than every fence granted before on Key
-	TTL   time.Duration // the lease the server applied, from when the request was sent
+	TTL   time.Duration // the lease the server applied, from Sent
+	// Sent is when the request that last set the lease's expiry on the
+	// server was sent (monotonic clock). Zero means "the Acquire call that
+	// returned this Grant", which is right for a one-attempt Acquire; a
+	// WaitAcquirer whose lease was granted and kept alive while it waited
+	// sets it to the send time of its last confirmed renewal.
+	Sent time.Time
 	// Data is private to the backend that made the Grant (an etcd lease ID
 	// and revision, for instance).
 	Data any

@@ -345,6 +345,9 @@ func (l *Locker) start(g Grant, sent time.Time) (*Lease, error) {
 	if ttl <= 0 {
 		ttl = l.opts.TTL
 	}
+	if !g.Sent.IsZero() {
+		sent = g.Sent
+	}
 	ls.deadline = sent.Add(ttl - l.opts.SafetyMargin)
 	ls.ctx, ls.cancel = context.WithCancelCause(context.Background())
 

@@ -281,11 +281,9 @@ var errWaiterLost = errors.New("etcd: waiter's lease expired or was revoked whil
 // the turn the same way, after the same clean-up, and the wait starts over
 // after a backoff of 50 ms doubling up to 1 s, for as long as ctx allows.
 //
-// The Locker measures a grant's lease from the moment it called
-// AcquireWait, so the returned Grant's TTL runs from that moment to the
-// earliest moment the server can expire the lease (the send time of its
-// last confirmed renewal plus the lease TTL): after a long wait it exceeds
-// the lease's own TTL by about the time waited.
+// The returned Grant's Sent is the send time of the lease's last confirmed
+// renewal while it waited, and its TTL the lease's granted TTL, so the
+// Locker's local deadline runs from the right moment however long the wait.
 func (b *Backend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
 	if err := b.begin(); err != nil {
 		return fencedlock.Grant{}, err
@@ -442,11 +440,9 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 		}
 	}
 	stopKeeper()
-	// The Locker's deadline runs from its own send time, which is before
-	// start: report the lease as lasting from start to the server's expiry
-	// at the earliest (last confirmed renewal's send time + TTL).
-	ttl := max(g.sent().Add(g.ttl).Sub(start), time.Nanosecond)
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: ttl, Data: g}, nil
+	// The server can expire the lease at the earliest at the send time of
+	// its last confirmed renewal plus its TTL.
+	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
 }
 
 // watchRetry is the pause before re-reading the queue after a watch ended
