@@ -635,13 +635,10 @@ func testCancelledAcquire(t *testing.T, e *env) {
 		t.Fatalf("cancelled Acquire: %v", err)
 	}
 	live := e.locker(t, nil)
-	got := make(chan *fencedlock.Lease, 1)
+	got := make(chan acquired, 1)
 	go func() {
 		ls, err := live.Acquire(e.ctx, key)
-		if err != nil {
-			t.Errorf("live waiter: %v", err)
-		}
-		got <- ls
+		got <- acquired{ls, err}
 	}()
 	time.Sleep(e.cfg.QueueDelay)
 	released := time.Now()
@@ -651,14 +648,22 @@ func testCancelledAcquire(t *testing.T, e *env) {
 	// A cancelled waiter left in the queue would hold the key for a TTL.
 	bound := e.hold / 2
 	select {
-	case ls := <-got:
-		if ls != nil {
-			t.Logf("live waiter got the key %v after the release", time.Since(released).Round(time.Millisecond))
-			_ = ls.Release(e.ctx)
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("live waiter: %v", r.err)
 		}
+		t.Logf("live waiter got the key %v after the release", time.Since(released).Round(time.Millisecond))
+		_ = r.ls.Release(e.ctx)
 	case <-time.After(bound):
 		t.Fatalf("live waiter still waiting %v after the holder released: a cancelled waiter blocks the queue", bound)
 	}
+}
+
+// acquired is the outcome of an Acquire run in a goroutine (which must not
+// call t's methods: it may outlive a failed test).
+type acquired struct {
+	ls  *fencedlock.Lease
+	err error
 }
 
 func testPausedHolder(t *testing.T, e *env) {
@@ -926,13 +931,10 @@ func testNotifier(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	got := make(chan *fencedlock.Lease, 1)
+	got := make(chan acquired, 1)
 	go func() {
 		ls, err := waiter.Acquire(e.ctx, key)
-		if err != nil {
-			t.Errorf("waiting Acquire: %v", err)
-		}
-		got <- ls
+		got <- acquired{ls, err}
 	}()
 	time.Sleep(e.ttl) // let the waiter fail once and start watching
 	released = time.Now()
@@ -940,10 +942,11 @@ func testNotifier(t *testing.T, e *env) {
 		t.Fatalf("Release: %v", err)
 	}
 	select {
-	case ls := <-got:
-		if ls == nil {
-			return
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("waiting Acquire: %v", r.err)
 		}
+		ls := r.ls
 		t.Logf("waiting Acquire woken %v after the release", time.Since(released).Round(time.Microsecond))
 		if ls.Fence() <= h.Fence() {
 			t.Errorf("woken waiter's fence %v, want > %v", ls.Fence(), h.Fence())
@@ -1030,24 +1033,30 @@ func testWaitAcquirer(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	var mu sync.Mutex
-	var order []int
-	var wg sync.WaitGroup
+	var (
+		mu    sync.Mutex
+		order []int
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	defer wg.Wait() // after cancel below: the waiters end before the test
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
 	for i := range waiters {
 		b := e.backend(t)
 		w := b.(fencedlock.WaitAcquirer)
 		wg.Go(func() {
-			g, err := w.AcquireWait(e.ctx, req())
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
+			g, err := w.AcquireWait(ctx, req())
+			if err == nil {
+				err = b.Release(ctx, g)
 			}
 			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			if err := b.Release(e.ctx, g); err != nil {
-				t.Errorf("waiter %d: Release: %v", i, err)
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("waiter %d: %w", i, err))
+				return
 			}
+			order = append(order, i)
 		})
 		time.Sleep(e.cfg.QueueDelay)
 	}
@@ -1055,6 +1064,9 @@ func testWaitAcquirer(t *testing.T, e *env) {
 		t.Fatalf("Release: %v", err)
 	}
 	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
 	for i, w := range order {
 		if w != i {
 			t.Fatalf("waiters granted in order %v, want FIFO [0 1 ... %d] (waiters started %v apart)", order, waiters-1, e.cfg.QueueDelay)
