@@ -153,6 +153,9 @@ type Violation struct {
 }
 
 func (v Violation) String() string {
+	if v.Event.Fence == 0 {
+		return fmt.Sprintf("#%d %s (proc %s, key %q): %s", v.Index, v.Rule, v.Event.Proc, v.Event.Key, v.Msg)
+	}
 	return fmt.Sprintf("#%d %s (proc %s, key %q, fence %d): %s", v.Index, v.Rule, v.Event.Proc, v.Event.Key, v.Event.Fence, v.Msg)
 }
 

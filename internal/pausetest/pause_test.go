@@ -1,0 +1,392 @@
+package pausetest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/history"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// Environment of a worker process.
+const (
+	envRole    = "PAUSETEST_ROLE" // "victim" or "worker"; unset in the parent
+	envRedis   = "PAUSETEST_REDIS"
+	envHistory = "PAUSETEST_HISTORY"
+	envLock    = "PAUSETEST_LOCK"
+	envCounter = "PAUSETEST_COUNTER"
+	envFenced  = "PAUSETEST_FENCED" // "1": FencedSet; "0": plain HSET
+	envStop    = "PAUSETEST_STOP"   // workers stop when this file exists
+	envName    = "PAUSETEST_NAME"
+)
+
+const (
+	ttl        = 600 * time.Millisecond // lease of every worker
+	pause      = 2 * ttl                // how long the victim stays stopped, at least
+	workers    = 3                      // workers besides the victim
+	minWrites  = 5                      // accepted writes of others the parent waits for during the pause
+	maxRounds  = 2000                   // per worker, a bound
+	workerTime = 25 * time.Second       // per worker, a bound
+)
+
+// TestPausedHolder runs the workload twice on one redis-server: with
+// fencing (the history check must pass and the paused holder's write must
+// be rejected) and without (the check must fail: the negative control).
+func TestPausedHolder(t *testing.T) {
+	if role := os.Getenv(envRole); role != "" {
+		runWorker(t, role)
+		return
+	}
+	srv := redistest.Start(t)
+	for _, fenced := range []bool{true, false} {
+		name := map[bool]string{true: "fenced", false: "unfenced"}[fenced]
+		t.Run(name, func(t *testing.T) {
+			res, victim := runWorkload(t, srv, name, fenced)
+			t.Logf("%s: %d writes attempted, %d accepted, %d rejected; paused holder's write: %s",
+				name, res.Attempted, res.Accepted, res.Rejected, victim.Kind)
+			if fenced {
+				if err := res.Err(); err != nil {
+					t.Fatalf("with fencing the history check failed:\n%v", err)
+				}
+				if victim.Kind != history.Rejected || !strings.Contains(victim.Err, "stale") {
+					t.Fatalf("paused holder's write: %+v, want rejected as stale", victim)
+				}
+				return
+			}
+			err := res.Err()
+			if err == nil {
+				t.Fatal("negative control: without fencing the history check passed; the test has no teeth")
+			}
+			if victim.Kind != history.Accepted || !res.Has(history.RuleStale) || !res.Has(history.RuleCounter) {
+				t.Fatalf("negative control: paused holder's write %s; want it accepted and reported as a stale write and lost increments:\n%v", victim.Kind, err)
+			}
+			t.Logf("negative control, as required, fails the check:\n%v", err)
+		})
+	}
+}
+
+// runWorkload runs the victim and the workers and returns the checked
+// history and the victim's write outcome.
+func runWorkload(t *testing.T, srv *redistest.Server, name string, fenced bool) (history.Result, history.Event) {
+	dir := t.TempDir()
+	histPath := filepath.Join(dir, "history")
+	stopPath := filepath.Join(dir, "stop")
+	lockKey, counter := "pause-"+name, "counter:"+name
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	command := func(role, who string) (*exec.Cmd, *bytes.Buffer) {
+		cmd := exec.CommandContext(ctx, exe, "-test.run=^TestPausedHolder$", "-test.count=1")
+		cmd.Env = append(os.Environ(),
+			envRole+"="+role, envRedis+"="+srv.Addr, envHistory+"="+histPath, envLock+"="+lockKey,
+			envCounter+"="+counter, envFenced+"="+map[bool]string{true: "1", false: "0"}[fenced],
+			envStop+"="+stopPath, envName+"="+who)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		return cmd, &out
+	}
+
+	// The victim: acquires first, reads, reports "in critical section" on
+	// fd 3 and waits for a byte on fd 4 before writing.
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readyR.Close()
+	defer goW.Close()
+	victim, victimOut := command("victim", "victim")
+	victim.ExtraFiles = []*os.File{readyW, goR}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	readyW.Close()
+	goR.Close()
+	victimDone := make(chan error, 1)
+	go func() { victimDone <- victim.Wait() }()
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(readyR).ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		if strings.TrimSpace(s) != "in critical section" {
+			t.Fatalf("victim said %q\n%s", s, victimOut)
+		}
+	case err := <-victimDone:
+		t.Fatalf("victim exited before its critical section: %v\n%s", err, victimOut)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("victim did not reach its critical section in 30s\n%s", victimOut)
+	}
+
+	// Stop it in the middle of its critical section.
+	if err := victim.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, victim.Process.Pid, 'T')
+	stoppedAt := time.Now()
+
+	others := make([]*exec.Cmd, workers)
+	outs := make([]*bytes.Buffer, workers)
+	dones := make([]chan error, workers)
+	for i := range others {
+		others[i], outs[i] = command("worker", fmt.Sprintf("worker%d", i))
+		if err := others[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+		dones[i] = make(chan error, 1)
+		go func() { dones[i] <- others[i].Wait() }()
+	}
+	// Keep it stopped for at least the pause and until the others have
+	// written: its lease is long gone, newer fences are on the counter.
+	time.Sleep(pause)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if n := acceptedBy(t, histPath, "worker"); n >= minWrites {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workers made fewer than %d writes in 20s\n%s", minWrites, outs[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopped := time.Since(stoppedAt)
+	if err := victim.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := goW.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-victimDone:
+		if err != nil {
+			t.Fatalf("victim: %v\n%s", err, victimOut)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("victim did not finish in 30s\n%s", victimOut)
+	}
+	// Let the workers go on a little after the late write, then stop them.
+	time.Sleep(ttl / 2)
+	if err := os.WriteFile(stopPath, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range others {
+		select {
+		case err := <-dones[i]:
+			if err != nil {
+				t.Fatalf("worker %d: %v\n%s", i, err, outs[i])
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("worker %d did not stop in 30s", i)
+		}
+	}
+
+	// Record the final state and check the history.
+	c := srv.Client(t, nil)
+	final, err := readCounter(context.Background(), c, counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := history.Open(histPath, "parent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Record(history.Event{Kind: history.Final, Key: counter, Value: final}); err != nil {
+		t.Fatal(err)
+	}
+	rec.Close()
+	events, err := history.ReadFile(histPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victimWrite history.Event
+	for _, e := range events {
+		if e.Proc == "victim" && (e.Kind == history.Accepted || e.Kind == history.Rejected) {
+			victimWrite = e
+		}
+	}
+	if victimWrite.Kind == "" {
+		t.Fatalf("no write outcome of the victim in the history\n%s", victimOut)
+	}
+	t.Logf("victim stopped for %v (TTL %v); final counter %s; %d events", stopped.Round(time.Millisecond), ttl, final, len(events))
+	return history.Check(events, history.Options{Initial: "0", Counter: true}), victimWrite
+}
+
+// acceptedBy counts the accepted writes of processes whose name starts
+// with prefix.
+func acceptedBy(t *testing.T, path, prefix string) int {
+	events, err := history.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range events {
+		if e.Kind == history.Accepted && strings.HasPrefix(e.Proc, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitState waits (at most 5s) until process pid is in state ('T':
+// stopped), as /proc/PID/stat reports it.
+func waitState(t *testing.T, pid int, state byte) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && b[i+2] == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d not in state %c after 5s: %s", pid, state, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// readCounter returns the counter's value, "0" if it was never written.
+func readCounter(ctx context.Context, c rueidis.Client, key string) (string, error) {
+	v, err := c.Do(ctx, c.B().Hget().Key(key).Field(redis.ValueField).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "0", nil
+	}
+	return v, err
+}
+
+// worker is one process of the workload.
+type worker struct {
+	t       *testing.T
+	c       rueidis.Client
+	b       *redis.Backend
+	locker  *fencedlock.Locker
+	rec     *history.Recorder
+	lock    string
+	counter string
+	fenced  bool
+}
+
+func runWorker(t *testing.T, role string) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{os.Getenv(envRedis)}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, err := redis.New(c, redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	locker := fencedlock.New(b, fencedlock.Options{TTL: ttl})
+	defer locker.Close()
+	rec, err := history.Open(os.Getenv(envHistory), os.Getenv(envName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	w := &worker{t: t, c: c, b: b, locker: locker, rec: rec,
+		lock: os.Getenv(envLock), counter: os.Getenv(envCounter), fenced: os.Getenv(envFenced) == "1"}
+	if role == "victim" {
+		ready, gate := os.NewFile(3, "ready"), os.NewFile(4, "go")
+		defer ready.Close()
+		defer gate.Close()
+		w.round(func() {
+			// In the critical section, between the read and the write:
+			// tell the parent, then wait for it (it stops us meanwhile).
+			if _, err := ready.WriteString("in critical section\n"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := gate.Read(make([]byte, 1)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return
+	}
+	stop := os.Getenv(envStop)
+	start := time.Now()
+	for i := 0; i < maxRounds && time.Since(start) < workerTime; i++ {
+		if _, err := os.Stat(stop); err == nil {
+			return
+		}
+		w.round(func() { time.Sleep(time.Duration(1+i%3) * time.Millisecond) })
+	}
+}
+
+// round is one read-modify-write of the counter under the lock: acquire,
+// read, between(), write counter+1 (fenced or not), release. Every step is
+// recorded, the outcome before the release.
+func (w *worker) round(between func()) {
+	t := w.t
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := w.locker.Acquire(ctx, w.lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := history.Event{Key: w.counter, Fence: l.Fence(), Holder: l.Holder()}
+	w.record(ev, history.Acquire, "")
+	cur, err := readCounter(ctx, w.c, w.counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.Value = cur
+	w.record(ev, history.Read, "")
+	between()
+	n, err := strconv.Atoi(cur)
+	if err != nil {
+		t.Fatalf("counter %q: %v", cur, err)
+	}
+	ev.Value, ev.RMW, ev.Base = strconv.Itoa(n+1), true, cur
+	w.record(ev, history.Attempt, "")
+	if w.fenced {
+		err = w.b.FencedSet(ctx, w.counter, ev.Value, l.Fence(), l.Holder())
+	} else {
+		err = w.c.Do(ctx, w.c.B().Hset().Key(w.counter).FieldValue().FieldValue(redis.ValueField, ev.Value).Build()).Error()
+	}
+	switch {
+	case err == nil:
+		w.record(ev, history.Accepted, "")
+	case errors.Is(err, fencing.ErrStale):
+		w.record(ev, history.Rejected, err.Error())
+	default:
+		t.Fatal(err)
+	}
+	// A lease lost during a pause is no longer held: ErrNotHeld is expected.
+	if err := l.Release(context.Background()); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatal(err)
+	}
+}
+
+func (w *worker) record(ev history.Event, kind history.Kind, msg string) {
+	ev.Kind, ev.Err = kind, msg
+	if err := w.rec.Record(ev); err != nil {
+		w.t.Fatal(err)
+	}
+}
