@@ -18,9 +18,9 @@
 // shared client-side state), deletes or revokes a key behind its holder's
 // back (Invalidate: as an operator, an eviction or a failover would, keeping
 // the key's fence history), and describes the backend's timing in a
-// [Config]: the shortest TTL it enforces precisely (the suite's leases use
-// it; etcd needs seconds) and how late after a TTL the store may still
-// report a key held. Optionally the harness can end a lease at once
+// [Config]: the shortest TTL it enforces precisely (the renewal and expiry
+// properties use it; etcd needs seconds) and how late after a TTL the store
+// may still report a key held. Optionally the harness can end a lease at once
 // ([Expirer]) and provide a resource guard on the same store ([GuardMaker]);
 // without one the suite guards an in-process value with [fencing.Guard].
 //
@@ -38,8 +38,9 @@
 //     and every holder's fence is greater than the previous one's.
 //   - FenceIncreasing: fences grow strictly across holders, backends,
 //     releases, out-of-band invalidations and expiries.
-//   - RenewKeepsLease: the watchdog keeps a lease past 3x its TTL, and so
-//     does the driver's Renew called directly; no one else gets in meanwhile.
+//   - RenewKeepsLease: the watchdog keeps a lease past 3x its TTL, and the
+//     driver's Renew called directly keeps one past its TTL; no one else
+//     gets in meanwhile.
 //   - ExpiryWithoutRenew: an unrenewed lease lets another backend in within
 //     TTL + ExpirySlack of the holder's request, never before its TTL, and
 //     the holder sees the lease lost.
@@ -86,7 +87,11 @@
 // ExpirySlack must succeed; a loss must be reported within TTL + renew
 // interval), plus an allowance for scheduling delays, and its mutual
 // exclusion check only counts leases that their holders still consider
-// valid. Two checks rest on stated assumptions: that the store's clock runs
+// valid. Leases that must not run out during a check are 20x MinTTL long;
+// only the renewal and expiry properties use MinTTL itself, and on a
+// machine too loaded to renew a MinTTL lease in time (the watchdog renews
+// every MinTTL/3) RenewKeepsLease can fail: raise MinTTL there. Two checks
+// rest on stated assumptions: that the store's clock runs
 // at the rate of the test's clock (within 1%), and, for the FIFO check of a
 // WaitAcquirer, that a waiter is queued within Config.QueueDelay. Timing
 // can make the suite miss a bug (a race that did not happen in this run):
