@@ -98,6 +98,10 @@ type Server struct {
 	log  *logBuf
 
 	tls *TLS // non-nil if the server only speaks TLS (WithTLS)
+
+	// readyLine is the log line that means the process accepts
+	// connections; empty means "Ready to accept connections".
+	readyLine string
 }
 
 // logBuf collects a server's output.
@@ -203,16 +207,20 @@ func (s *Server) start() error {
 		return err
 	}
 	log := new(logBuf)
-	ready := make(chan struct{})
+	ready := s.readyLine
+	if ready == "" {
+		ready = "Ready to accept connections"
+	}
+	readyCh := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
 		signalled := false
 		for sc.Scan() {
 			log.add(sc.Bytes())
-			if !signalled && strings.Contains(sc.Text(), "Ready to accept connections") {
+			if !signalled && strings.Contains(sc.Text(), ready) {
 				signalled = true
-				close(ready)
+				close(readyCh)
 			}
 		}
 		_, _ = io.Copy(io.Discard, out)
@@ -223,7 +231,7 @@ func (s *Server) start() error {
 	defer timer.Stop()
 	snapshot := log.String
 	select {
-	case <-ready:
+	case <-readyCh:
 	case <-done:
 		return fmt.Errorf("redis-server exited during start; log:\n%s", snapshot())
 	case <-timer.C:

@@ -58,7 +58,9 @@ func StartSentinels(t testing.TB, primary *Server, n int, o SentinelOptions) *Se
 	bin := Binary(t, "redis-sentinel")
 	g := &Sentinels{MasterName: o.MasterName}
 	for range n {
-		s := &Server{t: t, bin: bin, Dir: t.TempDir()}
+		// Sentinel logs no "Ready to accept connections"; it monitors the
+		// master once it listens.
+		s := &Server{t: t, bin: bin, Dir: t.TempDir(), readyLine: "+monitor master"}
 		var lastErr error
 		for attempt := 0; attempt < 5; attempt++ {
 			port, err := freePort()

@@ -1,0 +1,261 @@
+package shapes_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/faultproxy"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// Failover experiment parameters.
+const (
+	failoverRounds = 3                      // failovers per mode (without WAIT, with WAIT)
+	replLag        = 300 * time.Millisecond // added to the replication link, each way
+	failoverTTL    = 4 * time.Second
+)
+
+type roundResult struct {
+	mode        string
+	fenceA      fencing.Token
+	fenceB      fencing.Token
+	doubleGrant bool // B was granted while A still believed it held the key
+	aOutcome    string
+	bAfterKill  time.Duration // from killing the master to B's grant
+	aLossAfter  time.Duration // from killing the master to A's loss, ±50ms (0 if kept)
+	accepted    int
+	rejected    int
+	stale       int
+}
+
+// TestSentinelFailover kills the master of a 1 master + 1 replica + 3
+// sentinel deployment while a lease is held and a waiter waits, several
+// times with and without Options.WaitReplicas. The replication link runs
+// through a fault proxy that adds replLag each way, so the replica lags as
+// it would under load; bytes in flight die with the master. It reports
+// honestly what happens (locks lost, granted twice, fences duplicated) and
+// asserts what must hold whatever happens: the holder learns of the loss,
+// and the guarded resource (a fencing.Guard checked by an independent
+// history) never accepts a stale write.
+func TestSentinelFailover(t *testing.T) {
+	var results []roundResult
+	for _, withWait := range []bool{false, true} {
+		mode := "without WAIT"
+		if withWait {
+			mode = "with WAIT 1"
+		}
+		for i := range failoverRounds {
+			t.Run(fmt.Sprintf("%s/%d", strings.ReplaceAll(mode, " ", "_"), i), func(t *testing.T) {
+				r := failoverRound(t, withWait)
+				r.mode = mode
+				results = append(results, r)
+			})
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	doubles := map[string]int{}
+	dupFences := map[string]int{}
+	stale, accepted, rejected := 0, 0, 0
+	for _, r := range results {
+		if r.doubleGrant {
+			doubles[r.mode]++
+		}
+		if r.fenceA == r.fenceB {
+			dupFences[r.mode]++
+		}
+		stale += r.stale
+		accepted += r.accepted
+		rejected += r.rejected
+	}
+	t.Logf("FAILOVER FIGURES (%d failovers per mode, replication lag %v each way, TTL %v):", failoverRounds, replLag, failoverTTL)
+	for _, m := range []string{"without WAIT", "with WAIT 1"} {
+		t.Logf("  %s: double grants %d/%d, duplicated fences %d/%d", m, doubles[m], failoverRounds, dupFences[m], failoverRounds)
+	}
+	for _, r := range results {
+		t.Logf("  %s: fences A=%d B=%d, double grant %v, A %s (after %v), B granted %v after the kill",
+			r.mode, r.fenceA, r.fenceB, r.doubleGrant, r.aOutcome, r.aLossAfter.Round(10*time.Millisecond), r.bAfterKill.Round(10*time.Millisecond))
+	}
+	t.Logf("  guarded writes: %d accepted, %d rejected as stale, stale writes accepted: %d", accepted, rejected, stale)
+	if stale != 0 {
+		t.Fatalf("%d stale writes accepted", stale)
+	}
+	if doubles["with WAIT 1"] != 0 {
+		t.Errorf("with WAIT, %d double grants: a replica-acknowledged lock was lost in a failover", doubles["with WAIT 1"])
+	}
+}
+
+func failoverRound(t *testing.T, withWait bool) roundResult {
+	var res roundResult
+	primary := redistest.Start(t)
+	px, err := faultproxy.New(primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	_, proxyPort, _ := strings.Cut(px.Addr(), ":")
+	replica := redistest.Start(t, redistest.WithConfig("replicaof 127.0.0.1 "+proxyPort))
+	for i := 0; ; i++ {
+		out, err := replica.CLI(t, "INFO", "replication")
+		if err == nil && strings.Contains(out, "master_link_status:up") {
+			break
+		}
+		if i > 200 {
+			t.Fatalf("replica never synced: %s %v", out, err)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	sentinels := redistest.StartSentinels(t, primary, 3, redistest.SentinelOptions{})
+	sentinels.WaitReady(t, 1)
+
+	var ropts redis.Options
+	if withWait {
+		ropts = redis.Options{WaitReplicas: 1, WaitTimeout: 3 * time.Second}
+	}
+	lopts := fencedlock.Options{TTL: failoverTTL, MaxRetryDelay: 100 * time.Millisecond}
+	bA := newBackend(t, sentinels.Client(t, primary, nil), ropts)
+	bB := newBackend(t, sentinels.Client(t, primary, nil), ropts)
+	lA := newLocker(t, bA, lopts)
+	lB := newLocker(t, bB, lopts)
+	ctx := ctxT(t, 60*time.Second)
+
+	var guard fencing.Guard
+	var hist history
+	const key = "failover"
+
+	px.SetLatency(replLag)
+	lsA, err := lA.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("A acquire: %v", err)
+	}
+	res.fenceA = lsA.Fence()
+	if err := hist.write(&guard, lsA.Fence(), lsA.Holder(), "A1"); err != nil {
+		t.Fatalf("A's first write: %v", err)
+	}
+
+	type grant struct {
+		ls      *fencedlock.Lease
+		at      time.Time
+		aHeld   bool
+		aReason error
+		err     error
+	}
+	bc := make(chan grant, 1)
+	go func() {
+		bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		ls, err := lB.Acquire(bctx, key)
+		// Right at B's grant: does A still believe it holds the key?
+		aErr := lsA.Err()
+		bc <- grant{ls: ls, at: time.Now(), aHeld: aErr == nil, aReason: aErr, err: err}
+	}()
+	// B is waiting when its subscription reaches the master.
+	for i := 0; ; i++ {
+		out, err := primary.CLI(t, "PUBSUB", "NUMSUB", bA.Channel(key))
+		if f := strings.Fields(out); err == nil && len(f) == 2 && f[1] == "1" {
+			break
+		}
+		if i > 200 {
+			t.Fatalf("waiter never subscribed: %q %v", out, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	primary.Kill()
+	killAt := time.Now()
+
+	released, restarted := false, false
+	var aLostAt time.Time
+	var g grant
+	deadline := time.After(40 * time.Second)
+wait:
+	for {
+		select {
+		case g = <-bc:
+			break wait
+		case <-deadline:
+			t.Fatalf("B not granted 40s after the failover; A: %v", lsA.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if aLostAt.IsZero() && lsA.Err() != nil && !released {
+			aLostAt = time.Now()
+		}
+		// Once the sentinels promoted the replica, bring the old master
+		// back as a replica of the new one, as an operator would. Without it, WAIT 1 can never
+		// be satisfied again and every acquire fails with ErrReplication.
+		if addr := sentinels.MasterAddr(t); !restarted && addr != primary.Addr {
+			primary.Restart()
+			host, port, _ := strings.Cut(addr, ":")
+			// Sentinel would convert it too, but only after its next
+			// INFO (up to 10s); point it at the new master at once.
+			if out, err := primary.CLI(t, "REPLICAOF", host, port); err != nil {
+				t.Fatalf("REPLICAOF on the old master: %q %v", out, err)
+			}
+			restarted = true
+		}
+		// A renewed through the new master after the kill: it kept its
+		// lease. Hand over properly.
+		if !released && lsA.Err() == nil && lsA.Deadline().After(killAt.Add(failoverTTL-failoverTTL/10)) {
+			res.aOutcome = "kept the lease through the failover, then released it"
+			if err := lsA.Release(ctx); err != nil {
+				t.Fatalf("A release after failover: %v", err)
+			}
+			released = true
+		}
+	}
+	if g.err != nil {
+		t.Fatalf("B acquire: %v", g.err)
+	}
+	lsB := g.ls
+	res.fenceB = lsB.Fence()
+	res.bAfterKill = g.at.Sub(killAt)
+	res.doubleGrant = g.aHeld && !released
+	if aLostAt.IsZero() && !released {
+		aLostAt = time.Now()
+	}
+	if !released {
+		res.aLossAfter = aLostAt.Sub(killAt)
+	}
+
+	// B writes; then A writes late, as a holder paused past its loss would.
+	_ = hist.write(&guard, lsB.Fence(), lsB.Holder(), "B1")
+	select {
+	case <-lsA.Done():
+	case <-time.After(2 * failoverTTL):
+		t.Fatalf("A never learned it lost the lease (B holds fence %d)", lsB.Fence())
+	}
+	if res.aOutcome == "" {
+		cause := context.Cause(lsA.Context())
+		if !errors.Is(cause, fencedlock.ErrLeaseLost) {
+			t.Fatalf("A's lease ended with %v, want ErrLeaseLost", cause)
+		}
+		res.aOutcome = "lost: " + shortReason(cause)
+	}
+	_ = hist.write(&guard, lsA.Fence(), lsA.Holder(), "A-late")
+	_ = hist.write(&guard, lsB.Fence(), lsB.Holder(), "B2")
+	res.accepted, res.rejected = hist.counts()
+	res.stale = hist.stale()
+	if err := lsB.Release(ctx); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Errorf("B release: %v", err)
+	}
+	return res
+}
+
+func shortReason(err error) string {
+	s := err.Error()
+	switch {
+	case errors.Is(err, fencedlock.ErrNotHeld):
+		return "server reported the key gone (renew: not held)"
+	case strings.Contains(s, "local deadline"):
+		return "local deadline passed without a renewal"
+	}
+	return s
+}
