@@ -6,12 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/history"
 	"github.com/fencedlock/fencedlock/internal/pgtest"
 	_ "github.com/lib/pq"
 )
@@ -334,4 +340,198 @@ func ExampleSQLTable_Set() {
 	case err != nil:
 		fmt.Println(err)
 	}
+}
+
+// TestSQLPausedHolderHistory runs the paused-holder workload against a row
+// of PostgreSQL: workers (goroutines with their own Lockers on one
+// in-memory lock store) increment a counter row under the lock, reading it
+// and writing counter+1 with SQLTable.Set, recording every step in a
+// history. The victim acquires first with ManualRenew and stops between
+// its read and its write until its lease expired and others wrote. With
+// the guard the history check passes and the victim is rejected; the
+// negative control (a plain UPDATE) must fail the check.
+func TestSQLPausedHolderHistory(t *testing.T) {
+	db := openPG(t)
+	for _, fenced := range []bool{true, false} {
+		name := map[bool]string{true: "fenced", false: "unfenced"}[fenced]
+		t.Run(name, func(t *testing.T) {
+			res, victim := sqlPauseWorkload(t, db, name, fenced)
+			t.Logf("%s: %d writes attempted, %d accepted, %d rejected; paused holder's write: %s",
+				name, res.Attempted, res.Accepted, res.Rejected, victim.Kind)
+			err := res.Err()
+			if fenced {
+				if err != nil || victim.Kind != history.Rejected {
+					t.Fatalf("with the guard: paused holder's write %s; check: %v", victim.Kind, err)
+				}
+				return
+			}
+			if err == nil || victim.Kind != history.Accepted || !res.Has(history.RuleStale) || !res.Has(history.RuleCounter) {
+				t.Fatalf("negative control: paused holder's write %s; check: %v", victim.Kind, err)
+			}
+			t.Logf("negative control, as required, fails the check:\n%v", err)
+		})
+	}
+}
+
+func sqlPauseWorkload(t *testing.T, db *sql.DB, name string, fenced bool) (history.Result, history.Event) {
+	const ttl = 300 * time.Millisecond
+	key := "counter-" + name
+	if _, err := db.Exec(`INSERT INTO resources (key, value) VALUES ($1, '0')`, key); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "history")
+	store := memory.NewStore()
+	tab := fencing.SQLTable{Table: "resources"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	// round is one read-modify-write under the lock, recorded step by step.
+	round := func(l *fencedlock.Locker, rec *history.Recorder, between func()) error {
+		ls, err := l.Acquire(ctx, "pause-"+name)
+		if err != nil {
+			return err
+		}
+		ev := history.Event{Key: key, Fence: ls.Fence(), Holder: ls.Holder()}
+		record := func(k history.Kind, msg string) error {
+			e := ev
+			e.Kind, e.Err = k, msg
+			return rec.Record(e)
+		}
+		if err := record(history.Acquire, ""); err != nil {
+			return err
+		}
+		var cur string
+		if err := db.QueryRowContext(ctx, `SELECT value FROM resources WHERE key = $1`, key).Scan(&cur); err != nil {
+			return err
+		}
+		ev.Value = cur
+		if err := record(history.Read, ""); err != nil {
+			return err
+		}
+		between()
+		n, err := strconv.Atoi(cur)
+		if err != nil {
+			return err
+		}
+		ev.Value, ev.RMW, ev.Base = strconv.Itoa(n+1), true, cur
+		if err := record(history.Attempt, ""); err != nil {
+			return err
+		}
+		if fenced {
+			err = tab.Set(ctx, db, key, ev.Value, ls.Fence(), ls.Holder())
+		} else {
+			_, err = db.ExecContext(ctx, `UPDATE resources SET value = $1 WHERE key = $2`, ev.Value, key)
+		}
+		switch {
+		case err == nil:
+			err = record(history.Accepted, "")
+		case errors.Is(err, fencing.ErrStale):
+			err = record(history.Rejected, err.Error())
+		}
+		if err != nil {
+			return err
+		}
+		if err := ls.Release(ctx); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+			return err
+		}
+		return nil
+	}
+	newLocker := func(proc string, manual bool) (*fencedlock.Locker, *history.Recorder) {
+		l := fencedlock.New(store.Backend(), fencedlock.Options{TTL: ttl, ManualRenew: manual})
+		t.Cleanup(func() { l.Close() })
+		rec, err := history.Open(path, proc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rec.Close() })
+		return l, rec
+	}
+
+	vl, vrec := newLocker("victim", true)
+	inside, resume := make(chan struct{}), make(chan struct{})
+	victimDone := make(chan error, 1)
+	go func() {
+		victimDone <- round(vl, vrec, func() { close(inside); <-resume })
+	}()
+	select {
+	case <-inside:
+	case err := <-victimDone:
+		t.Fatalf("victim: %v", err)
+	}
+	pausedAt := time.Now()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		l, rec := newLocker(fmt.Sprintf("worker%d", i), false)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			for r := 0; r < 2000 && time.Since(start) < 30*time.Second && !stop.Load(); r++ {
+				if errs[i] = round(l, rec, func() { time.Sleep(time.Millisecond) }); errs[i] != nil {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(2*ttl - time.Since(pausedAt))
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		events, err := history.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range events {
+			if e.Kind == history.Accepted && strings.HasPrefix(e.Proc, "worker") {
+				n++
+			}
+		}
+		if n >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			stop.Store(true)
+			wg.Wait()
+			t.Fatalf("workers made %d writes in 20s (%v)", n, errs)
+		}
+	}
+	paused := time.Since(pausedAt)
+	close(resume)
+	verr := <-victimDone
+	time.Sleep(ttl / 2)
+	stop.Store(true)
+	wg.Wait()
+	if verr != nil {
+		t.Fatalf("victim: %v", verr)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+	var final string
+	if err := db.QueryRow(`SELECT value FROM resources WHERE key = $1`, key).Scan(&final); err != nil {
+		t.Fatal(err)
+	}
+	prec, err := history.Open(path, "parent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prec.Close()
+	if err := prec.Record(history.Event{Kind: history.Final, Key: key, Value: final}); err != nil {
+		t.Fatal(err)
+	}
+	events, err := history.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vw history.Event
+	for _, e := range events {
+		if e.Proc == "victim" && (e.Kind == history.Accepted || e.Kind == history.Rejected) {
+			vw = e
+		}
+	}
+	t.Logf("victim paused %v (TTL %v); final counter %s; %d events", paused.Round(time.Millisecond), ttl, final, len(events))
+	return history.Check(events, history.Options{Initial: "0", Counter: true}), vw
 }
