@@ -55,7 +55,9 @@ func (b *Backend) FencedSet(ctx context.Context, key, value string, token fencin
 // check, the fields and the new fence record are written in one step, and
 // a rejection (an error wrapping a *[fencing.StaleError]) writes nothing.
 // fields must hold at least one field and must not name [FenceField] or
-// [HolderField]; other fields of the hash are left as they are.
+// [HolderField]; other fields of the hash are left as they are. The
+// script passes all fields to one HSET, so keep a call to at most a few
+// thousand fields (Lua's stack bounds the arguments of one call).
 func (b *Backend) FencedHSet(ctx context.Context, key string, fields map[string]string, token fencing.Token, holder string) error {
 	if len(fields) == 0 {
 		return fmt.Errorf("redis: fenced hset %q: no fields: %w", key, fencedlock.ErrInvalid)
