@@ -6,13 +6,16 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencedlock/fencedlock"
 	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
@@ -79,9 +82,11 @@ func openEtcd(ctx context.Context, c backendConfig) (fencedlock.Backend, func(),
 		return nil, nil, err
 	}
 	cfg.TLS = tlsCfg
+	cfg.Logger = zap.NewNop() // its retry warnings would drown our one clear error
 	client, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to %s: %w", c.describe(), err)
+		// With a user, New authenticates at once.
+		return nil, nil, fmt.Errorf("connecting to %s: %w%s (is the cluster running, and are the endpoints, certificates and credentials right?)", c.describe(), err, diagnose(eps, tlsCfg))
 	}
 	// clientv3 connects lazily: read (a count under the prefix) now, so
 	// that a wrong address or credentials fail here with a clear message.
@@ -91,7 +96,7 @@ func openEtcd(ctx context.Context, c backendConfig) (fencedlock.Backend, func(),
 	}
 	if _, err := client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		client.Close()
-		return nil, nil, fmt.Errorf("connecting to %s: %w (is the cluster running, and are the endpoints, certificates and credentials right?)", c.describe(), err)
+		return nil, nil, fmt.Errorf("connecting to %s: %w%s (is the cluster running, and are the endpoints, certificates and credentials right?)", c.describe(), err, diagnose(eps, tlsCfg))
 	}
 	b, err := etcdb.New(client, etcdb.Options{Prefix: c.keyPrefix})
 	if err != nil {
@@ -133,4 +138,64 @@ func etcdTLS(c backendConfig, eps []string) (*tls.Config, error) {
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	return cfg, nil
+}
+
+// diagnose finds why no etcd endpoint answered, for the error message: the
+// gRPC client reports only a timeout. It dials each endpoint once (with
+// TLS when configured) and returns " (endpoint: reason; ...)", or "" if
+// every endpoint accepts a connection.
+func diagnose(eps []string, tlsCfg *tls.Config) string {
+	var reasons []string
+	for _, ep := range eps {
+		if err := probe(ep, tlsCfg); err != nil {
+			reasons = append(reasons, ep+": "+err.Error())
+		}
+	}
+	if len(reasons) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(reasons, "; ") + ")"
+}
+
+func probe(ep string, tlsCfg *tls.Config) error {
+	const timeout = 2 * time.Second
+	hostport := ep
+	if i := strings.Index(hostport, "://"); i >= 0 {
+		if strings.HasPrefix(hostport, "unix") {
+			return nil // not probed
+		}
+		hostport = hostport[i+3:]
+	}
+	hostport = strings.TrimSuffix(hostport, "/")
+	conn, err := net.DialTimeout("tcp", hostport, timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if tlsCfg == nil {
+		return nil
+	}
+	cfg := tlsCfg.Clone()
+	if host, _, err := net.SplitHostPort(hostport); err == nil && cfg.ServerName == "" {
+		cfg.ServerName = host
+	}
+	cfg.NextProtos = []string{"h2"}
+	tc := tls.Client(conn, cfg)
+	_ = tc.SetDeadline(time.Now().Add(timeout))
+	if err := tc.Handshake(); err != nil {
+		return err
+	}
+	// With TLS 1.3 the server checks the client certificate after the
+	// client's handshake is done: a refusal arrives as an alert on the
+	// first read. A server that accepts sends its HTTP/2 settings instead.
+	_ = tc.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	var buf [1]byte
+	if _, err := tc.Read(buf[:]); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return err
+	}
+	return nil
 }
