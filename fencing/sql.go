@@ -58,7 +58,10 @@ const (
 // so the check and the write are one statement: the database takes the
 // row lock and re-evaluates the condition on the latest row version
 // (PostgreSQL at READ COMMITTED and above, MySQL InnoDB), and a rejected
-// write changes nothing. Use [SQLTable.Where] to add the same rule to your
+// write changes nothing. A rejection is recognised by zero rows affected,
+// so the driver must report matched rows: with MySQL
+// (github.com/go-sql-driver/mysql) set clientFoundRows=true in the DSN,
+// or a repeated identical write by the same holder reads as a rejection. Use [SQLTable.Where] to add the same rule to your
 // own UPDATE statements.
 //
 // Names are written into the SQL text as given; they must be plain
@@ -252,6 +255,10 @@ func stale(ctx context.Context, r SQLTable, db SQLExecer, key any, token Token, 
 	}
 	if err := Check(Token(fence), from, token, holder); err != nil {
 		return err
+	}
+	if Token(fence) == token && from == holder {
+		return fmt.Errorf("fencing: sql update of %s: key %v matched no row, but the row holds token %d from this holder: "+
+			"it was written in between, or the driver reports changed rather than matched rows (MySQL: set clientFoundRows=true)", r.Table, key, token)
 	}
 	return fmt.Errorf("fencing: sql update of %s: key %v matched no row, but the row now accepts token %d (it changed in between); retry", r.Table, key, token)
 }

@@ -271,6 +271,18 @@ func TestSQLWhereOwnUpdate(t *testing.T) {
 	if err := tab.Stale(ctx, db, 2, 1, "A"); !errors.Is(err, fencing.ErrNoRow) {
 		t.Fatalf("Stale of a missing row: %v", err)
 	}
+	// A row that accepts the token after all (changed in between, or a
+	// driver counting changed rows) is neither stale nor missing.
+	for _, tc := range []struct {
+		tok  fencing.Token
+		hold string
+		want string
+	}{{10, "A", "holds token 10 from this holder"}, {11, "B", "now accepts token 11"}} {
+		err := tab.Stale(ctx, db, 1, tc.tok, tc.hold)
+		if err == nil || errors.Is(err, fencing.ErrStale) || errors.Is(err, fencing.ErrNoRow) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("Stale(%d, %s) on a row at fence 10 from A: %v", tc.tok, tc.hold, err)
+		}
+	}
 }
 
 // TestSQLConcurrentWriters: writers on separate connections present mixed
