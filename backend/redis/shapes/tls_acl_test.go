@@ -1,0 +1,176 @@
+package shapes_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// aclPerms is the least-privilege ACL rule of docs/redis-acl.md for the
+// default options (standalone or Sentinel, classic Pub/Sub, no WAIT), minus
+// the user, password and patterns.
+var aclPerms = []string{
+	"+evalsha", "+eval", // the scripts, EVAL after NOSCRIPT
+	"+get", "+set", "+incr", "+pexpire", "+pttl", "+del", "+publish", // called by the scripts
+	"+subscribe", "+unsubscribe", // waiters
+	"+ping", "+cluster|slots", // rueidis: health checks, topology detection
+}
+
+func aclRule(user, pass, keyPattern string, perms []string) string {
+	return "user " + user + " on >" + pass + " resetchannels resetkeys -@all ~" + keyPattern + " &" + keyPattern + " " + strings.Join(perms, " ")
+}
+
+func without(perms []string, drop string) []string {
+	var out []string
+	for _, p := range perms {
+		if p != drop {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// startTLSACL starts a TLS-only server (test CA, tls-port, port 0) with an
+// admin user for the test's own redis-cli calls and the fencedlock user
+// given by rule; it returns a client logged in as fencedlock over TLS.
+func startTLSACL(t *testing.T, rule string) (*redistest.Server, rueidis.Client) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.WithTLS(redistest.NewTLS(t)),
+		redistest.WithUser("admin", "admin-pw"), redistest.WithConfig(rule))
+	c := srv.Client(t, func(o *rueidis.ClientOption) { o.Username, o.Password = "fencedlock", "lock-pw" })
+	return srv, c
+}
+
+// TestTLSAndACL runs the whole lock life cycle over TLS as a user allowed
+// only the commands, keys and channels of docs/redis-acl.md, and checks
+// that the server's ACL LOG records no denial; then shows that each missing
+// permission fails with a clear NOPERM error and leaves nothing behind.
+func TestTLSAndACL(t *testing.T) {
+	t.Run("least privilege works", func(t *testing.T) {
+		srv, c := startTLSACL(t, aclRule("fencedlock", "lock-pw", "fencedlock:*", aclPerms))
+		c2 := srv.Client(t, func(o *rueidis.ClientOption) { o.Username, o.Password = "fencedlock", "lock-pw" })
+		if out := cliOK(t, srv, "CONFIG", "GET", "port"); !strings.HasSuffix(out, "\n0") {
+			t.Fatalf("plain port open: %q", out)
+		}
+		b := newBackend(t, c, redis.Options{})
+		b2 := newBackend(t, c2, redis.Options{})
+		opts := fencedlock.Options{TTL: 300 * time.Millisecond}
+		l, l2 := newLocker(t, b, opts), newLocker(t, b2, fencedlock.Options{TTL: 30 * time.Second})
+		ctx := ctxT(t, 20*time.Second)
+		ls, err := l.TryAcquire(ctx, "tls")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1 * time.Second) // about 10 renewals
+		if err := ls.Err(); err != nil {
+			t.Fatalf("lease lost: %v", err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			wl, err := l2.Acquire(ctx, "tls") // woken by the release's PUBLISH
+			if err == nil {
+				err = wl.Release(ctx)
+			}
+			got <- err
+		}()
+		waitSubscribed(t, srv, b.Channel("tls"))
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		if info, err := b.Inspect(ctx, "tls"); err != nil || info.Held || info.Fence != ls.Fence()+1 {
+			t.Fatalf("inspect: %+v, %v", info, err)
+		}
+		if out := cliOK(t, srv, "ACL", "LOG"); out != "" {
+			t.Fatalf("ACL LOG records denials:\n%s", out)
+		}
+	})
+
+	denied := []struct {
+		name, drop, prefix string
+		check              func(t *testing.T, l *fencedlock.Locker, b *redis.Backend) error
+	}{
+		{name: "no EVALSHA", drop: "+evalsha", check: tryAcquire},
+		{name: "no INCR in the acquire script", drop: "+incr", check: tryAcquire},
+		{name: "key outside the pattern", prefix: "other:", check: tryAcquire},
+		{name: "no PEXPIRE for renew", drop: "+pexpire", check: func(t *testing.T, l *fencedlock.Locker, b *redis.Backend) error {
+			ls, err := l.TryAcquire(ctxT(t, 5*time.Second), "denied")
+			if err != nil {
+				t.Fatalf("acquire: %v", err)
+			}
+			err = ls.Renew(ctxT(t, 5*time.Second))
+			if errors.Is(err, fencedlock.ErrNotHeld) {
+				t.Fatalf("a denied renewal reported as not held: %v", err)
+			}
+			<-ls.Done() // lost at the local deadline: no renewal can succeed
+			if err := ls.Err(); !errors.Is(err, fencedlock.ErrLeaseLost) || !deniedByACL(err) {
+				t.Fatalf("lease end %v, want lost with the denied renewal's error", err)
+			}
+			return err
+		}},
+	}
+	for _, d := range denied {
+		t.Run(d.name, func(t *testing.T) {
+			perms := aclPerms
+			if d.drop != "" {
+				perms = without(aclPerms, d.drop)
+			}
+			srv, c := startTLSACL(t, aclRule("fencedlock", "lock-pw", "fencedlock:*", perms))
+			b := newBackend(t, c, redis.Options{KeyPrefix: d.prefix})
+			l := newLocker(t, b, fencedlock.Options{TTL: 300 * time.Millisecond})
+			err := d.check(t, l, b)
+			if err == nil || !deniedByACL(err) || !strings.HasPrefix(err.Error(), "fencedlock: ") && !strings.HasPrefix(err.Error(), "redis: ") {
+				t.Fatalf("error %v, want an ACL denial", err)
+			}
+			if errors.Is(err, fencedlock.ErrNotAcquired) {
+				t.Fatalf("a permission error reported as contention: %v", err)
+			}
+			// The lock key never stays behind (the Locker releases what a
+			// failed acquire may have taken).
+			time.Sleep(50 * time.Millisecond)
+			if keys := cliOK(t, srv, "KEYS", "*{denied}"); keys != "" {
+				t.Fatalf("lock key left behind: %q", keys)
+			}
+			t.Logf("%s: %v", d.name, err)
+		})
+	}
+}
+
+func tryAcquire(t *testing.T, l *fencedlock.Locker, b *redis.Backend) error {
+	ls, err := l.TryAcquire(ctxT(t, 5*time.Second), "denied")
+	if err == nil {
+		ls.Release(context.Background())
+		t.Fatal("acquired without the permission")
+	}
+	return err
+}
+
+// deniedByACL recognises the server's ACL errors: NOPERM for a command or
+// key the client sends, and the script error for a command a script calls.
+func deniedByACL(err error) bool {
+	return strings.Contains(err.Error(), "NOPERM") ||
+		strings.Contains(err.Error(), "user executing the script can't run this command")
+}
+
+func waitSubscribed(t *testing.T, srv *redistest.Server, channel string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		out := cliOK(t, srv, "PUBSUB", "NUMSUB", channel)
+		if f := strings.Fields(out); len(f) == 2 && f[1] == "1" {
+			return
+		}
+		if i > 200 {
+			t.Fatalf("no subscriber on %s", channel)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
