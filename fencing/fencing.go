@@ -87,7 +87,9 @@ func (e *StaleError) Unwrap() error { return ErrStale }
 // Check applies the guard rule: it returns nil when a write carrying token
 // from holder may be applied to a resource whose highest accepted token is
 // accepted (written by acceptedHolder), and a *StaleError otherwise. A zero
-// token is always rejected with [ErrInvalidToken].
+// token is always rejected with [ErrInvalidToken]. An equal token is
+// accepted only from a non-empty holder id equal to acceptedHolder: an
+// unidentified writer never matches.
 func Check(accepted Token, acceptedHolder string, token Token, holder string) error {
 	if token == 0 {
 		return fmt.Errorf("fencing: zero token: %w", ErrInvalidToken)
@@ -95,7 +97,7 @@ func Check(accepted Token, acceptedHolder string, token Token, holder string) er
 	switch {
 	case token > accepted:
 		return nil
-	case token == accepted && holder == acceptedHolder:
+	case token == accepted && holder != "" && holder == acceptedHolder:
 		return nil
 	}
 	return &StaleError{Token: token, Holder: holder, Accepted: accepted, AcceptedFrom: acceptedHolder}

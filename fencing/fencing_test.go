@@ -25,6 +25,7 @@ func TestCheck(t *testing.T) {
 		{"equal token from another holder (failover duplicate)", 42, "b", 42, "c", true, false},
 		{"older token (paused holder resumes)", 42, "b", 41, "a", true, false},
 		{"zero token is never granted", 0, "", 0, "a", false, true},
+		{"equal token without a holder id never matches", 42, "", 42, "", true, false},
 	}
 	for _, c := range cases {
 		err := fencing.Check(c.accepted, c.acceptedFrom, c.token, c.holder)
