@@ -166,10 +166,12 @@ func readMem() memSnapshot {
 	return memSnapshot{ms.Mallocs, ms.TotalAlloc}
 }
 
-// heapInUse returns live heap bytes after a full collection.
-func heapInUse() uint64 {
+// memInUse returns live heap bytes after a full collection plus the
+// goroutine stacks in use: what a held lease costs in memory, including
+// the goroutines a library keeps per lease.
+func memInUse() uint64 {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
+	return ms.HeapAlloc + ms.StackInuse
 }

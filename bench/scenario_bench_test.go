@@ -318,7 +318,8 @@ func BenchmarkContended(b *testing.B) {
 		r := runContended(b, e, c, contendedWorkers, d)
 		b.StopTimer()
 		if r.violations > 0 {
-			b.Errorf("%s: %d times two workers held the lock at once", c.name, r.violations)
+			// Reported in the violations metric; failing would drop the row.
+			b.Logf("%s: %d times two workers held the lock at once", c.name, r.violations)
 		}
 		if r.errors > 0 {
 			b.Logf("%s: %d acquire/release errors; first: %v", c.name, r.errors, r.firstErr)
@@ -451,7 +452,7 @@ type manyResult struct {
 	mallocs    uint64        // allocations while acquiring
 	bytes      uint64
 	hold       time.Duration
-	heapPer    float64 // live heap bytes per held lease
+	memPer     float64 // live heap and stack bytes per held lease
 	goroutines float64 // goroutines per held lease
 	cpu        time.Duration
 	commands   int64
@@ -468,7 +469,7 @@ func runManyLeases(tb testing.TB, e *env, c contender, n int, hold time.Duration
 	defer cl.close()
 	res := manyResult{n: n, hold: hold}
 	leases := make([]heldLock, n)
-	heap0, g0 := heapInUse(), runtime.NumGoroutine()
+	mem0, g0 := memInUse(), runtime.NumGoroutine()
 	m0 := readMem()
 	t0 := time.Now()
 	parallel(n, func(i int) {
@@ -485,7 +486,7 @@ func runManyLeases(tb testing.TB, e *env, c contender, n int, hold time.Duration
 	if tb.Failed() {
 		tb.FailNow()
 	}
-	res.heapPer = (float64(heapInUse()) - float64(heap0)) / float64(n)
+	res.memPer = (float64(memInUse()) - float64(mem0)) / float64(n)
 	res.goroutines = float64(runtime.NumGoroutine()-g0) / float64(n)
 
 	var rc *redisCounter
@@ -543,7 +544,8 @@ func manyParams() (int, time.Duration) {
 // BenchmarkManyLeases: one process holds many leases (-leases, default
 // 10000) for a fixed time (-hold) while the library keeps them alive (TTL
 // 3s). Reports CPU and live heap per lease, renew traffic, and losses
-// (must be 0). ns/op, B/op and allocs/op are per lease while acquiring
+// (must be 0). CPU is the client process's; memory is live heap plus
+// goroutine stacks. ns/op, B/op and allocs/op are per lease while acquiring
 // them (64 at a time). Libraries without a watchdog run the renew loop a user
 // would write (one goroutine per lock).
 func BenchmarkManyLeases(b *testing.B) {
@@ -554,15 +556,17 @@ func BenchmarkManyLeases(b *testing.B) {
 		r := runManyLeases(b, e, c, n, hold)
 		b.StopTimer()
 		if r.lost > 0 || r.releaseErr > 0 {
-			b.Errorf("%s: %d leases lost, %d releases failed", c.name, r.lost, r.releaseErr)
+			// A finding to report, not a reason to drop the row.
+			b.Logf("%s: %d of %d leases lost, %d releases failed", c.name, r.lost, n, r.releaseErr)
 		}
 		b.ReportMetric(float64(r.acquire.Nanoseconds())/float64(n), "ns/op")
 		b.ReportMetric(float64(r.mallocs)/float64(n), "allocs/op")
 		b.ReportMetric(float64(r.bytes)/float64(n), "B/op")
 		b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(n)/r.hold.Seconds(), "cpu-ns/lease/s")
-		b.ReportMetric(r.heapPer, "heap-B/lease")
+		b.ReportMetric(r.memPer, "mem-B/lease")
 		b.ReportMetric(r.goroutines, "goroutines/lease")
 		b.ReportMetric(float64(r.lost), "lost")
+		b.ReportMetric(float64(r.releaseErr), "release-errors")
 		if r.commands > 0 {
 			b.ReportMetric(float64(r.commands)/float64(n)/r.hold.Seconds(), "cmds/lease/s")
 			b.Logf("redis commands while holding: %s", r.detail)

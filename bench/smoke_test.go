@@ -91,7 +91,7 @@ func TestSmoke(t *testing.T) {
 					if c.server == "redis" && r.commands == 0 {
 						t.Errorf("no renew traffic while holding %d leases past TTL/3", r.n)
 					}
-					t.Logf("heap %.0f B/lease, %.2f goroutines/lease, %d commands (%s)", r.heapPer, r.goroutines, r.commands, r.detail)
+					t.Logf("memory %.0f B/lease, %.2f goroutines/lease, %d commands (%s)", r.memPer, r.goroutines, r.commands, r.detail)
 				})
 			}
 		})
