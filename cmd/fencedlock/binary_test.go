@@ -478,6 +478,21 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	t.Run("embedded", func(t *testing.T) { check(t, "demo") })
+	// The check has teeth: without fencing, the same run corrupts the
+	// resource, and the demo says so and fails.
+	t.Run("no fencing", func(t *testing.T) {
+		code, p := runBin(t, nil, "demo", "--no-fencing")
+		out := p.stdout.String()
+		t.Logf("fencedlock demo --no-fencing:\n%s", out)
+		if code != exitFailure {
+			t.Errorf("exit code %d, want %d", code, exitFailure)
+		}
+		for _, want := range []string{"wrote \"written by A\" with fence 1: accepted", "resource: \"written by A\"", "outcome: UNSAFE", "late write with the stale fence was ACCEPTED"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q", want)
+			}
+		}
+	})
 	t.Run("redis-server", func(t *testing.T) {
 		_, url := redisServer(t)
 		check(t, "demo", "--redis", url)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,21 +39,24 @@ kept in the demo process behind fencing.Guard; workers send it their writes
 over loopback TCP. Owner tokens are never printed, only holder ids.
 
 The exit code is 0 only if the outcome was the safe one; otherwise 1 (69 if
-the server cannot be used).
+the server cannot be used). --no-fencing makes the resource ignore fences, so
+A's late write overwrites B's: the unsafe outcome, exit 1.
 `
 
 const demoFooter = backendHelp + `
 Examples:
   go run ./cmd/fencedlock demo
+  go run ./cmd/fencedlock demo --no-fencing    # the same pause without fencing: corrupted, exit 1
   fencedlock demo --redis redis://default:secret@127.0.0.1:6379 --ttl 2s
   fencedlock demo --etcd http://127.0.0.1:2379
 
 ` + exitCodeHelp
 
 type demoFlags struct {
-	backend backendConfig
-	ttl     time.Duration
-	key     string
+	backend  backendConfig
+	ttl      time.Duration
+	key      string
+	unfenced bool
 }
 
 func (e *env) demo(ctx context.Context, args []string) int {
@@ -61,6 +65,7 @@ func (e *env) demo(ctx context.Context, args []string) int {
 	addBackendFlags(fs, &f.backend)
 	fs.DurationVar(&f.ttl, "ttl", time.Second, "the workers' lease `duration`; A is paused past it")
 	fs.StringVar(&f.key, "lock", "demo:orders", "the lock `name` the workers compete for")
+	fs.BoolVar(&f.unfenced, "no-fencing", false, "make the resource ignore fences, to see the late write corrupt it (the demo then exits 1)")
 	if code, stop := e.parse(fs, args); stop {
 		return code
 	}
@@ -73,16 +78,22 @@ func (e *env) demo(ctx context.Context, args []string) int {
 	if f.ttl < 100*time.Millisecond || f.ttl > time.Minute {
 		return e.usageError("demo", "--ttl %v out of range [100ms, 1m]", f.ttl)
 	}
-	d := &demo{e: e, f: f, tl: &timeline{w: e.stdout, start: time.Now()}}
+	if c := f.backend; c.redisURL == "" && c.etcd == "" && (c.cacert != "" || c.cert != "" || c.key != "" || c.user != "" || c.password != "") {
+		return e.usageError("demo", "--cacert, --cert, --key, --user and --password need --etcd ENDPOINTS")
+	}
+	d := &demo{e: e, f: f, tl: newTimeline(e.stdout)}
 	defer d.cleanup()
+	defer d.tl.close()
 	if err := d.setup(ctx); err != nil {
 		return e.openError("demo", err)
 	}
 	if err := d.play(ctx); err != nil {
 		d.tl.say("demo", "FAILED: %v", err)
+		d.tl.close()
 		fmt.Fprintf(e.stderr, "fencedlock demo: the scenario did not complete: %v\n", err)
 		return exitFailure
 	}
+	d.tl.close()
 	return d.verdict()
 }
 
@@ -127,7 +138,7 @@ func (d *demo) setup(ctx context.Context) error {
 		}
 		d.tl.say("demo", "lock server: %s", cfg.describe())
 	}
-	res, err := startResource(func(ev resourceEvent) {
+	res, err := startResource(d.f.unfenced, func(ev resourceEvent) {
 		if ev.Accepted {
 			d.tl.say("resource", "accepted %q with fence %v (holder %s)", ev.Value, ev.Fence, ev.Holder)
 		} else {
@@ -138,7 +149,11 @@ func (d *demo) setup(ctx context.Context) error {
 		return err
 	}
 	d.res = res
-	d.tl.say("demo", "fenced resource on %s (accepts a fence above the highest it has accepted, or equal from the same holder)", res.addr())
+	if d.f.unfenced {
+		d.tl.say("demo", "UNFENCED resource on %s (--no-fencing: it accepts every write, whatever its fence)", res.addr())
+	} else {
+		d.tl.say("demo", "fenced resource on %s (accepts a fence above the highest it has accepted, or equal from the same holder)", res.addr())
+	}
 	b, closeB, err := d.e.open(ctx, *cfg)
 	if err != nil {
 		return err
@@ -292,6 +307,9 @@ func (d *demo) verdict() int {
 	}
 	if len(problems) > 0 {
 		fmt.Fprintf(w, "outcome: UNSAFE\n  - %s\n", strings.Join(problems, "\n  - "))
+		if d.f.unfenced {
+			fmt.Fprintf(w, "This is what --no-fencing shows: a lock alone cannot stop a paused holder's late write.\n")
+		}
 		return exitFailure
 	}
 	fmt.Fprintf(w, "outcome: SAFE. A was paused past its lease and woke up still believing it held the lock;\n"+
@@ -299,11 +317,45 @@ func (d *demo) verdict() int {
 	return exitOK
 }
 
-// timeline prints events with the time since the demo started.
+// timeline prints events with the time since the demo started, in the
+// order they happened: events come from several processes and goroutines,
+// so each is held for reorderWindow and printed sorted by its time stamp.
 type timeline struct {
-	mu    sync.Mutex
-	w     io.Writer
-	start time.Time
+	mu      sync.Mutex
+	w       io.Writer
+	start   time.Time
+	seq     int
+	pending []timelineEntry
+	closed  bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type timelineEntry struct {
+	at   time.Time
+	seq  int
+	line string
+}
+
+// reorderWindow is how long an event waits for earlier ones to arrive.
+const reorderWindow = 25 * time.Millisecond
+
+func newTimeline(w io.Writer) *timeline {
+	t := &timeline{w: w, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-t.stop:
+				return
+			case <-tick.C:
+				t.emit(false)
+			}
+		}
+	}()
+	return t
 }
 
 func (t *timeline) say(who, format string, args ...any) {
@@ -311,9 +363,55 @@ func (t *timeline) say(who, format string, args ...any) {
 }
 
 func (t *timeline) sayAt(at time.Time, who, format string, args ...any) {
+	line := fmt.Sprintf("+%7.3fs  %-8s  %s\n", at.Sub(t.start).Seconds(), who, fmt.Sprintf(format, args...))
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	fmt.Fprintf(t.w, "+%7.3fs  %-8s  %s\n", at.Sub(t.start).Seconds(), who, fmt.Sprintf(format, args...))
+	if t.closed {
+		fmt.Fprint(t.w, line)
+		return
+	}
+	t.seq++
+	t.pending = append(t.pending, timelineEntry{at: at, seq: t.seq, line: line})
+}
+
+// emit prints the pending events older than reorderWindow (all of them if
+// all is set), oldest first.
+func (t *timeline) emit(all bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sort.Slice(t.pending, func(i, j int) bool {
+		a, b := t.pending[i], t.pending[j]
+		if !a.at.Equal(b.at) {
+			return a.at.Before(b.at)
+		}
+		return a.seq < b.seq
+	})
+	n := 0
+	for _, e := range t.pending {
+		if !all && time.Since(e.at) < reorderWindow {
+			break
+		}
+		fmt.Fprint(t.w, e.line)
+		n++
+	}
+	t.pending = append(t.pending[:0], t.pending[n:]...)
+}
+
+// close prints every pending event; later events are printed at once.
+// It is idempotent.
+func (t *timeline) close() {
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return
+	}
+	close(t.stop)
+	<-t.done
+	t.emit(true)
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
 }
 
 // demoWorker is one worker process of the demo.
@@ -366,7 +464,11 @@ func (d *demo) startWorker(name, role string) (*demoWorker, error) {
 			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 				ev = workerEvent{Ev: "error", Detail: "unreadable report: " + sc.Text()}
 			}
-			d.tl.say(name, "%s", describeEvent(ev))
+			at := time.Now()
+			if ev.At != 0 {
+				at = time.Unix(0, ev.At) // when the worker reported it
+			}
+			d.tl.sayAt(at, name, "%s", describeEvent(ev))
 			w.events <- stampedEvent{time.Now(), ev}
 		}
 		// Wait only after the output is drained (exec.Cmd's rule).

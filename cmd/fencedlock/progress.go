@@ -48,11 +48,14 @@ func describeHolder(ctx context.Context, b fencedlock.Backend, key string) strin
 	if !ok {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
 	defer cancel()
-	info, err := in.Inspect(ctx, key)
+	info, err := in.Inspect(ictx, key)
 	if err != nil {
-		return ""
+		if ctx.Err() != nil {
+			return "" // the wait ended meanwhile: nothing to report
+		}
+		return fmt.Sprintf(" (cannot tell by whom: %v)", err)
 	}
 	if !info.Held {
 		return " (free right now; retrying)"

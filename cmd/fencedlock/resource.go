@@ -25,14 +25,20 @@ import (
 // and get back "ACCEPTED\n" or "REJECTED <reason>\n". Keeping the resource
 // outside the lock server shows the point of fencing: the resource, not the
 // lock, decides, with nothing but the token in the request.
+//
+// An unfenced resource (demo --no-fencing) applies every write, as a store
+// that ignores the token would: it shows what the fence prevents.
 type resource struct {
-	ln     net.Listener
-	onEvt  func(resourceEvent)
-	guard  fencing.Guard
-	mu     sync.Mutex
-	value  string
-	writes int
-	wg     sync.WaitGroup
+	ln       net.Listener
+	onEvt    func(resourceEvent)
+	unfenced bool
+	guard    fencing.Guard
+	mu       sync.Mutex
+	value    string
+	writes   int
+	last     fencing.Token // unfenced: the token of the last write
+	lastFrom string
+	wg       sync.WaitGroup
 }
 
 // resourceEvent describes one write the resource decided on.
@@ -44,12 +50,12 @@ type resourceEvent struct {
 	Err      error
 }
 
-func startResource(onEvt func(resourceEvent)) (*resource, error) {
+func startResource(unfenced bool, onEvt func(resourceEvent)) (*resource, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("starting the fenced resource: %w", err)
 	}
-	r := &resource{ln: ln, onEvt: onEvt}
+	r := &resource{ln: ln, onEvt: onEvt, unfenced: unfenced}
 	r.wg.Add(1)
 	go r.serve()
 	return r, nil
@@ -62,12 +68,15 @@ func (r *resource) close() {
 	r.wg.Wait()
 }
 
-// state returns the current value, the highest accepted fence, its holder,
-// and the number of accepted writes.
+// state returns the current value, the fence and holder of the write that
+// set it, and the number of accepted writes.
 func (r *resource) state() (string, fencing.Token, string, int) {
 	tok, holder := r.guard.Accepted()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.unfenced {
+		tok, holder = r.last, r.lastFrom
+	}
 	return r.value, tok, holder, r.writes
 }
 
@@ -96,13 +105,19 @@ func (r *resource) handle(line string) string {
 	if err != nil {
 		return "ERROR " + err.Error()
 	}
-	err = r.guard.Do(fence, holder, func() error {
+	apply := func() error {
 		r.mu.Lock()
 		r.value = value
 		r.writes++
+		r.last, r.lastFrom = fence, holder
 		r.mu.Unlock()
 		return nil
-	})
+	}
+	if r.unfenced {
+		err = apply()
+	} else {
+		err = r.guard.Do(fence, holder, apply)
+	}
 	if r.onEvt != nil {
 		r.onEvt(resourceEvent{Fence: fence, Holder: holder, Value: value, Accepted: err == nil, Err: err})
 	}

@@ -88,6 +88,7 @@ func TestUsageErrors(t *testing.T) {
 		{"inspect empty key", []string{"inspect", ""}, nil, "empty key"},
 		{"demo argument", []string{"demo", "extra"}, nil, "unexpected arguments"},
 		{"demo bad ttl", []string{"demo", "--ttl", "10ms"}, nil, "out of range"},
+		{"demo etcd flags without etcd", []string{"demo", "--user", "root"}, nil, "need --etcd"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -393,7 +394,7 @@ func TestResourceRejectsStaleWrites(t *testing.T) {
 		mu     sync.Mutex
 		events []resourceEvent
 	)
-	r, err := startResource(func(ev resourceEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() })
+	r, err := startResource(false, func(ev resourceEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ type workerEvent struct {
 	Value  string `json:"value,omitempty"`
 	OK     bool   `json:"ok,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	At     int64  `json:"at,omitempty"` // when it happened, Unix nanoseconds
 }
 
 // worker runs one demo process. Its backend comes from the environment
@@ -61,7 +62,10 @@ func (e *env) worker(ctx context.Context, args []string) int {
 	defer cancel()
 
 	enc := json.NewEncoder(e.stdout)
-	emit := func(ev workerEvent) { _ = enc.Encode(ev) }
+	emit := func(ev workerEvent) {
+		ev.At = time.Now().UnixNano()
+		_ = enc.Encode(ev)
+	}
 	fail := func(code int, format string, a ...any) int {
 		emit(workerEvent{Ev: "error", Detail: fmt.Sprintf(format, a...)})
 		return code
