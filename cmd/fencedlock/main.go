@@ -9,6 +9,30 @@
 //
 // Run "fencedlock COMMAND -help" for the flags and examples of each command.
 //
+// # run
+//
+// run acquires KEY (waiting as long as --wait allows, or not at all with
+// --try), starts COMMAND in its own process group with FENCEDLOCK_KEY,
+// FENCEDLOCK_FENCE and FENCEDLOCK_HOLDER in its environment, renews the
+// lease while COMMAND runs, releases it when COMMAND exits, and exits with
+// COMMAND's code. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the
+// process group. If the lease is lost (the key was deleted or taken, or no
+// renewal succeeded before the local deadline, which lies before the
+// server's expiry), the group gets SIGTERM, then SIGKILL after --grace, and
+// run exits 76, as consul lock does (etcdctl lock leaves the command
+// running). Terminating the command is the best a lock can do; a resource
+// that must never see a stale write should check FENCEDLOCK_FENCE.
+//
+// # demo
+//
+// demo re-executes this binary as two hidden worker processes and plays the
+// paused-holder scenario against an embedded miniredis (whose key expiry it
+// drives in real time) or a server given by flag. The fenced resource is a
+// value kept in the demo process behind a fencing.Guard; workers send it
+// their writes over loopback TCP, so the resource alone decides, from the
+// token in each request. demo --no-fencing makes the resource ignore
+// fences, to show the corruption the fence prevents.
+//
 // # Backends
 //
 // Every command except demo needs a server, given by flag or environment:
@@ -21,11 +45,13 @@
 //	--etcd ENDPOINTS   or FENCEDLOCK_ETCD     comma-separated, e.g. https://10.0.0.1:2379,https://10.0.0.2:2379
 //	                                          with --cacert, --cert, --key, --user, --password
 //	                                          (or FENCEDLOCK_ETCD_CACERT, _CERT, _KEY, _USER, _PASSWORD)
+//	--key-prefix P     or FENCEDLOCK_KEY_PREFIX   prefix of every key on the server (defaults:
+//	                                          "fencedlock:" on Redis, "fencedlock/" on etcd)
 //
 // # Exit codes
 //
 //	0        success; for run: the command exited 0
-//	1-63...  for run: the command's own exit code
+//	N        for run: the command's own exit code
 //	64       usage error (bad flag, key or TTL)
 //	69       backend error (cannot reach or use the server)
 //	75       lock not acquired (held by another: --try, --wait expired, or interrupted while waiting)
