@@ -67,7 +67,8 @@ type Config struct {
 
 	// QueueDelay is, for backends implementing [fencedlock.WaitAcquirer],
 	// the time within which a waiter that called AcquireWait is queued on
-	// the server. The FIFO check starts waiters this far apart. Zero means
+	// the server. The FIFO check starts waiters this far apart (and, if the
+	// order is wrong, once more 4x as far apart). Zero means
 	// DefaultQueueDelay.
 	QueueDelay time.Duration
 
@@ -302,6 +303,9 @@ func (e *env) checkGrant(t *testing.T, g fencedlock.Grant, key string, ttl time.
 	}
 	if g.TTL != 0 && g.TTL < ttl {
 		t.Errorf("Grant.TTL = %v for a request of %v: a backend may round a TTL up, never down", g.TTL, ttl)
+	}
+	if !g.Sent.IsZero() && g.Sent.After(time.Now()) {
+		t.Errorf("Grant.Sent lies %v in the future", time.Until(g.Sent))
 	}
 }
 

@@ -93,7 +93,8 @@
 // every MinTTL/3) RenewKeepsLease can fail: raise MinTTL there. Two checks
 // rest on stated assumptions: that the store's clock runs
 // at the rate of the test's clock (within 1%), and, for the FIFO check of a
-// WaitAcquirer, that a waiter is queued within Config.QueueDelay. Timing
+// WaitAcquirer, that a waiter is queued within Config.QueueDelay (the
+// check retries once with 4x that delay before it fails). Timing
 // can make the suite miss a bug (a race that did not happen in this run):
 // it may give false negatives, so run it often and under -race.
 //
