@@ -387,13 +387,19 @@ func contended(r *runData) string {
 
 func handoff(r *runData) string {
 	const s = "Handoff"
-	t := &table{head: []string{"library", "mean", "p50", "p99", "max", "samples"}}
+	t := &table{head: []string{"library", "mean", "p50", "p99", "max", "samples", "waiter stuck on a free lock"}}
 	for _, lib := range libs {
 		if _, ok := r.get(s, lib, "p50-ns"); !ok {
 			continue
 		}
 		t.rows = append(t.rows, []string{display[lib], cell(r, s, lib, "ns/op", fmtDur), cell(r, s, lib, "p50-ns", fmtDur),
-			cell(r, s, lib, "p99-ns", fmtDur), cell(r, s, lib, "max-ns", fmtDur), cell(r, s, lib, "handoffs", fmtNum)})
+			cell(r, s, lib, "p99-ns", fmtDur), cell(r, s, lib, "max-ns", fmtDur), cell(r, s, lib, "handoffs", fmtNum),
+			cell(r, s, lib, "stuck", func(v float64) string {
+				if v > 0 {
+					return "yes (run stopped)"
+				}
+				return "no"
+			})})
 	}
 	if len(t.rows) == 0 {
 		return "_not run_\n"
@@ -536,7 +542,7 @@ func render(r *runData, versions map[string]string) string {
 	b.WriteString("Each worker loops on the library's blocking acquire and an immediate release. A hand-off is an acquisition by a worker other than the previous holder; acquisitions alone flatter libraries whose releasing worker re-takes the lock while the others sleep. Wait is from calling acquire to holding; hand-off latency from the previous holder's release call to a different worker holding; the free-lock gap from a release call to the next acquisition by anyone.\n\n")
 	b.WriteString(contended(r))
 	b.WriteString("\n### Hand-off latency: one holder, one waiter\n\n")
-	b.WriteString("The holder keeps the lock 5 ms (so the waiter is really waiting), then releases; the time from its release call to the waiter holding.\n\n")
+	b.WriteString("The holder keeps the lock 5 ms (so the waiter is really waiting), then releases; the time from its release call to the waiter holding. A waiter that does not get the free lock within the run time plus 5 s ends the run (stuck).\n\n")
 	b.WriteString(handoff(r))
 	b.WriteString("\n### Many leases held by one process\n\n")
 	b.WriteString("One client acquires the leases (64 at a time), holds them while the library keeps them alive (TTL 3 s), then releases them. redsync and bsm/redislock have no watchdog and are left out; the raw baseline runs the renew loop a user would write (one goroutine and ticker per lock). CPU is the client process's; memory is live heap after GC plus goroutine stacks. Lost leases are a finding, not an error of the run: the library reported them lost (or its renewals failed) while the process held them.\n\n")
