@@ -14,7 +14,9 @@
 
 -- GET fails with WRONGTYPE if the lock key is not a string.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+  -- Publish first: a script is not rolled back, so a PUBLISH refused (ACL
+  -- without the channel) must fail before the DEL. Waiters cannot act on
+  -- the message before the whole script has run.
   -- On Redis Cluster PUBLISH is broadcast to every node; SPUBLISH reaches
   -- only the shard that serves the key's slot (the channel shares its hash tag).
   local publish = 'PUBLISH'
@@ -22,6 +24,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     publish = 'SPUBLISH'
   end
   redis.call(publish, KEYS[1] .. ':released', 'released')
+  redis.call('DEL', KEYS[1])
   return 1
 end
 return 0

@@ -102,6 +102,28 @@ func TestTLSAndACL(t *testing.T) {
 		{name: "no EVALSHA", drop: "+evalsha", check: tryAcquire},
 		{name: "no INCR in the acquire script", drop: "+incr", check: tryAcquire},
 		{name: "key outside the pattern", prefix: "other:", check: tryAcquire},
+		{name: "no PUBLISH in the release script", drop: "+publish", check: func(t *testing.T, l *fencedlock.Locker, b *redis.Backend) error {
+			ls, err := l.TryAcquire(ctxT(t, 5*time.Second), "denied")
+			if err != nil {
+				t.Fatalf("acquire: %v", err)
+			}
+			err = b.Release(ctxT(t, 5*time.Second), fencedlock.Grant{Key: "denied", Owner: "not-the-owner"})
+			if !errors.Is(err, fencedlock.ErrNotHeld) {
+				t.Fatalf("release with another token: %v, want ErrNotHeld before any PUBLISH", err)
+			}
+			err = ls.Release(ctxT(t, 5*time.Second))
+			// The script publishes before it deletes: the refused PUBLISH
+			// left the lock in place (it expires with its TTL).
+			info, ierr := b.Inspect(ctxT(t, 5*time.Second), "denied")
+			if ierr != nil || !info.Held {
+				t.Fatalf("a failed release deleted the lock: %+v, %v", info, ierr)
+			}
+			for i := 0; info.Held && i < 100; i++ {
+				time.Sleep(20 * time.Millisecond)
+				info, _ = b.Inspect(ctxT(t, 5*time.Second), "denied")
+			}
+			return err
+		}},
 		{name: "no PEXPIRE for renew", drop: "+pexpire", check: func(t *testing.T, l *fencedlock.Locker, b *redis.Backend) error {
 			ls, err := l.TryAcquire(ctxT(t, 5*time.Second), "denied")
 			if err != nil {
