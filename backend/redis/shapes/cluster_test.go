@@ -2,6 +2,7 @@ package shapes_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -66,6 +68,13 @@ func TestClusterAcquireRenewReleaseFence(t *testing.T) {
 				t.Fatalf("%s not on node %s (slot owner): %q %v", k, node.Addr, out, err)
 			}
 		}
+		// The fenced write, on a resource hash in whatever slot its name
+		// falls in.
+		res := "resource:" + key
+		if err := b.FencedSet(ctx, res, "v1", ls.Fence(), ls.Holder()); err != nil {
+			noCrossSlot(t, err)
+			t.Fatalf("fenced write %q: %v", res, err)
+		}
 		if err := ls.Release(ctx); err != nil {
 			t.Fatalf("release %q: %v", key, err)
 		}
@@ -75,6 +84,15 @@ func TestClusterAcquireRenewReleaseFence(t *testing.T) {
 		}
 		if ls2.Fence() != ls.Fence()+1 {
 			t.Fatalf("%q: fence %d after %d", key, ls2.Fence(), ls.Fence())
+		}
+		if err := b.FencedSet(ctx, res, "v2", ls2.Fence(), ls2.Holder()); err != nil {
+			t.Fatalf("fenced write with the newer fence: %v", err)
+		}
+		if err := b.FencedSet(ctx, res, "late", ls.Fence(), ls.Holder()); !errors.Is(err, fencing.ErrStale) {
+			t.Fatalf("fenced write with the older fence: %v, want ErrStale", err)
+		}
+		if v, _, tok, _, err := b.FencedGet(ctx, res); err != nil || v != "v2" || tok != ls2.Fence() {
+			t.Fatalf("fenced get %q = %q, %d, %v", res, v, tok, err)
 		}
 		if err := ls2.Release(ctx); err != nil {
 			t.Fatal(err)
