@@ -16,6 +16,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,6 +65,7 @@ func main() {
 		}
 	} else {
 		var buf bytes.Buffer
+		fmt.Fprintf(&buf, "fencedlock: %s\n", describeCommit())
 		runGo := func(pattern string, count int) error {
 			args := []string{"test", "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", *benchtime,
 				"-count", strconv.Itoa(count), "-timeout", "60m"}
@@ -618,7 +620,7 @@ func footnote(r *runData, versions map[string]string) string {
 		}
 	}
 	b.WriteString(strings.Join(vs, ", "))
-	b.WriteString("; fencedlock at the commit of this file. ")
+	fmt.Fprintf(&b, "; fencedlock at %s. ", cmp.Or(r.config["fencedlock"], "a commit the run did not record"))
 	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: median of %d runs each; the fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
 	b.WriteString("Not a statistical study: for decisions, run `go test -run '^$' -bench . -benchmem -count 10` against your own servers and compare with benchstat.\n")
 	return b.String()
@@ -639,6 +641,20 @@ func orUnknown(s string) string {
 		return "(version not recorded)"
 	}
 	return s
+}
+
+// describeCommit names the commit of the repository the benchmarks ran on,
+// noting uncommitted changes outside bench/.
+func describeCommit() string {
+	out, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "an unknown commit"
+	}
+	desc := "commit " + strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		desc += " plus uncommitted changes"
+	}
+	return desc
 }
 
 // moduleVersions reads the require lines of a go.mod.
