@@ -172,7 +172,7 @@ func failoverRound(t *testing.T, withWait bool) roundResult {
 	primary.Kill()
 	killAt := time.Now()
 
-	released, restarted := false, false
+	released, replicaAdded := false, false
 	var aLostAt time.Time
 	var g grant
 	deadline := time.After(40 * time.Second)
@@ -188,25 +188,24 @@ wait:
 		if aLostAt.IsZero() && lsA.Err() != nil && !released {
 			aLostAt = time.Now()
 		}
-		// Once the sentinels promoted the replica, bring the old master
-		// back as a replica of the new one, as an operator would. Without it, WAIT 1 can never
+		// Once the sentinels promoted the replica, give the new master a
+		// replica, as an operator would. Without one, WAIT 1 can never be
+		// satisfied and every acquire fails with ErrReplication. (A fresh
+		// server, not the old master restarted: clients that have not yet
+		// switched would find an empty master at the old address.) Without it, WAIT 1 can never
 		// be satisfied again and every acquire fails with ErrReplication.
-		if addr := sentinels.MasterAddr(t); !restarted && addr != primary.Addr {
-			primary.Restart()
-			host, port, _ := strings.Cut(addr, ":")
-			// Sentinel would convert it too, but only after its next
-			// INFO (up to 10s); point it at the new master at once.
-			if out, err := primary.CLI(t, "REPLICAOF", host, port); err != nil {
-				t.Fatalf("REPLICAOF on the old master: %q %v", out, err)
-			}
-			restarted = true
+		if addr := sentinels.MasterAddr(t); !replicaAdded && addr != primary.Addr {
+			_, port, _ := strings.Cut(addr, ":")
+			redistest.Start(t, redistest.WithConfig("replicaof 127.0.0.1 "+port))
+			replicaAdded = true
 		}
 		// A renewed through the new master after the kill: it kept its
 		// lease. Hand over properly.
 		if !released && lsA.Err() == nil && lsA.Deadline().After(killAt.Add(failoverTTL-failoverTTL/10)) {
 			res.aOutcome = "kept the lease through the failover, then released it"
 			if err := lsA.Release(ctx); err != nil {
-				t.Fatalf("A release after failover: %v", err)
+				// Released or lost meanwhile, either way not held.
+				res.aOutcome = "kept the lease through the failover; its release found: " + err.Error()
 			}
 			released = true
 		}
