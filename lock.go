@@ -282,8 +282,10 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 		backoff = min(2*backoff, l.opts.MaxRetryDelay)
 		if held && notify != nil && hint > 0 {
 			// A release is announced; an expiry is not, so wake when the
-			// holder's lease ends at the latest.
-			wait = hint + time.Millisecond
+			// holder's lease ends at the latest. Notifications are
+			// at-most-once (a pub/sub message is lost with its connection),
+			// so look again after MaxRetryDelay at the latest.
+			wait = min(hint+time.Millisecond, l.opts.MaxRetryDelay)
 		} else if held && hint > 0 && hint < wait {
 			wait = hint + time.Millisecond
 		}

@@ -559,3 +559,47 @@ func TestRealTime(t *testing.T) {
 		t.Fatalf("fence did not increase: %v then %v", ls.Fence(), l2)
 	}
 }
+
+// silent is a Notifier that never delivers, like a pub/sub connection that
+// dropped its messages.
+type silent struct{ fencedlock.Backend }
+
+func (silent) Watch(context.Context, string) (<-chan struct{}, func(), error) {
+	return make(chan struct{}), func() {}, nil
+}
+
+// TestLostNotificationBounded: when a release notification is lost, a
+// waiter still gets the key within MaxRetryDelay, not after the holder's
+// whole TTL.
+func TestLostNotificationBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		a := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Hour})
+		b := fencedlock.New(silent{store.Backend()}, fencedlock.Options{TTL: time.Hour, MaxRetryDelay: 2 * time.Second})
+		defer a.Close()
+		defer b.Close()
+		held, err := a.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan time.Time)
+		go func() {
+			ls, err := b.Acquire(t.Context(), "k")
+			if err != nil {
+				t.Error(err)
+			} else {
+				defer ls.Release(t.Context())
+			}
+			got <- time.Now()
+		}()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		released := time.Now()
+		if err := held.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if d := (<-got).Sub(released); d > 2*time.Second {
+			t.Fatalf("waiter took %v after a silent release, want <= MaxRetryDelay 2s", d)
+		}
+	})
+}
