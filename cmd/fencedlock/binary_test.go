@@ -462,39 +462,81 @@ func TestInspect(t *testing.T) {
 }
 
 // TestDemo runs the README's main job end to end: on the embedded Redis,
-// and against a real redis-server with user:password in the URL.
+// and against a real redis-server with user:password in the URL, where the
+// test reads the resource hash itself to see that the server kept B's
+// write and its fence, and that --no-fencing lets A's late write in.
 func TestDemo(t *testing.T) {
-	check := func(t *testing.T, args ...string) {
+	check := func(t *testing.T, args ...string) string {
 		code, p := runBin(t, nil, args...)
 		out := p.stdout.String()
 		t.Logf("fencedlock %s:\n%s", strings.Join(args, " "), out)
 		if code != 0 {
 			t.Errorf("exit code %d, want 0; stderr:\n%s", code, p.stderr)
 		}
-		for _, want := range []string{"SIGSTOP A", "SIGCONT A", "REJECTED \"written by A\"", "wrote \"written by B\" with fence", "A's late release deleted nothing", "outcome: SAFE"} {
+		for _, want := range []string{"fenced resource: Redis hash \"demo:orders:resource\"", "written with FencedSet",
+			"SIGSTOP A", "SIGCONT A", "REJECTED \"written by A\" with fence 1", "fencing: stale token: 1 is older than accepted 2",
+			"wrote \"written by A\" with fence 1: REJECTED by the server as stale", "wrote \"written by B\" with fence 2: accepted",
+			"A's late release deleted nothing", "resource: \"written by B\", fence 2", "1 of 2 writes accepted", "outcome: SAFE"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("demo output lacks %q", want)
+			}
+		}
+		return out
+	}
+	unfenced := func(t *testing.T, args ...string) {
+		code, p := runBin(t, nil, append([]string{"demo", "--no-fencing"}, args...)...)
+		out := p.stdout.String()
+		t.Logf("fencedlock demo --no-fencing %s:\n%s", strings.Join(args, " "), out)
+		if code != exitFailure {
+			t.Errorf("exit code %d, want %d", code, exitFailure)
+		}
+		for _, want := range []string{"written with a plain HSET", "wrote \"written by A\" with fence 1: accepted",
+			"resource: \"written by A\"", "2 of 2 writes accepted", "outcome: UNSAFE", "late write with the stale fence was ACCEPTED"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q", want)
 			}
 		}
 	}
 	t.Run("embedded", func(t *testing.T) { check(t, "demo") })
 	// The check has teeth: without fencing, the same run corrupts the
 	// resource, and the demo says so and fails.
-	t.Run("no fencing", func(t *testing.T) {
-		code, p := runBin(t, nil, "demo", "--no-fencing")
-		out := p.stdout.String()
-		t.Logf("fencedlock demo --no-fencing:\n%s", out)
-		if code != exitFailure {
-			t.Errorf("exit code %d, want %d", code, exitFailure)
+	t.Run("no fencing", func(t *testing.T) { unfenced(t) })
+	t.Run("redis-server", func(t *testing.T) {
+		s, url := redisServer(t)
+		// A stale record from an earlier run is cleared: the demo starts
+		// from nothing.
+		if _, err := s.CLI(t, "HSET", "demo:orders:resource", "value", "old", "fencedlock:fence", "99", "fencedlock:holder", "someone"); err != nil {
+			t.Fatal(err)
 		}
-		for _, want := range []string{"wrote \"written by A\" with fence 1: accepted", "resource: \"written by A\"", "outcome: UNSAFE", "late write with the stale fence was ACCEPTED"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("output lacks %q", want)
+		check(t, "demo", "--redis", url)
+		hash, err := s.CLI(t, "HGETALL", "demo:orders:resource")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"value": "written by B", "fencedlock:fence": "2"}
+		lines := strings.Split(strings.TrimSpace(hash), "\n")
+		got := map[string]string{}
+		for i := 0; i+1 < len(lines); i += 2 {
+			got[lines[i]] = lines[i+1]
+		}
+		for f, v := range want {
+			if got[f] != v {
+				t.Errorf("on the server, field %s of the resource is %q, want %q (HGETALL: %q)", f, got[f], v, hash)
 			}
 		}
+		if len(got["fencedlock:holder"]) != 16 {
+			t.Errorf("holder field %q is not a holder id", got["fencedlock:holder"])
+		}
+
+		unfenced(t, "--redis", url, "--lock", "demo:plain")
+		if v, err := s.CLI(t, "HGET", "demo:plain:resource", "value"); err != nil || strings.TrimSpace(v) != "written by A" {
+			t.Errorf("on the server, the unfenced resource holds %q (%v), want A's late write", v, err)
+		}
 	})
-	t.Run("redis-server", func(t *testing.T) {
-		_, url := redisServer(t)
-		check(t, "demo", "--redis", url)
+	t.Run("resource inside the key prefix", func(t *testing.T) {
+		code, p := runBin(t, nil, "demo", "--resource", "fencedlock:x")
+		if code != exitUsage || !strings.Contains(p.stderr.String(), "inside the key prefix") {
+			t.Errorf("exit %d, want %d; stderr:\n%s", code, exitUsage, p.stderr)
+		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,17 +31,26 @@ Show, with real processes, why a lock needs a fencing token:
   3. the lease expires on the server; worker B acquires with a higher fence
      and writes to the fenced resource;
   4. the demo resumes A with SIGCONT; A writes with its old fence and the
-     resource REJECTS it; A's release deletes nothing (B still holds the lock).
+     server REJECTS it; A's release deletes nothing (B still holds the lock).
 
 With no backend flag the lock server is an embedded Redis (miniredis) on a
 loopback port, whose key expiry the demo drives in real time. --redis or
---etcd runs the same against a real server. The fenced resource is a value
-kept in the demo process behind fencing.Guard; workers send it their writes
-over loopback TCP. Owner tokens are never printed, only holder ids.
+--etcd runs the same against a real server.
+
+The fenced resource lives on the same server as the lock, as it would in
+your code: on Redis a hash written with (*redis.Backend).FencedSet, whose
+script checks the fence and writes in one step; on etcd a key written with
+(*etcd.Backend).FencedPut, one transaction. The workers write it directly;
+the server alone decides from the fence in each write, and the demo reads
+the result back (FencedGet) for its verdict. The demo deletes the resource
+key when it starts (on etcd the fence record of an earlier run stays; it is
+older than any fence of the new run) and leaves it at the end, to be looked at.
+Owner tokens are never printed, only holder ids.
 
 The exit code is 0 only if the outcome was the safe one; otherwise 1 (69 if
-the server cannot be used). --no-fencing makes the resource ignore fences, so
-A's late write overwrites B's: the unsafe outcome, exit 1.
+the server cannot be used). --no-fencing makes the workers write with a plain
+HSET (Redis) or Put (etcd), which ignores fences, so A's late write
+overwrites B's: the unsafe outcome, exit 1.
 `
 
 const demoFooter = backendHelp + `
@@ -56,6 +66,7 @@ type demoFlags struct {
 	backend  backendConfig
 	ttl      time.Duration
 	key      string
+	resource string
 	unfenced bool
 }
 
@@ -65,7 +76,8 @@ func (e *env) demo(ctx context.Context, args []string) int {
 	addBackendFlags(fs, &f.backend)
 	fs.DurationVar(&f.ttl, "ttl", time.Second, "the workers' lease `duration`; A is paused past it")
 	fs.StringVar(&f.key, "lock", "demo:orders", "the lock `name` the workers compete for")
-	fs.BoolVar(&f.unfenced, "no-fencing", false, "make the resource ignore fences, to see the late write corrupt it (the demo then exits 1)")
+	fs.StringVar(&f.resource, "resource", "", "the `key` of the fenced resource on the server, outside the key prefix (default: the lock name + \":resource\")")
+	fs.BoolVar(&f.unfenced, "no-fencing", false, "write the resource without the fence check (plain HSET / Put), to see the late write corrupt it (the demo then exits 1)")
 	if code, stop := e.parse(fs, args); stop {
 		return code
 	}
@@ -74,6 +86,9 @@ func (e *env) demo(ctx context.Context, args []string) int {
 	}
 	if err := fencedlock.ValidateKey(f.key); err != nil {
 		return e.usageError("demo", "%v", err)
+	}
+	if f.resource == "" {
+		f.resource = f.key + ":resource"
 	}
 	if f.ttl < 100*time.Millisecond || f.ttl > time.Minute {
 		return e.usageError("demo", "--ttl %v out of range [100ms, 1m]", f.ttl)
@@ -106,8 +121,8 @@ type demo struct {
 	mini     *miniredis.Miniredis
 	stopTick chan struct{}
 	tickDone chan struct{}
-	res      *resource
 	backend  fencedlock.Backend
+	res      demoResource
 	closeB   func()
 	workers  []*demoWorker
 
@@ -116,10 +131,11 @@ type demo struct {
 	aWrite     workerEvent
 	bWrite     workerEvent
 	stillHeldB bool
+	final      resourceState // read back from the server at the end
 }
 
-// setup starts the embedded server if needed, the resource, and the
-// demo's own connection (used to inspect the lock).
+// setup starts the embedded server if needed and the demo's own
+// connection, which inspects the lock and resets and reads the resource.
 func (d *demo) setup(ctx context.Context) error {
 	cfg := &d.f.backend
 	if cfg.redisURL == "" && cfg.etcd == "" {
@@ -138,27 +154,22 @@ func (d *demo) setup(ctx context.Context) error {
 		}
 		d.tl.say("demo", "lock server: %s", cfg.describe())
 	}
-	res, err := startResource(d.f.unfenced, func(ev resourceEvent) {
-		if ev.Accepted {
-			d.tl.say("resource", "accepted %q with fence %v (holder %s)", ev.Value, ev.Fence, ev.Holder)
-		} else {
-			d.tl.say("resource", "REJECTED %q with fence %v (holder %s): %v", ev.Value, ev.Fence, ev.Holder, ev.Err)
-		}
-	})
+	b, res, closeB, err := openDemo(ctx, *cfg, d.f.resource, d.f.unfenced)
 	if err != nil {
 		return err
 	}
-	d.res = res
+	d.backend, d.res, d.closeB = b, res, closeB
+	rctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	if err := res.reset(rctx); err != nil {
+		return fmt.Errorf("clearing the resource: %w", err)
+	}
 	if d.f.unfenced {
-		d.tl.say("demo", "UNFENCED resource on %s (--no-fencing: it accepts every write, whatever its fence)", res.addr())
+		d.tl.say("demo", "UNFENCED resource: %s", res.describe())
 	} else {
-		d.tl.say("demo", "fenced resource on %s (accepts a fence above the highest it has accepted, or equal from the same holder)", res.addr())
+		d.tl.say("demo", "fenced resource: %s", res.describe())
+		d.tl.say("demo", "the server applies a write only if its fence is above the highest accepted, or equal from the same holder")
 	}
-	b, closeB, err := d.e.open(ctx, *cfg)
-	if err != nil {
-		return err
-	}
-	d.backend, d.closeB = b, closeB
 	return nil
 }
 
@@ -191,9 +202,6 @@ func (d *demo) cleanup() {
 	}
 	if d.closeB != nil {
 		d.closeB()
-	}
-	if d.res != nil {
-		d.res.close()
 	}
 	if d.mini != nil {
 		close(d.stopTick)
@@ -279,14 +287,39 @@ func (d *demo) play(ctx context.Context) error {
 	if _, err := B.expect("released", step); err != nil {
 		return err
 	}
-	return B.wait(step)
+	if err := B.wait(step); err != nil {
+		return err
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	if d.final, err = d.res.read(rctx); err != nil {
+		return fmt.Errorf("reading the resource back: %w", err)
+	}
+	return nil
 }
 
 // verdict prints the outcome and returns the exit code.
 func (d *demo) verdict() int {
-	value, fence, holder, writes := d.res.state()
+	s := d.final
 	w := d.e.stdout
-	fmt.Fprintf(w, "\nresource: %q, fence %v (holder %s), %d accepted write(s)\n", value, fence, holder, writes)
+	accepted := 0
+	for _, ev := range []workerEvent{d.aWrite, d.bWrite} {
+		if ev.OK {
+			accepted++
+		}
+	}
+	value := "(none)"
+	if s.ok {
+		value = strconv.Quote(s.value)
+	}
+	if d.f.unfenced {
+		// Plain writes leave no fence record (an etcd one from an
+		// earlier fenced run may remain, and would mislead).
+		fmt.Fprintf(w, "\nresource: %s, read back from the server; no fence checked; %d of 2 writes accepted\n", value, accepted)
+	} else {
+		fmt.Fprintf(w, "\nresource: %s, fence %v (holder %s), read back from the server; %d of 2 writes accepted\n", value, s.fence, s.holder, accepted)
+	}
 	var problems []string
 	if d.b.Fence <= d.a.Fence {
 		problems = append(problems, fmt.Sprintf("B's fence %d is not greater than A's %d", d.b.Fence, d.a.Fence))
@@ -296,11 +329,14 @@ func (d *demo) verdict() int {
 	}
 	if d.aWrite.OK {
 		problems = append(problems, "A's late write with the stale fence was ACCEPTED: the resource was corrupted")
-	} else if !strings.Contains(d.aWrite.Detail, "stale") {
+	} else if !d.aWrite.Stale {
 		problems = append(problems, "A's write failed for another reason than a stale fence: "+d.aWrite.Detail)
 	}
-	if value != d.bWrite.Value || uint64(fence) != d.b.Fence {
-		problems = append(problems, fmt.Sprintf("the resource holds %q with fence %v, not B's write", value, fence))
+	switch {
+	case !s.ok || s.value != d.bWrite.Value:
+		problems = append(problems, fmt.Sprintf("the resource holds %s, not B's write", value))
+	case !d.f.unfenced && (uint64(s.fence) != d.b.Fence || s.holder != d.b.Holder):
+		problems = append(problems, fmt.Sprintf("the resource's fence record is %v from holder %s, not B's", s.fence, s.holder))
 	}
 	if !d.stillHeldB {
 		problems = append(problems, "A's late release did not leave B's lock alone")
@@ -313,7 +349,7 @@ func (d *demo) verdict() int {
 		return exitFailure
 	}
 	fmt.Fprintf(w, "outcome: SAFE. A was paused past its lease and woke up still believing it held the lock;\n"+
-		"its write carried fence %d, older than B's %d, and the resource rejected it.\n", d.a.Fence, d.b.Fence)
+		"its write carried fence %d, older than B's %d, and the server rejected it.\n", d.a.Fence, d.b.Fence)
 	return exitOK
 }
 
@@ -437,7 +473,8 @@ func (d *demo) startWorker(name, role string) (*demoWorker, error) {
 		return nil, fmt.Errorf("finding this executable to start worker %s: %w", name, err)
 	}
 	cmd := exec.Command(self, workerCommand,
-		"-role", role, "-name", name, "-lock", d.f.key, "-resource", d.res.addr(),
+		"-role", role, "-name", name, "-lock", d.f.key, "-resource", d.f.resource,
+		"-no-fencing="+strconv.FormatBool(d.f.unfenced),
 		"-ttl", d.f.ttl.String(), "-limit", (20*d.f.ttl + 30*time.Second).String())
 	cmd.Env = workerEnv(os.Environ(), d.f.backend)
 	cmd.Stderr = d.e.stderr
@@ -467,6 +504,9 @@ func (d *demo) startWorker(name, role string) (*demoWorker, error) {
 			at := time.Now()
 			if ev.At != 0 {
 				at = time.Unix(0, ev.At) // when the worker reported it
+			}
+			if ev.Ev == "write" {
+				d.tl.sayAt(at, "resource", "%s", describeWrite(ev, d.f.unfenced))
 			}
 			d.tl.sayAt(at, name, "%s", describeEvent(ev))
 			w.events <- stampedEvent{time.Now(), ev}
@@ -601,7 +641,10 @@ func describeEvent(ev workerEvent) string {
 		if ev.OK {
 			return fmt.Sprintf("wrote %q with fence %d: accepted", ev.Value, ev.Fence)
 		}
-		return fmt.Sprintf("wrote %q with fence %d: REJECTED (%s)", ev.Value, ev.Fence, ev.Detail)
+		if ev.Stale {
+			return fmt.Sprintf("wrote %q with fence %d: REJECTED by the server as stale", ev.Value, ev.Fence)
+		}
+		return fmt.Sprintf("wrote %q with fence %d: FAILED (%s)", ev.Value, ev.Fence, ev.Detail)
 	case "lease":
 		if ev.OK {
 			return "its lease is " + ev.Detail
@@ -616,4 +659,18 @@ func describeEvent(ev workerEvent) string {
 		return "ERROR: " + ev.Detail
 	}
 	return fmt.Sprintf("%s %s", ev.Ev, ev.Detail)
+}
+
+// describeWrite renders, for the resource's line of the timeline, what the
+// server did with a worker's write.
+func describeWrite(ev workerEvent, unfenced bool) string {
+	switch {
+	case ev.OK && unfenced:
+		return fmt.Sprintf("applied %q, a plain write: its fence %d (holder %s) was never checked", ev.Value, ev.Fence, ev.Holder)
+	case ev.OK:
+		return fmt.Sprintf("accepted %q with fence %d (holder %s)", ev.Value, ev.Fence, ev.Holder)
+	case ev.Stale:
+		return fmt.Sprintf("REJECTED %q with fence %d (holder %s): %s", ev.Value, ev.Fence, ev.Holder, ev.Detail)
+	}
+	return fmt.Sprintf("did not take %q with fence %d (holder %s): %s", ev.Value, ev.Fence, ev.Holder, ev.Detail)
 }

@@ -27,11 +27,13 @@
 //
 // demo re-executes this binary as two hidden worker processes and plays the
 // paused-holder scenario against an embedded miniredis (whose key expiry it
-// drives in real time) or a server given by flag. The fenced resource is a
-// value kept in the demo process behind a fencing.Guard; workers send it
-// their writes over loopback TCP, so the resource alone decides, from the
-// token in each request. demo --no-fencing makes the resource ignore
-// fences, to show the corruption the fence prevents.
+// drives in real time) or a server given by flag. The fenced resource lives
+// on the same server as the lock, as it would in an application: a Redis
+// hash written with (*redis.Backend).FencedSet, or an etcd key written with
+// (*etcd.Backend).FencedPut. The workers write it directly, the server
+// decides from the fence in each write, and the demo reads the result back
+// (FencedGet) for its verdict. demo --no-fencing makes the workers write
+// with a plain HSET or Put, to show the corruption the fence prevents.
 //
 // # Backends
 //

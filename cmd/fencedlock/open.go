@@ -50,6 +50,16 @@ func redisOptions(url string) (rueidis.ClientOption, error) {
 }
 
 func openRedis(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+	client, b, err := dialRedis(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() { _ = b.Close(); client.Close() }, nil
+}
+
+// dialRedis connects to the Redis server c names and returns the client
+// with the backend on it (the demo also writes through the client).
+func dialRedis(c backendConfig) (rueidis.Client, *redisb.Backend, error) {
 	opt, err := redisOptions(c.redisURL)
 	if err != nil {
 		return nil, nil, err
@@ -63,10 +73,20 @@ func openRedis(ctx context.Context, c backendConfig) (fencedlock.Backend, func()
 		client.Close()
 		return nil, nil, err
 	}
-	return b, func() { _ = b.Close(); client.Close() }, nil
+	return client, b, nil
 }
 
 func openEtcd(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+	client, b, err := dialEtcd(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() { _ = b.Close(); client.Close() }, nil
+}
+
+// dialEtcd connects to the etcd cluster c names and returns the client
+// with the backend on it (the demo also writes through the client).
+func dialEtcd(ctx context.Context, c backendConfig) (*clientv3.Client, *etcdb.Backend, error) {
 	eps := c.endpoints()
 	if len(eps) == 0 {
 		return nil, nil, fmt.Errorf("--etcd %q names no endpoint (want host:port or https://host:port, comma-separated)", c.etcd)
@@ -103,7 +123,7 @@ func openEtcd(ctx context.Context, c backendConfig) (fencedlock.Backend, func(),
 		client.Close()
 		return nil, nil, err
 	}
-	return b, func() { _ = b.Close(); client.Close() }, nil
+	return client, b, nil
 }
 
 // etcdTLS returns the TLS configuration of the etcd client: from the files

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -389,18 +388,24 @@ func TestInspectOutput(t *testing.T) {
 	}
 }
 
-func TestResourceRejectsStaleWrites(t *testing.T) {
-	var (
-		mu     sync.Mutex
-		events []resourceEvent
-	)
-	r, err := startResource(false, func(ev resourceEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() })
+// TestDemoResourceRedis drives the demo's resource on a real redis-server
+// through openDemo, as the workers and the demo do: the server applies the
+// fencing rule to FencedSet, a plain write (--no-fencing) ignores it, reset
+// clears value and fence record, and a key inside the prefix is refused.
+func TestDemoResourceRedis(t *testing.T) {
+	_, url := redisServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cfg := backendConfig{redisURL: url}
+	const key = "demo:test:resource"
+	_, res, closeAll, err := openDemo(ctx, cfg, key, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	defer closeAll()
+	if err := res.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
 	steps := []struct {
 		fence  fencing.Token
 		holder string
@@ -415,25 +420,57 @@ func TestResourceRejectsStaleWrites(t *testing.T) {
 		{8, "dddd", "newest", true},
 	}
 	for _, s := range steps {
-		err := writeResource(ctx, r.addr(), s.fence, s.holder, s.value)
+		err := res.write(ctx, s.value, s.fence, s.holder)
 		if s.ok && err != nil || !s.ok && !errors.Is(err, fencing.ErrStale) {
 			t.Errorf("write fence %d by %s: %v (want ok=%v)", s.fence, s.holder, err, s.ok)
 		}
+		var stale *fencing.StaleError
+		if !s.ok && errors.As(err, &stale) && (stale.Accepted != 7 || stale.AcceptedFrom != "bbbb") {
+			t.Errorf("stale error names %d from %s, want 7 from bbbb", stale.Accepted, stale.AcceptedFrom)
+		}
 	}
-	value, fence, holder, writes := r.state()
-	if value != "newest" || fence != 8 || holder != "dddd" || writes != 4 {
-		t.Errorf("state %q %d %s %d", value, fence, holder, writes)
+	st, err := res.read(ctx)
+	if err != nil || !st.ok || st.value != "newest" || st.fence != 8 || st.holder != "dddd" {
+		t.Errorf("read = %+v, %v; want newest, fence 8 from dddd", st, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(events) != len(steps) {
-		t.Errorf("%d events for %d writes", len(events), len(steps))
+
+	// --no-fencing: the same server applies a write with an old fence.
+	_, plain, closePlain, err := openDemo(ctx, cfg, key, true)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if reply := r.handle("WRITE x y z"); !strings.HasPrefix(reply, "ERROR") {
-		t.Errorf("malformed write: %q", reply)
+	defer closePlain()
+	if err := plain.write(ctx, "late and unfenced", 1, "aaaa"); err != nil {
+		t.Fatalf("plain write: %v", err)
 	}
-	if reply := r.handle(fmt.Sprintf("WRITE %d h unquoted", 9)); !strings.HasPrefix(reply, "ERROR") {
-		t.Errorf("unquoted value: %q", reply)
+	if st, err := res.read(ctx); err != nil || st.value != "late and unfenced" || st.fence != 8 {
+		t.Errorf("after the plain write: %+v, %v; want its value, fence record untouched", st, err)
+	}
+
+	// reset deletes value and fence record: fence 1 is accepted again.
+	if err := res.reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := res.read(ctx); err != nil || st.ok || st.fence != 0 || st.holder != "" {
+		t.Errorf("after reset: %+v, %v; want nothing", st, err)
+	}
+	if err := res.write(ctx, "again", 1, "aaaa"); err != nil {
+		t.Errorf("fence 1 after reset: %v", err)
+	}
+
+	for _, bad := range []string{"", "fencedlock:mine"} {
+		if _, _, c, err := openDemo(ctx, cfg, bad, false); !errors.Is(err, fencedlock.ErrInvalid) {
+			if c != nil {
+				c()
+			}
+			t.Errorf("openDemo(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if _, _, c, err := openDemo(ctx, backendConfig{redisURL: url, keyPrefix: "demo:"}, key, false); !errors.Is(err, fencedlock.ErrInvalid) {
+		if c != nil {
+			c()
+		}
+		t.Errorf("resource inside --key-prefix demo: = %v, want ErrInvalid", err)
 	}
 }
 

@@ -35,24 +35,28 @@ type workerEvent struct {
 	TTLms  int64  `json:"ttl_ms,omitempty"`
 	Value  string `json:"value,omitempty"`
 	OK     bool   `json:"ok,omitempty"`
+	Stale  bool   `json:"stale,omitempty"` // write: rejected as stale (fencing.ErrStale)
 	Detail string `json:"detail,omitempty"`
 	At     int64  `json:"at,omitempty"` // when it happened, Unix nanoseconds
 }
 
-// worker runs one demo process. Its backend comes from the environment
-// (FENCEDLOCK_REDIS or FENCEDLOCK_ETCD and friends), set by the demo. It
-// reads commands ("go", "release") from standard input, one per line.
+// worker runs one demo process. Its server comes from the environment
+// (FENCEDLOCK_REDIS or FENCEDLOCK_ETCD and friends), set by the demo; it
+// takes the lock there and writes the resource there, on one connection.
+// It reads commands ("go", "release") from standard input, one per line.
 func (e *env) worker(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet(workerCommand, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	var (
-		role, key, name, addr string
-		ttl, limit            time.Duration
+		role, key, name, resource string
+		unfenced                  bool
+		ttl, limit                time.Duration
 	)
 	fs.StringVar(&role, "role", "", "paused or writer")
 	fs.StringVar(&name, "name", "", "worker name")
 	fs.StringVar(&key, "lock", "", "lock key")
-	fs.StringVar(&addr, "resource", "", "address of the fenced resource")
+	fs.StringVar(&resource, "resource", "", "key of the resource on the server")
+	fs.BoolVar(&unfenced, "no-fencing", false, "write the resource without the fence check")
 	fs.DurationVar(&ttl, "ttl", time.Second, "lease")
 	fs.DurationVar(&limit, "limit", time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
@@ -74,7 +78,7 @@ func (e *env) worker(ctx context.Context, args []string) int {
 	if err := cfg.resolve(e.getenv); err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	b, closeBackend, err := e.open(ctx, cfg)
+	b, res, closeBackend, err := openDemo(ctx, cfg, resource, unfenced)
 	if err != nil {
 		return fail(exitBackend, "%v", err)
 	}
@@ -123,7 +127,7 @@ func (e *env) worker(ctx context.Context, args []string) int {
 		if err := await("go"); err != nil {
 			return fail(exitFailure, "%v", err)
 		}
-		werr := writeResource(ctx, addr, lease.Fence(), lease.Holder(), value)
+		werr := res.write(ctx, value, lease.Fence(), lease.Holder())
 		emit(writeEvent(lease, value, werr))
 		// Now that it runs again, its watchdog finds the lease gone.
 		select {
@@ -133,7 +137,7 @@ func (e *env) worker(ctx context.Context, args []string) int {
 			emit(workerEvent{Ev: "lease", OK: true, Detail: "still held after the pause"})
 		}
 	case roleWriter:
-		werr := writeResource(ctx, addr, lease.Fence(), lease.Holder(), value)
+		werr := res.write(ctx, value, lease.Fence(), lease.Holder())
 		emit(writeEvent(lease, value, werr))
 		if err := await("release"); err != nil {
 			return fail(exitFailure, "%v", err)
@@ -157,7 +161,8 @@ func writeEvent(lease *fencedlock.Lease, value string, err error) workerEvent {
 	ev := workerEvent{Ev: "write", Fence: uint64(lease.Fence()), Holder: lease.Holder(), Value: value, OK: err == nil}
 	if err != nil {
 		ev.Detail = err.Error()
-		if !errors.Is(err, fencing.ErrStale) {
+		ev.Stale = errors.Is(err, fencing.ErrStale)
+		if !ev.Stale {
 			ev.Detail = "write failed: " + ev.Detail
 		}
 	}

@@ -300,16 +300,50 @@ func TestEtcd(t *testing.T) {
 		}
 	})
 
+	// The demo's resource is an etcd key written with FencedPut: the test
+	// reads it from the cluster itself after the run. A value left by an
+	// earlier run is cleared first. --no-fencing (plain Put) lets A's late
+	// write in, and the demo fails.
 	t.Run("demo", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := admin.Put(ctx, "demo:orders:resource", "left by an earlier run"); err != nil {
+			t.Fatal(err)
+		}
 		code, p := runBin(t, nil, "demo", "--etcd", eps)
 		t.Logf("fencedlock demo --etcd:\n%s", p.stdout)
 		if code != 0 {
 			t.Errorf("exit %d; stderr:\n%s", code, p.stderr)
 		}
-		for _, want := range []string{"REJECTED \"written by A\"", "A's late release deleted nothing", "outcome: SAFE"} {
+		for _, want := range []string{"fenced resource: etcd key \"demo:orders:resource\"", "written with FencedPut",
+			"REJECTED \"written by A\"", "fencing: stale token", "A's late release deleted nothing",
+			"resource: \"written by B\", fence", "1 of 2 writes accepted", "outcome: SAFE"} {
 			if !strings.Contains(p.stdout.String(), want) {
 				t.Errorf("demo output lacks %q", want)
 			}
+		}
+		resp, err := admin.Get(ctx, "demo:orders:resource")
+		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "written by B" {
+			t.Errorf("on the cluster, the resource is %v (%v), want B's write", resp, err)
+		}
+		fences, err := admin.Get(ctx, "fencedlock/fences/", clientv3.WithPrefix())
+		if err != nil || fences.Count != 1 {
+			t.Errorf("fence records on the cluster: %v (%v), want the resource's one", fences, err)
+		}
+
+		code, p = runBin(t, nil, "demo", "--no-fencing", "--etcd", eps, "--lock", "demo:plain")
+		t.Logf("fencedlock demo --no-fencing --etcd:\n%s", p.stdout)
+		if code != 1 {
+			t.Errorf("--no-fencing: exit %d, want 1; stderr:\n%s", code, p.stderr)
+		}
+		for _, want := range []string{"written with a plain Put", "resource: \"written by A\"", "outcome: UNSAFE"} {
+			if !strings.Contains(p.stdout.String(), want) {
+				t.Errorf("--no-fencing output lacks %q", want)
+			}
+		}
+		resp, err = admin.Get(ctx, "demo:plain:resource")
+		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "written by A" {
+			t.Errorf("on the cluster, the unfenced resource is %v (%v), want A's late write", resp, err)
 		}
 	})
 
