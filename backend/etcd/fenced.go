@@ -38,7 +38,8 @@ func parseFenceRecord(v []byte) (fencing.Token, string, error) {
 // the write of the new fence record (at Prefix+"fences/"+escaped key) are
 // one Txn, so no other write can come between them. A rejected write
 // returns a *[fencing.StaleError] (wrapping [fencing.ErrStale]) and writes
-// nothing; a zero token returns an error wrapping [fencing.ErrInvalidToken].
+// nothing; a zero token returns an error wrapping [fencing.ErrInvalidToken]
+// and an empty holder id one wrapping [fencedlock.ErrInvalid].
 // Pass the lease's fence and holder id: lease.Fence(), lease.Holder().
 func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencing.Token, holder string) error {
 	if err := b.begin(); err != nil {
@@ -52,6 +53,9 @@ func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencin
 	}
 	if token == 0 {
 		return fmt.Errorf("etcd: fenced put %q: zero token: %w", key, fencing.ErrInvalidToken)
+	}
+	if holder == "" {
+		return fmt.Errorf("etcd: fenced put %q: empty holder id: %w", key, fencedlock.ErrInvalid)
 	}
 	fk := b.fenceKey(key)
 	rec := fenceRecord(token, holder)

@@ -413,6 +413,9 @@ func TestFencedPut(t *testing.T) {
 	if err := ba.FencedPut(ctx, data, "zero", 0, a.Holder()); !errors.Is(err, fencing.ErrInvalidToken) {
 		t.Fatalf("zero token: %v", err)
 	}
+	if err := bb.FencedPut(ctx, data, "anon", b.Fence(), ""); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Fatalf("empty holder id: %v", err)
+	}
 	v, ok, tok, holder, err := bb.FencedGet(ctx, data)
 	if err != nil || !ok || v != "b1" || tok != b.Fence() || holder != b.Holder() {
 		t.Fatalf("stored %q %v fence %d holder %q (%v), want b1 %d %s", v, ok, tok, holder, err, b.Fence(), b.Holder())
