@@ -158,6 +158,9 @@ func TestClusterSlotMigrationKeepsLease(t *testing.T) {
 	held := func(phase string, d time.Duration) {
 		t.Helper()
 		end := time.Now().Add(d)
+		attempts := 0
+		var lastErr error
+		defer func() { t.Logf("%s: %d contender attempts refused, last: %v", phase, attempts, lastErr) }()
 		for time.Now().Before(end) {
 			if err := ls.Err(); err != nil {
 				t.Fatalf("%s: lease lost: %v", phase, err)
@@ -168,6 +171,8 @@ func TestClusterSlotMigrationKeepsLease(t *testing.T) {
 				c.Release(ctx)
 				t.Fatalf("%s: contender granted %q (fence %d) while it is held", phase, key, c.Fence())
 			}
+			attempts++
+			lastErr = err
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
