@@ -68,6 +68,8 @@ type Options struct {
 	// a release then reaches only the shard serving the key's slot instead
 	// of being broadcast to every node, as PUBLISH is. Set it on Redis
 	// Cluster 7 or later (a server without SPUBLISH fails every release).
+	// Waiters then use one subscription connection per hash slot they
+	// have watched, kept open until Close.
 	// Every backend sharing a store must use the same setting, or waiters
 	// miss wake-ups and fall back to the holder's TTL hint. Default false:
 	// PUBLISH and SUBSCRIBE, which work on every topology. It is not
