@@ -65,7 +65,7 @@ func main() {
 		}
 	} else {
 		var buf bytes.Buffer
-		fmt.Fprintf(&buf, "fencedlock: %s\n", describeCommit())
+		fmt.Fprintf(&buf, "fencedlock: %s\nloadavg-start: %s\n", describeCommit(), loadavg())
 		runGo := func(pattern string, count int) error {
 			args := []string{"test", "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", *benchtime,
 				"-count", strconv.Itoa(count), "-timeout", "60m"}
@@ -85,6 +85,7 @@ func main() {
 		} else if runErr = runGo("^Benchmark(AcquireRelease|Renew|Overhead)$", *count); runErr == nil {
 			runErr = runGo("^Benchmark(Contended|Handoff|ManyLeases)$", *countFix)
 		}
+		fmt.Fprintf(&buf, "loadavg-end: %s\n", loadavg())
 		raw = buf.Bytes()
 		if *save != "" {
 			if err := os.MkdirAll(filepath.Dir(*save), 0o755); err == nil {
@@ -611,6 +612,9 @@ func footnote(r *runData, versions map[string]string) string {
 	b.WriteString(". Servers on the same machine, over loopback: ")
 	fmt.Fprintf(&b, "Redis %s; etcd %s. ", orUnknown(r.config["redis"]), orUnknown(r.config["etcd"]))
 	b.WriteString("Clients and servers share the CPUs, so absolute figures are low and noisy; compare rows of the same run, not runs. ")
+	if r.config["loadavg-start"] != "" {
+		fmt.Fprintf(&b, "Load average (1, 5, 15 min) at the start of the run %s, at the end %s: other work on the machine competed for the same CPUs. ", r.config["loadavg-start"], r.config["loadavg-end"])
+	}
 	b.WriteString("Versions: ")
 	var vs []string
 	for _, m := range []string{"github.com/redis/rueidis", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9",
@@ -641,6 +645,20 @@ func orUnknown(s string) string {
 		return "(version not recorded)"
 	}
 	return s
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages, if the system
+// tells.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], ", ")
 }
 
 // describeCommit names the commit of the repository the benchmarks ran on,
@@ -751,10 +769,10 @@ func chart(r *runData) string {
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14" font-weight="bold">Throughput relative to the raw rueidis baseline (same run; higher is better)</text>`+"\n")
 	// Legend.
-	lx := labelW
+	lx := 10
 	for _, s := range ss {
 		fmt.Fprintf(&b, `<rect x="%d" y="32" width="12" height="10" fill="%s"/><text x="%d" y="41">%s</text>`+"\n", lx, s.color, lx+16, esc(s.label))
-		lx += 30 + 7*len(s.label)
+		lx += 24 + 7*len(s.label)
 	}
 	x := func(v float64) float64 { return labelW + v/maxRatio*plotW }
 	// Grid.
