@@ -15,9 +15,6 @@ import (
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
-		// rueidis closes a client's connections in the background.
-		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*pipe)._background"),
-		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*pipe).backgroundPing"),
 		// A cluster client's topology refresh sleeps before retrying.
 		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"),
 	)
