@@ -229,8 +229,9 @@ func TestClusterShardedWakeups(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	holderB := newBackend(t, cl.Client(t, nil), redis.Options{ShardedPubSub: true})
 	waiterB := newBackend(t, cl.Client(t, nil), redis.Options{ShardedPubSub: true})
-	// A long TTL: only the release message can wake the waiter in time.
-	opts := fencedlock.Options{TTL: 30 * time.Second}
+	// A long TTL and retry delay: only the release message can wake the
+	// waiter within its 10s.
+	opts := fencedlock.Options{TTL: 30 * time.Second, MaxRetryDelay: 30 * time.Second}
 	holder := newLocker(t, holderB, opts)
 	waiter := newLocker(t, waiterB, opts)
 	ctx := ctxT(t, 60*time.Second)
@@ -313,7 +314,7 @@ func TestClusterShardedWakeups(t *testing.T) {
 	select {
 	case w = <-got:
 	case err := <-errc:
-		t.Fatalf("waiter not woken by the sharded release (TTL 30s): %v", err)
+		t.Fatalf("waiter not woken by the sharded release (TTL and retry delay 30s): %v", err)
 	}
 	if w.Fence() != ls.Fence()+1 {
 		t.Fatalf("waiter fence %d after %d", w.Fence(), ls.Fence())
