@@ -663,7 +663,9 @@ func TestRoundTrips(t *testing.T) {
 		seen := mon.sync(t, c)
 		var sent []string
 		for _, name := range seen {
-			if name != "info" {
+			// INFO is the test's own; HELLO/CLIENT set up a connection
+			// rueidis may (re)open meanwhile, not a cost per operation.
+			if name != "info" && name != "hello" && name != "client" {
 				sent = append(sent, name)
 			}
 		}

@@ -86,12 +86,14 @@ func TestSeedOneHolderAtATime(t *testing.T) {
 	t.Logf("%d workers x %d rounds: no overlap, fences %d..%d strictly increasing", workers, rounds, fences[0], fences[len(fences)-1])
 }
 
-// TestSeedLeaseSurvives5xTTL: a healthy holder's watchdog keeps a 200ms
+// TestSeedLeaseSurvives5xTTL: a healthy holder's watchdog keeps a 500ms
 // lease for 5x its TTL; meanwhile nobody else gets the key and the server
 // still holds it for the same holder and fence.
 func TestSeedLeaseSurvives5xTTL(t *testing.T) {
 	srv := redistest.Start(t)
-	const ttl = 200 * time.Millisecond
+	// 500ms: short enough to show five TTLs in 2.5s, long enough that a
+	// CI machine running packages in parallel under -race renews in time.
+	const ttl = 500 * time.Millisecond
 	b, _ := newBackend(t, srv, Options{})
 	locker := fencedlock.New(b, fencedlock.Options{TTL: ttl})
 	defer locker.Close()
