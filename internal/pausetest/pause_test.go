@@ -364,10 +364,22 @@ func (w *worker) round(between func()) {
 	}
 	ev.Value, ev.RMW, ev.Base = strconv.Itoa(n+1), true, cur
 	w.record(ev, history.Attempt, "")
-	if w.fenced {
-		err = w.b.FencedSet(ctx, w.counter, ev.Value, l.Fence(), l.Holder())
-	} else {
-		err = w.c.Do(ctx, w.c.B().Hset().Key(w.counter).FieldValue().FieldValue(redis.ValueField, ev.Value).Build()).Error()
+	// A worker resumed from SIGSTOP may find its connection dropped (the
+	// client's timers all fired at once) and its first request failing
+	// with a network error. Retrying with the same fence is what a real
+	// client does, and it is safe: the guard's rule makes the retry
+	// idempotent. A stale rejection is final.
+	for try := 1; ; try++ {
+		if w.fenced {
+			err = w.b.FencedSet(ctx, w.counter, ev.Value, l.Fence(), l.Holder())
+		} else {
+			err = w.c.Do(ctx, w.c.B().Hset().Key(w.counter).FieldValue().FieldValue(redis.ValueField, ev.Value).Build()).Error()
+		}
+		if err == nil || errors.Is(err, fencing.ErrStale) || try == 5 || ctx.Err() != nil {
+			break
+		}
+		t.Logf("write attempt %d failed, retrying: %v", try, err)
+		time.Sleep(50 * time.Millisecond)
 	}
 	switch {
 	case err == nil:
