@@ -127,7 +127,18 @@ func (e *env) worker(ctx context.Context, args []string) int {
 		if err := await("go"); err != nil {
 			return fail(exitFailure, "%v", err)
 		}
-		werr := res.write(ctx, value, lease.Fence(), lease.Holder())
+		// Just resumed from SIGSTOP: the client's timers all fired at once
+		// and may have dropped its connection, so a network error is
+		// retried (with the same fence: the guard makes that idempotent).
+		// A stale rejection is final.
+		var werr error
+		for try := 1; try <= 5; try++ {
+			werr = res.write(ctx, value, lease.Fence(), lease.Holder())
+			if werr == nil || errors.Is(werr, fencing.ErrStale) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		emit(writeEvent(lease, value, werr))
 		// Now that it runs again, its watchdog finds the lease gone.
 		select {
