@@ -49,14 +49,18 @@ type Options struct {
 	// bytes.
 	KeyPrefix string
 
-	// WaitReplicas, if positive, makes every successful Acquire wait until
-	// that many replicas acknowledged the lock (Redis WAIT, sent on the
-	// same connection right behind the script, so still one round trip
-	// to the primary). If fewer acknowledge within WaitTimeout, the lock is
-	// released and Acquire fails with an error wrapping ErrReplication.
-	// This narrows, but does not close, the window in which a failover can
-	// lose a lock; fences and guards stay the real protection. Default 0:
-	// no WAIT.
+	// WaitReplicas, if positive, makes every successful Acquire and Renew
+	// wait until that many replicas acknowledged it (Redis WAIT, sent on
+	// the same connection right behind the script, so still one round
+	// trip to the primary). If fewer acknowledge within WaitTimeout, an
+	// Acquire releases the lock and fails with an error wrapping
+	// ErrReplication; a Renew fails with such an error too, so the Locker
+	// does not move the lease's local deadline for a renewal a promoted
+	// replica might not have (it retries, and reports the lease lost at
+	// the deadline if no renewal is acknowledged in time). This narrows,
+	// but does not close, the window in which a failover can lose a lock
+	// (Sentinel may promote a replica that did not acknowledge); fences
+	// and guards stay the real protection. Default 0: no WAIT.
 	WaitReplicas int
 
 	// WaitTimeout bounds the WAIT of WaitReplicas. Default
@@ -284,44 +288,71 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	}, nil
 }
 
-// acquireWait sends the acquire script and WAIT in one pipeline on one
-// connection (WAIT counts the writes of its own connection), with EVAL on
-// NOSCRIPT. It returns the script's reply and WAIT's count.
+// acquireWait sends the acquire script and WAIT in one pipeline (see
+// execWait). It returns the script's reply and WAIT's count; WAIT's answer
+// is not read when the key is held.
 func (b *Backend) acquireWait(ctx context.Context, keys, args []string) (n, acked int64, err error) {
+	return b.execWait(ctx, acquireSHA, acquireLua, keys, args)
+}
+
+// execWait sends a script and WAIT in one pipeline on one connection (WAIT
+// counts the writes of its own connection), with EVAL on NOSCRIPT. It
+// returns the script's reply and, when that reply is positive (the script
+// wrote), WAIT's count.
+func (b *Backend) execWait(ctx context.Context, sha, lua string, keys, args []string) (n, acked int64, err error) {
 	waitCmd := func() rueidis.Completed {
 		return b.c.B().Wait().Numreplicas(int64(b.opts.WaitReplicas)).Timeout(b.opts.WaitTimeout.Milliseconds()).Build().SetSlot(keys[0])
 	}
+	nk := int64(len(keys))
 	res := b.c.DoMulti(ctx,
-		b.c.B().Evalsha().Sha1(acquireSHA).Numkeys(2).Key(keys...).Arg(args...).Build(),
+		b.c.B().Evalsha().Sha1(sha).Numkeys(nk).Key(keys...).Arg(args...).Build(),
 		waitCmd())
 	if re, ok := rueidis.IsRedisErr(res[0].Error()); ok && re.IsNoScript() {
 		res = b.c.DoMulti(ctx,
-			b.c.B().Eval().Script(acquireLua).Numkeys(2).Key(keys...).Arg(args...).Build(),
+			b.c.B().Eval().Script(lua).Numkeys(nk).Key(keys...).Arg(args...).Build(),
 			waitCmd())
 	}
 	if n, err = res[0].AsInt64(); err != nil {
 		return 0, 0, err
 	}
 	if n <= 0 {
-		return n, 0, nil // held: WAIT's answer does not matter
+		return n, 0, nil // nothing written: WAIT's answer does not matter
 	}
 	if acked, err = res[1].AsInt64(); err != nil {
-		// The lock is ours but unconfirmed: report the error; the Locker
-		// releases it (cleanupAfter) as for any failed attempt.
+		// Written but unconfirmed: report the error. For an acquire the
+		// Locker releases the lock (cleanupAfter) as for any failed
+		// attempt; for a renew it keeps its old deadline and retries.
 		return 0, 0, err
 	}
 	return n, acked, nil
 }
 
 // Renew extends g's lease to ttl if g.Owner still holds g.Key: one round
-// trip running scripts/renew.lua. Otherwise it changes nothing and returns
+// trip running scripts/renew.lua (followed by WAIT on the same connection
+// with Options.WaitReplicas). Otherwise it changes nothing and returns
 // an error wrapping [fencedlock.ErrNotHeld].
 func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
 	if b.closed.Load() {
 		return 0, errClosed("renew", g.Key)
 	}
 	a := b.ttlArg(ttl)
-	n, err := renewScript.Exec(ctx, b.c, []string{b.LockKey(g.Key)}, []string{g.Owner, a.s}).AsInt64()
+	keys, args := []string{b.LockKey(g.Key)}, []string{g.Owner, a.s}
+	var (
+		n   int64
+		err error
+	)
+	if b.opts.WaitReplicas > 0 {
+		var acked int64
+		n, acked, err = b.execWait(ctx, renewSHA, renewLua, keys, args)
+		if err == nil && n == 1 && acked < int64(b.opts.WaitReplicas) {
+			// Applied on the primary but not confirmed on enough
+			// replicas: not a renewal the Locker may count on.
+			return 0, fmt.Errorf("redis: renew %q: %d of %d replicas acknowledged within %v: %w",
+				g.Key, acked, b.opts.WaitReplicas, b.opts.WaitTimeout, ErrReplication)
+		}
+	} else {
+		n, err = renewScript.Exec(ctx, b.c, keys, args).AsInt64()
+	}
 	if err != nil {
 		return 0, wrap("renew", g.Key, err)
 	}

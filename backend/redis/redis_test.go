@@ -730,4 +730,22 @@ func TestWaitReplicas(t *testing.T) {
 	if n := num(t, c, "EXISTS", b.LockKey("k2")); n != 0 {
 		t.Fatal("lock left behind after ErrReplication")
 	}
+	// Renew is confirmed the same way: with the replica it succeeds and
+	// the replica has the new TTL; wanting 2 replicas it fails with
+	// ErrReplication (a transient error, not ErrNotHeld), so the Locker
+	// keeps its old deadline.
+	if _, err := b.Renew(ctx, g, 30*time.Second); err != nil {
+		t.Fatalf("renew with WAIT: %v", err)
+	}
+	if pttl := num(t, rc, "PTTL", b.LockKey("k")); pttl <= 10000 {
+		t.Fatalf("replica PTTL %dms after a WAIT-confirmed renew to 30s", pttl)
+	}
+	if _, err := b2.Renew(ctx, g, 30*time.Second); !errors.Is(err, ErrReplication) || errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("renew wanting 2 replicas: %v, want ErrReplication", err)
+	}
+	other := g
+	other.Owner = owner()
+	if _, err := b.Renew(ctx, other, time.Second); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("renew of another owner with WAIT: %v, want ErrNotHeld", err)
+	}
 }

@@ -39,6 +39,8 @@ var (
 
 	// acquireSHA is used when Acquire pipelines the script with WAIT.
 	acquireSHA = sha1hex(acquireLua)
+	// renewSHA is used when Renew pipelines the script with WAIT.
+	renewSHA = sha1hex(renewLua)
 )
 
 func sha1hex(s string) string {
