@@ -212,6 +212,27 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 		return nil, err
 	}
 	req := AcquireRequest{Key: key, Owner: newOwner(), TTL: l.opts.TTL}
+
+	// The uncontended path: one attempt on the caller's context, nothing
+	// set up for waiting.
+	var first error
+	if l.waitq == nil {
+		sent := time.Now()
+		g, err := l.b.Acquire(ctx, req)
+		if err == nil {
+			return l.start(g, sent)
+		}
+		if ctx.Err() != nil {
+			l.cleanupAfter(ctx, req, err)
+			return nil, l.waitErr(ctx, key, err)
+		}
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalid) {
+			return nil, err
+		}
+		first = err
+	}
+
+	// Waiting: Close must end the wait too.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
@@ -246,14 +267,19 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 		}
 	}()
 	for {
-		sent := time.Now()
-		g, err := l.b.Acquire(ctx, req)
+		err := first
+		first = nil
 		if err == nil {
-			return l.start(g, sent)
-		}
-		if ctx.Err() != nil {
-			l.cleanupAfter(ctx, req, err)
-			return nil, l.waitErr(ctx, key, err)
+			sent := time.Now()
+			var g Grant
+			g, err = l.b.Acquire(ctx, req)
+			if err == nil {
+				return l.start(g, sent)
+			}
+			if ctx.Err() != nil {
+				l.cleanupAfter(ctx, req, err)
+				return nil, l.waitErr(ctx, key, err)
+			}
 		}
 		var hint time.Duration
 		held := errors.Is(err, ErrNotAcquired)
@@ -268,7 +294,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 				if n, s, werr := l.notify.Watch(ctx, key); werr == nil {
 					notify, stop = n, s
 					continue
-				} else {
+				} else if l.debug() {
 					l.log.Debug("fencedlock: watch failed; polling", "key", key, "err", werr)
 				}
 			}
@@ -303,6 +329,10 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 	}
 }
 
+// debug reports whether debug records are wanted, so that the hot path
+// does not box log arguments for a handler that drops them.
+func (l *Locker) debug() bool { return l.log.Enabled(context.Background(), slog.LevelDebug) }
+
 func (l *Locker) waitErr(ctx context.Context, key string, err error) error {
 	cause := context.Cause(ctx)
 	if errors.Is(cause, ErrClosed) {
@@ -323,7 +353,7 @@ func (l *Locker) cleanupAfter(ctx context.Context, req AcquireRequest, err error
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.ReleaseTimeout)
 	defer cancel()
-	if rerr := l.b.Release(rctx, Grant{Key: req.Key, Owner: req.Owner}); rerr == nil {
+	if rerr := l.b.Release(rctx, Grant{Key: req.Key, Owner: req.Owner}); rerr == nil && l.debug() {
 		l.log.Debug("fencedlock: removed lock taken by a failed attempt", "key", req.Key)
 	}
 }
@@ -336,13 +366,7 @@ func jitter(d time.Duration) time.Duration {
 }
 
 func (l *Locker) start(g Grant, sent time.Time) (*Lease, error) {
-	ls := &Lease{
-		l:      l,
-		grant:  g,
-		holder: HolderID(g.Owner),
-		stop:   make(chan struct{}),
-		exited: make(chan struct{}),
-	}
+	ls := &Lease{l: l, grant: g, holder: HolderID(g.Owner)}
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = l.opts.TTL
@@ -351,24 +375,35 @@ func (l *Locker) start(g Grant, sent time.Time) (*Lease, error) {
 		sent = g.Sent
 	}
 	ls.deadline = sent.Add(ttl - l.opts.SafetyMargin)
+	ls.next = sent.Add(l.opts.RenewInterval)
 	ls.ctx, ls.cancel = context.WithCancelCause(context.Background())
 
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		ls.cancel(ErrClosed)
-		close(ls.exited)
 		rctx, cancel := context.WithTimeout(context.Background(), l.opts.ReleaseTimeout)
 		defer cancel()
 		_ = l.b.Release(rctx, g)
 		return nil, fmt.Errorf("fencedlock: locker: %w", ErrClosed)
 	}
 	l.leases[ls] = struct{}{}
-	l.wg.Add(1)
+	l.wg.Add(1) // the watchdog timer: Done in finish
+	if l.keeper != nil && !l.opts.ManualRenew {
+		l.wg.Add(1) // the keepalive reader: Done when it returns
+		ls.kaDone = make(chan struct{})
+	}
 	l.mu.Unlock()
 
-	l.log.Debug("fencedlock: acquired", "key", g.Key, "fence", g.Fence, "holder", ls.holder, "ttl", ttl)
-	go ls.watchdog()
+	if l.debug() {
+		l.log.Debug("fencedlock: acquired", "key", g.Key, "fence", g.Fence, "holder", ls.holder, "ttl", ttl)
+	}
+	if ls.kaDone != nil {
+		go ls.readKeepAlive(l.keeper.KeepAlive(ls.ctx, g))
+	}
+	ls.mu.Lock()
+	ls.timer = time.AfterFunc(ls.wakeLocked(time.Now()), ls.tick)
+	ls.mu.Unlock()
 	return ls, nil
 }
 
@@ -446,17 +481,25 @@ type Lease struct {
 	grant  Grant
 	holder string
 
+	// ctx is cancelled when the lease ends (cause: released or lost); it
+	// also cancels renewals in flight.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stop   chan struct{} // closed by Release: the watchdog must exit
-	exited chan struct{} // closed when the watchdog has exited
+
+	// The watchdog is a timer, not a goroutine: tick runs when the next
+	// renewal or the local deadline is due. tickMu is held while a tick
+	// runs, so Release can wait for one in flight.
+	tickMu     sync.Mutex
+	finishOnce sync.Once
+	kaDone     chan struct{} // closed when the keepalive reader returned (KeepAliver only)
 
 	mu       sync.Mutex
+	timer    *time.Timer
 	deadline time.Time // local deadline (monotonic)
+	next     time.Time // next renewal due (watchdog renewals only)
 	lastErr  error     // last renewal failure
 	err      error     // nil while held; lost or released cause after
 	released bool
-	stopOnce sync.Once
 }
 
 // Key returns the lock name.
@@ -511,13 +554,8 @@ func (ls *Lease) Renew(ctx context.Context) error {
 }
 
 func (ls *Lease) renew(ctx context.Context) error {
-	ls.mu.Lock()
-	deadline := ls.deadline
-	ls.mu.Unlock()
-	rctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
 	sent := time.Now()
-	ttl, err := ls.l.b.Renew(rctx, ls.grant, ls.l.opts.TTL)
+	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.l.opts.TTL)
 	if err == nil {
 		if ttl <= 0 {
 			ttl = ls.l.opts.TTL
@@ -550,87 +588,95 @@ func (ls *Lease) lose(reason error) {
 	}
 	ls.err = &lostError{key: ls.grant.Key, reason: reason}
 	err := ls.err
+	stopped := ls.timer != nil && ls.timer.Stop()
 	ls.mu.Unlock()
+	if stopped {
+		ls.finish() // no tick pending; one running finishes itself
+	}
 	ls.cancel(err)
 	ls.l.forget(ls)
 	ls.l.log.Warn("fencedlock: lease lost", "key", ls.grant.Key, "fence", ls.grant.Fence, "holder", ls.holder, "reason", reason)
 }
 
+// finish ends the watchdog's share of the Locker's wait group, once.
+func (ls *Lease) finish() { ls.finishOnce.Do(ls.l.wg.Done) }
+
 var errDeadline = errors.New("no renewal succeeded before the local deadline")
 
-// watchdog renews the lease every RenewInterval and enforces the local
-// deadline. It exits on Release (stop), on loss, or on Close.
-func (ls *Lease) watchdog() {
-	defer ls.l.wg.Done()
-	defer close(ls.exited)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-ls.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-
-	var kc <-chan Renewal
-	if ls.l.keeper != nil && !ls.l.opts.ManualRenew {
-		kc = ls.l.keeper.KeepAlive(ctx, ls.grant)
+// wakeLocked returns how long the watchdog timer should sleep from now:
+// until the next renewal or the local deadline, whichever comes first.
+// ls.mu must be held.
+func (ls *Lease) wakeLocked(now time.Time) time.Duration {
+	wake := ls.deadline
+	if ls.renews() && ls.next.Before(wake) {
+		wake = ls.next
 	}
-	interval := ls.l.opts.RenewInterval
-	next := time.Now().Add(interval)
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	for {
+	return max(wake.Sub(now), 0)
+}
+
+// renews reports whether the watchdog itself sends renewals.
+func (ls *Lease) renews() bool { return ls.l.keeper == nil && !ls.l.opts.ManualRenew }
+
+// tick is the watchdog: it renews when a renewal is due and reports the
+// lease lost at the local deadline. It runs on the timer's goroutine and
+// re-arms the timer until the lease ends.
+func (ls *Lease) tick() {
+	ls.tickMu.Lock()
+	defer ls.tickMu.Unlock()
+
+	ls.mu.Lock()
+	deadline, next, lastErr, ended := ls.deadline, ls.next, ls.lastErr, ls.err != nil
+	ls.mu.Unlock()
+	if ended {
+		ls.finish()
+		return
+	}
+	if now := time.Now(); !now.Before(deadline) {
+		reason := errDeadline
+		if lastErr != nil {
+			reason = fmt.Errorf("%w: last renewal: %w", errDeadline, lastErr)
+		}
+		ls.lose(reason)
+		ls.finish()
+		return
+	} else if ls.renews() && !now.Before(next) {
+		// A renewal in flight must not outlive the deadline: the
+		// deadline is checked only between ticks.
+		rctx, cancel := context.WithDeadline(ls.ctx, deadline)
+		err := ls.renew(rctx)
+		cancel()
+		interval := ls.l.opts.RenewInterval
+		if err != nil {
+			if ls.ctx.Err() == nil && !errors.Is(err, ErrNotHeld) && ls.l.debug() {
+				ls.l.log.Debug("fencedlock: renewal failed; retrying", "key", ls.grant.Key, "err", err)
+			}
+			// Retry sooner than a full interval: the deadline is near.
+			interval = max(interval/4, time.Millisecond)
+		}
 		ls.mu.Lock()
-		deadline, lastErr, ended := ls.deadline, ls.lastErr, ls.err != nil
+		ls.next = time.Now().Add(interval)
 		ls.mu.Unlock()
-		if ended {
-			return
-		}
-		now := time.Now()
-		if !now.Before(deadline) {
-			reason := errDeadline
-			if lastErr != nil {
-				reason = fmt.Errorf("%w: last renewal: %w", errDeadline, lastErr)
-			}
-			ls.lose(reason)
-			return
-		}
-		wake := deadline
-		if kc == nil && !ls.l.opts.ManualRenew && next.Before(wake) {
-			wake = next
-		}
-		timer.Reset(wake.Sub(now))
-		select {
-		case <-ctx.Done():
-			return
-		case <-ls.ctx.Done():
-			return
-		case r, ok := <-kc:
-			if !ok {
-				ls.lose(errors.New("keepalive stopped"))
-				return
-			}
-			ls.keepAlive(r)
-		case <-timer.C:
-			if kc != nil || ls.l.opts.ManualRenew || time.Now().Before(next) {
-				continue // the deadline check at the top decides
-			}
-			err := ls.renew(ctx)
-			switch {
-			case err == nil:
-				next = time.Now().Add(interval)
-			case ctx.Err() != nil:
-				return
-			default:
-				if !errors.Is(err, ErrNotHeld) {
-					ls.l.log.Debug("fencedlock: renewal failed; retrying", "key", ls.grant.Key, "err", err)
-				}
-				// Retry sooner than a full interval: the deadline is near.
-				next = time.Now().Add(max(interval/4, time.Millisecond))
-			}
-		}
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.err != nil {
+		ls.finish()
+		return
+	}
+	ls.timer.Reset(ls.wakeLocked(time.Now()))
+}
+
+// readKeepAlive feeds a KeepAliver's renewals into the lease until the
+// backend closes the channel (after the lease's context ends, or when it
+// can no longer keep the lease alive).
+func (ls *Lease) readKeepAlive(kc <-chan Renewal) {
+	defer ls.l.wg.Done()
+	defer close(ls.kaDone)
+	for r := range kc {
+		ls.keepAlive(r)
+	}
+	if ls.ctx.Err() == nil {
+		ls.lose(errors.New("keepalive stopped"))
 	}
 }
 
@@ -648,6 +694,8 @@ func (ls *Lease) keepAlive(r Renewal) {
 	ls.mu.Lock()
 	if d := r.Sent.Add(r.TTL - ls.l.opts.SafetyMargin); d.After(ls.deadline) && ls.err == nil {
 		ls.deadline = d
+		// The timer sleeps until the old deadline at most; it re-arms
+		// for the new one when it fires.
 	}
 	ls.lastErr = nil
 	ls.mu.Unlock()
@@ -672,9 +720,20 @@ func (ls *Lease) Release(ctx context.Context) error {
 	}
 	ls.mu.Unlock()
 
-	ls.cancel(ErrReleased) // no effect if already lost
-	ls.stopOnce.Do(func() { close(ls.stop) })
-	<-ls.exited
+	ls.cancel(ErrReleased) // no effect if already lost; aborts a renewal in flight
+	ls.mu.Lock()
+	stopped := ls.timer.Stop()
+	ls.mu.Unlock()
+	if stopped {
+		ls.finish()
+	}
+	// Wait for a tick in flight: after this no renewal can start (a tick
+	// that runs later finds the lease ended).
+	ls.tickMu.Lock()
+	ls.tickMu.Unlock() //nolint:staticcheck // an empty critical section is the point
+	if ls.kaDone != nil {
+		<-ls.kaDone // the backend's keepalive has stopped
+	}
 	ls.l.forget(ls)
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.l.opts.ReleaseTimeout)
@@ -688,6 +747,8 @@ func (ls *Lease) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fencedlock: release %q: %w", ls.grant.Key, err)
 	}
-	ls.l.log.Debug("fencedlock: released", "key", ls.grant.Key, "fence", ls.grant.Fence)
+	if ls.l.debug() {
+		ls.l.log.Debug("fencedlock: released", "key", ls.grant.Key, "fence", ls.grant.Fence)
+	}
 	return nil
 }
