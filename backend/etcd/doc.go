@@ -41,12 +41,19 @@
 // [Backend.AcquireWait] ([fencedlock.Locker.Acquire]) creates its key, then
 // repeats one Txn: "if my key still has my create revision, give me the key
 // just before mine". If there is none, it holds the lock; otherwise it
-// watches only that predecessor for deletion, from the revision just read
-// plus one, so the watch starts synced and the hand-off is not delayed by
-// etcd's resync of lagging watchers. Because the existence check and the
-// read are one Txn, a waiter whose lease expired (or was revoked) while it
-// waited is never told it holds the lock: the bug Jepsen found in etcd 3.4.3
-// (etcd issue #11456). Such a waiter starts over with a new lease at the end
+// watches only that predecessor for deletion. The watch starts at the
+// server's current revision, never at the (already past) revision just
+// read: etcd serves a watch from a past revision through its
+// unsynced-watcher path, which it catches up only every 100 ms, and under
+// contention that delay was the whole hand-off time. To miss no deletion
+// between the read and the watch, the waiter waits until the server
+// confirms the watch (WithCreatedNotify), then checks in one Txn that the
+// predecessor and its own entry still exist with their create revisions;
+// if either changed it re-reads at once, otherwise any later deletion
+// reaches the watch. Because the existence check and the read are one Txn,
+// a waiter whose lease expired (or was revoked) while it waited is never
+// told it holds the lock: the bug Jepsen found in etcd 3.4.3 (etcd issue
+// #11456). Such a waiter starts over with a new lease at the end
 // of the queue; so does a waiter after a transient error (no leader,
 // connection lost), after a backoff. A wait ended by its context, or by
 // Close, revokes its lease, which deletes its queue entry.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -420,7 +421,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 			g.held = resp.Header.Revision
 			break
 		}
-		lost, broke, err := b.waitDeleted(ctx, string(kvs[0].Key), resp.Header.Revision, renewals)
+		lost, broke, err := b.waitDeleted(ctx, name, g.rev, kvs[0], renewals)
 		if lost {
 			return fail(errWaiterLost)
 		}
@@ -449,13 +450,25 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 // without an event.
 const watchRetry = 50 * time.Millisecond
 
-// waitDeleted watches pred from rev+1 until it is deleted, the watch ends
-// without an event (broke: the caller re-reads), ctx ends (err), or our
-// lease is lost (lost).
-func (b *Backend) waitDeleted(ctx context.Context, pred string, rev int64, renewals <-chan fencedlock.Renewal) (lost, broke bool, err error) {
+// waitDeleted waits until pred (the entry just before ours) is deleted, the
+// watch ends without an event (broke: the caller re-reads after a pause),
+// ctx ends (err), or our lease is lost (lost). It also returns, with
+// nothing set, as soon as a re-read shows that pred or our own entry (name,
+// created at rev) changed: the caller's next step finds out which.
+//
+// The watch starts at the current revision, never at a past one: etcd
+// serves a watch from a past revision through its unsynced-watcher path,
+// which is resynchronised only every 100 ms, and under contention the
+// revision just read is already in the past. A deletion between our read
+// and the watch's creation would be missed, so once the server confirms the
+// watch (WithCreatedNotify) one Txn checks that pred and our entry are
+// still there: any deletion after that Txn comes after the watch started
+// and reaches the watch.
+func (b *Backend) waitDeleted(ctx context.Context, name string, rev int64, pred *mvccpb.KeyValue, renewals <-chan fencedlock.Renewal) (lost, broke bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wch := b.c.Watch(wctx, pred, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+	key := string(pred.Key)
+	wch := b.c.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
 	for {
 		select {
 		case <-ctx.Done():
@@ -467,6 +480,22 @@ func (b *Backend) waitDeleted(ctx context.Context, pred string, rev int64, renew
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
 				return false, true, nil
+			}
+			if wr.Created {
+				resp, err := b.c.Txn(ctx).
+					If(clientv3.Compare(clientv3.CreateRevision(name), "=", rev),
+						clientv3.Compare(clientv3.CreateRevision(key), "=", pred.CreateRevision)).
+					Commit()
+				if err != nil {
+					if ctx.Err() != nil {
+						return false, false, ctx.Err()
+					}
+					return false, true, nil
+				}
+				if !resp.Succeeded {
+					return false, false, nil
+				}
+				continue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
