@@ -80,29 +80,58 @@
 // The cost is one LeaseGrant round trip per acquisition (LeaseGrant cannot
 // be part of a Txn), so an uncontended acquire takes two round trips
 // (LeaseGrant, Txn) and a release two (Txn, LeaseRevoke); renewals of all
-// leases of a client share its gRPC connection.
+// leases of a Backend share a few keepalive streams.
 //
 // # Renewal and loss
 //
 // The Backend implements [fencedlock.KeepAliver]: the Locker runs no renew
 // loop of its own. Each held lease is kept alive with etcd's lease keepalive
-// RPC, one request every TTL/3 (clientv3.Lease.KeepAliveOnce, on a schedule
-// this package owns), and every confirmed renewal is reported with the
-// moment its request was sent, so the Locker's local deadline (send time +
-// TTL - safety margin) never lies past the server's expiry. The streaming
-// clientv3.Lease.KeepAlive is not used for held leases because its channel
-// does not say when the acknowledged request was sent: its requests go out
-// on a 500 ms tick and may be retransmitted, so the only safe anchor is the
-// previous response, which, for TTLs below about 5 s with the default
-// safety margin, puts the local deadline before the next routine renewal
-// and loses healthy leases.
+// RPC, one request every TTL/3 on a schedule this package owns, and every
+// confirmed renewal is reported with the moment its request was sent, so
+// the Locker's local deadline (send time + TTL - safety margin) never lies
+// past the server's expiry.
+//
+// All leases of a Backend share eight long-lived LeaseKeepAlive streams
+// (etcdserverpb.LeaseClient on the client's connection, with
+// WithRequireLeader as clientv3's own keepalive uses), each opened on first
+// use and again after it ends; a lease always uses the stream chosen by its
+// ID. Not one stream, because the server answers a stream's requests one
+// by one, and a member that is not the leader forwards each renewal to the
+// leader over HTTP: one stream would cap a client at one renewal per
+// forwarding round trip (200 leases at TTL 2 s were lost that way on the
+// test cluster). Since each stream is answered in order, each response is matched to the oldest unanswered
+// request for the same lease ID (FIFO per ID), whose sender took its send
+// time before sending; a request whose sender gave up stays queued, so a
+// late response is only ever matched to an earlier request, never to a
+// later one. When the stream ends every unanswered request fails (a
+// transient error, retried on a new stream), and a stream on which nothing
+// came back for a whole renew interval is dropped so the next requests
+// open a new one. clientv3.Lease.KeepAliveOnce is not used because it opens
+// a new stream per call, which at thousands of leases costs more than the
+// renewals; the streaming clientv3.Lease.KeepAlive is not used because its
+// channel does not say when the acknowledged request was sent (its requests
+// go out on a 500 ms tick and may be retransmitted), so its only safe anchor
+// is the previous response, which for TTLs below about 5 s puts the local
+// deadline before the next routine renewal and loses healthy leases.
+//
+// The deletion of held keys is seen by ONE watch per Backend, on
+// Prefix+"locks/", deletions only, started at the current revision (so the
+// server keeps it synced) and dispatched by key to the held lease's keeper.
+// One watch per held key, started at the revision of the grant, cost the
+// server one lagging watcher per lease and at 10,000 leases starved the
+// renewals. A keeper subscribes with the revision from which it must hear
+// of its key's deletion; a deletion the shared watch dispatched just before
+// the subscription is found in a short log of recent deletions (5 s), and
+// when neither the log nor the watch reaches back that far (the watch was
+// just started, or restarted after it broke), the keeper re-reads its key
+// once the watch runs, so no deletion is missed.
 //
 // A held lease is reported lost (through [fencedlock.Lease.Done] and
 // Context, cause [fencedlock.ErrLeaseLost]):
 //
 //   - at once when a keepalive answers that the lease is gone (expired or
-//     revoked), or when a watch on our key sees it deleted (lease revoked by
-//     another client, expired, or the key removed by hand);
+//     revoked), or when the shared watch sees our key deleted (lease revoked
+//     by another client, expired, or the key removed by hand);
 //   - otherwise, when no renewal succeeded before the local deadline (member
 //     blackholed or partitioned, client paused): at most TTL - margin after
 //     the last successful renewal was sent, which is before the server can

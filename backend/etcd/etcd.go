@@ -68,6 +68,9 @@ type Backend struct {
 	closeCtx context.Context // cancelled by Close
 	cancel   context.CancelFunc
 
+	ka kaMux    // the keepalive stream shared by all leases
+	dw delWatch // the watch reporting deletions of held keys
+
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup // goroutines and waits started by the backend
@@ -93,7 +96,9 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Backend{c: client, opts: o, closeCtx: ctx, cancel: cancel}, nil
+	b := &Backend{c: client, opts: o, closeCtx: ctx, cancel: cancel}
+	b.ka.b, b.dw.b = b, b
+	return b, nil
 }
 
 // Options returns the options in effect, defaults filled in.
@@ -544,7 +549,7 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		return 0, errorf("renew %q: %w", g.Key, fencedlock.ErrNotHeld)
 	}
 	sent := time.Now()
-	ka, err := b.c.KeepAliveOnce(ctx, d.lease)
+	kattl, err := b.ka.renew(ctx, d.lease)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return 0, errorf("renew %q: lease expired or revoked: %w", g.Key, fencedlock.ErrNotHeld)
 	}
@@ -559,7 +564,7 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		return 0, errorf("renew %q: lock key deleted: %w", g.Key, fencedlock.ErrNotHeld)
 	}
 	d.renewed(sent)
-	return time.Duration(ka.TTL) * time.Second, nil
+	return time.Duration(kattl) * time.Second, nil
 }
 
 // Release deletes g's key in a Txn only if it still carries g's create

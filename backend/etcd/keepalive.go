@@ -6,21 +6,22 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencedlock/fencedlock"
 )
 
 // KeepAlive keeps g's lease alive until ctx is done or the backend is
-// closed: one etcd keepalive every TTL/3, counted from the send time of the
-// last confirmed renewal, and a watch on g's key. It sends a Renewal with
-// the request's send time and the TTL the server applied after each
-// confirmed renewal, a Renewal whose Err is transient after a failed one
-// (retried after TTL/12), and a final Renewal wrapping
-// [fencedlock.ErrNotHeld] when the server answers that the lease is gone or
-// the watch sees g's key deleted; then it closes the channel. A channel
-// closed while ctx is not done means the lease can no longer be kept alive.
-// A pending Renewal not yet received is replaced by a newer one.
+// closed: one etcd keepalive every TTL/3 on one of the backend's shared
+// keepalive streams, counted from the send time of the last confirmed
+// renewal, and a subscription to the backend's shared watch of deleted
+// keys. It sends a Renewal with the request's send time and the TTL the
+// server applied after each confirmed renewal, a Renewal whose Err is
+// transient after a failed one (retried after TTL/12), and a final Renewal
+// wrapping [fencedlock.ErrNotHeld] when the server answers that the lease
+// is gone or the shared watch sees g's key deleted; then it closes the
+// channel. A channel closed while ctx is not done means the lease can no
+// longer be kept alive. A pending Renewal not yet received is replaced by
+// a newer one.
 func (b *Backend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fencedlock.Renewal {
 	out := make(chan fencedlock.Renewal, 1)
 	d, ok := g.Data.(*grant)
@@ -60,28 +61,22 @@ func offer(out chan fencedlock.Renewal, r fencedlock.Renewal) {
 }
 
 // keep renews d's lease until ctx ends or the lease is lost. With watchFrom
-// > 0 it also watches d's key from that revision (one past the revision at
-// which d was known to hold the lock) and reports its deletion; d.rev must
-// then be set and no longer change.
+// > 0 it also subscribes to the deletion of d's key at revisions from
+// watchFrom on (one past the revision at which d was known to hold the
+// lock) and reports it; d.rev must then be set and no longer change.
 func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fencedlock.Renewal, watchFrom int64) {
 	interval := max(d.ttl/3, 10*time.Millisecond)
 	retry := max(interval/4, 5*time.Millisecond)
 
 	var (
-		wch      clientv3.WatchChan
-		wcancel  context.CancelFunc = func() {}
-		rewatch  bool
-		watchRev = watchFrom
+		deleted <-chan int64
+		recheck <-chan struct{}
+		rewatch bool
 	)
-	defer func() { wcancel() }()
-	startWatch := func(rev int64) {
-		wcancel()
-		var wctx context.Context
-		wctx, wcancel = context.WithCancel(ctx)
-		wch = b.c.Watch(wctx, d.name, clientv3.WithRev(rev), clientv3.WithFilterPut())
-	}
 	if watchFrom > 0 {
-		startWatch(watchRev)
+		sub := b.dw.subscribe(d.name, watchFrom)
+		defer b.dw.unsubscribe(sub)
+		deleted, recheck = sub.deleted, sub.recheck
 	}
 	lost := func(err error) {
 		offer(out, fencedlock.Renewal{Sent: time.Now(), Err: err})
@@ -93,28 +88,23 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 		select {
 		case <-ctx.Done():
 			return
-		case wr, ok := <-wch:
-			if !ok || wr.Canceled || wr.Err() != nil {
-				// The watch broke (compaction, member lost): re-check the
-				// key at the next renewal and watch again from there.
-				wcancel()
-				wch, rewatch = nil, true
-				continue
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					lost(errorf("lock key of %q deleted at revision %d (lease expired or revoked, or key removed): %w",
-						key, ev.Kv.ModRevision, fencedlock.ErrNotHeld))
-					return
-				}
-			}
-			if n := wr.Header.Revision; n >= watchRev {
-				watchRev = n + 1
+		case rev := <-deleted:
+			lost(errorf("lock key of %q deleted at revision %d (lease expired or revoked, or key removed): %w",
+				key, rev, fencedlock.ErrNotHeld))
+			return
+		case <-recheck:
+			// The shared watch (re)started after our key was last known to
+			// exist: re-read it now that the watch runs.
+			if gone, ok := b.recheck(ctx, d, interval); gone {
+				lost(errorf("lock key of %q deleted: %w", key, fencedlock.ErrNotHeld))
+				return
+			} else if !ok {
+				rewatch = true // read failed: try again after the next renewal
 			}
 		case <-timer.C:
 			sent := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, interval)
-			ka, err := b.c.KeepAliveOnce(rctx, d.lease)
+			ttl, err := b.ka.renew(rctx, d.lease)
 			cancel()
 			switch {
 			case errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -128,34 +118,32 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 				continue
 			}
 			d.renewed(sent)
-			offer(out, fencedlock.Renewal{Sent: sent, TTL: time.Duration(ka.TTL) * time.Second})
+			offer(out, fencedlock.Renewal{Sent: sent, TTL: time.Duration(ttl) * time.Second})
 			timer.Reset(max(time.Until(sent.Add(interval)), 0))
 			if rewatch {
-				if gone, from := b.recheck(ctx, d, interval); gone {
+				if gone, ok := b.recheck(ctx, d, interval); gone {
 					lost(errorf("lock key of %q deleted: %w", key, fencedlock.ErrNotHeld))
 					return
-				} else if from > 0 {
+				} else if ok {
 					rewatch = false
-					watchRev = from
-					startWatch(watchRev)
 				}
 			}
 		}
 	}
 }
 
-// recheck reads d's key after its watch broke. It reports whether the key is
-// gone (or is another's), and otherwise the revision to watch from (0 if
-// the read failed: try again later).
-func (b *Backend) recheck(ctx context.Context, d *grant, timeout time.Duration) (gone bool, from int64) {
+// recheck reads d's key when the shared watch may have missed its
+// deletion. It reports whether the key is gone (or is another's), and
+// whether the read succeeded (if not, try again later).
+func (b *Backend) recheck(ctx context.Context, d *grant, timeout time.Duration) (gone, ok bool) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := b.c.Get(rctx, d.name)
 	if err != nil {
-		return false, 0
+		return false, false
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != d.rev {
-		return true, 0
+		return true, true
 	}
-	return false, resp.Header.Revision + 1
+	return false, true
 }

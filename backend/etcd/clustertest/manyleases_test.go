@@ -1,0 +1,207 @@
+package clustertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/etcd"
+)
+
+// streamCounter counts the gRPC streams a client opens, by method.
+type streamCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *streamCounter) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	c.mu.Lock()
+	if c.n == nil {
+		c.n = make(map[string]int)
+	}
+	c.n[method[strings.LastIndex(method, "/")+1:]]++
+	c.mu.Unlock()
+	return streamer(ctx, desc, cc, method, opts...)
+}
+
+func (c *streamCounter) get(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[method]
+}
+
+// Many leases held by one Backend are renewed on a few shared
+// LeaseKeepAlive streams (at most 8, one per lease-ID slot, never one per
+// lease or per renewal) and watched by one shared watch: none is lost over several renew
+// intervals, and deleting one key by hand reports exactly that lease lost,
+// at once.
+func TestManyLeasesSharedStreams(t *testing.T) {
+	const n = 100
+	e := newEnv(t)
+	var sc streamCounter
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{e.clus.Members[1].GRPCURL},
+		DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(sc.intercept)},
+		Logger:      e.clus.Members[1].Logger.Named("counted-client"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	b, err := etcd.New(c, etcd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := fencedlock.New(b, fencedlock.Options{TTL: ttl, ReleaseTimeout: time.Second})
+	defer l.Close()
+	ctx := ctxFor(t, time.Minute)
+
+	leases := make([]*fencedlock.Lease, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				ls, err := l.Acquire(ctx, fmt.Sprintf("many-%d", i))
+				if err != nil {
+					t.Errorf("acquire %d: %v", i, err)
+					return
+				}
+				leases[i] = ls
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	// Hold for two TTLs: every lease needs several renewals to survive.
+	hold := 2 * ttl
+	time.Sleep(hold)
+	for i, ls := range leases {
+		if err := ls.Err(); err != nil {
+			t.Fatalf("lease %d lost while held for %v: %v", i, hold, err)
+		}
+	}
+	if got := sc.get("LeaseKeepAlive"); got < 1 || got > 8 {
+		t.Errorf("%d LeaseKeepAlive streams opened for %d leases, want 1 to 8", got, n)
+	}
+
+	// Delete one key by hand: its lease, and only it, is reported lost.
+	victim := n / 2
+	kvs := e.entries(fmt.Sprintf("many-%d", victim))
+	if len(kvs) != 1 {
+		t.Fatalf("%d entries for the victim", len(kvs))
+	}
+	start := time.Now()
+	if _, err := e.admin.Delete(ctx, string(kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	bound := ttl / 3 // the watch reports it; the renewals alone would take up to one interval more
+	select {
+	case <-leases[victim].Done():
+	case <-time.After(bound):
+		t.Fatalf("deleted key not reported lost within %v", bound)
+	}
+	if !errors.Is(leases[victim].Err(), fencedlock.ErrNotHeld) {
+		t.Fatalf("victim: Err = %v, want ErrNotHeld", leases[victim].Err())
+	}
+	delay := time.Since(start)
+	time.Sleep(100 * time.Millisecond)
+	for i, ls := range leases {
+		if i != victim && ls.Err() != nil {
+			t.Fatalf("lease %d lost after another's key was deleted: %v", i, ls.Err())
+		}
+	}
+	t.Logf("%d leases held %v on %d LeaseKeepAlive stream(s) and %d Watch stream(s); deleted key reported lost after %s",
+		n, hold, sc.get("LeaseKeepAlive"), sc.get("Watch"), ms(delay))
+	for i, ls := range leases {
+		if i == victim {
+			continue
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Errorf("release %d: %v", i, err)
+		}
+	}
+	leases[victim].Release(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for e.leases() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d leases left after releasing all", e.leases())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A key deleted between its grant and the start of its keepalive is
+// reported lost: once before the backend's shared watch exists (the keeper
+// re-reads its key), once while it runs (its log of recent deletions).
+func TestKeyDeletedBeforeKeepAlive(t *testing.T) {
+	e := newEnv(t)
+	b := e.backend(1)
+	ctx := ctxFor(t, time.Minute)
+	for round, what := range []string{"before the shared watch started", "while the shared watch runs"} {
+		if round == 1 {
+			// Start the shared watch with a healthy grant.
+			g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "other", Owner: "owner-other-0123456789", TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			ch := b.KeepAlive(kctx, g)
+			select {
+			case r := <-ch:
+				if r.Err != nil {
+					t.Fatalf("healthy grant: %v", r.Err)
+				}
+			case <-time.After(ttl):
+				t.Fatal("healthy grant: no renewal within its TTL")
+			}
+		}
+		owner := fmt.Sprintf("owner-%d-0123456789", round)
+		g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs := e.entries("k")
+		if len(kvs) != 1 {
+			t.Fatalf("%d entries", len(kvs))
+		}
+		if _, err := e.admin.Delete(ctx, string(kvs[0].Key)); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		kctx, cancel := context.WithCancel(ctx)
+		ch := b.KeepAlive(kctx, g)
+		var lost error
+		for lost == nil {
+			select {
+			case r, ok := <-ch:
+				if !ok {
+					t.Fatalf("%s: channel closed without reporting the loss", what)
+				}
+				if errors.Is(r.Err, fencedlock.ErrNotHeld) {
+					lost = r.Err
+				}
+			case <-time.After(ttl / 3):
+				t.Fatalf("%s: deleted key not reported within %v", what, ttl/3)
+			}
+		}
+		cancel()
+		t.Logf("%s: reported after %s: %v", what, ms(time.Since(start)), lost)
+		e.revoke(kvs[0].Lease)
+	}
+}

@@ -1,0 +1,177 @@
+package etcd
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Retention of the deletions the shared watch saw, for keys subscribed
+// just after their deletion was dispatched.
+const (
+	recentKeep = 5 * time.Second
+	recentMax  = 100000
+)
+
+// delWatch is the one watch per Backend that reports the deletion of held
+// keys: a watch on Prefix+"locks/" (deletions only, from the current
+// revision, so the server keeps it synced) that dispatches each deletion
+// by key to the keepers subscribed to it. One watch per held key cost the
+// server one watcher per lease, started at a past revision, and at
+// thousands of leases that starved the renewals.
+//
+// A keeper subscribes with the revision from which it must hear of its
+// key's deletion (one past the revision at which it was known to hold the
+// lock). A deletion the watch dispatched before the subscription is found
+// in a log of recent deletions; when the log or the watch does not reach
+// back that far (the watch was just started or restarted), the keeper is
+// told to re-read its key, which it does after the watch is running, so
+// every later deletion reaches it.
+type delWatch struct {
+	b *Backend
+
+	mu         sync.Mutex
+	running    bool                            // the watch goroutine runs
+	from       int64                           // deletions at revisions >= from are dispatched; 0 while (re)starting
+	subs       map[string]map[*delSub]struct{} // by etcd key
+	recent     map[string]int64                // key -> revision of its deletion, for revisions >= recentFrom
+	recentLog  []recentDel                     // the same, in revision order, for pruning
+	recentFrom int64
+}
+
+type recentDel struct {
+	key string
+	rev int64
+	at  time.Time
+}
+
+// delSub is one keeper's subscription to its key's deletion.
+type delSub struct {
+	key     string
+	deleted chan int64    // the deletion's revision (buffer 1)
+	recheck chan struct{} // re-read the key: a deletion may have been missed (buffer 1)
+}
+
+func signal[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
+
+// subscribe registers interest in key's deletions at revisions >= from.
+// It never blocks on the server. The caller runs inside b.wg.
+func (w *delWatch) subscribe(key string, from int64) *delSub {
+	s := &delSub{key: key, deleted: make(chan int64, 1), recheck: make(chan struct{}, 1)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.subs == nil {
+		w.subs = make(map[string]map[*delSub]struct{})
+	}
+	if w.subs[key] == nil {
+		w.subs[key] = make(map[*delSub]struct{})
+	}
+	w.subs[key][s] = struct{}{}
+	if !w.running {
+		w.running = true
+		w.b.wg.Add(1)
+		go func() {
+			defer w.b.wg.Done()
+			w.run()
+		}()
+	}
+	// Deletions the watch already dispatched are in the recent log (for
+	// revisions >= recentFrom >= from of the watch); later ones reach s.
+	switch rev := w.recent[key]; {
+	case w.from == 0:
+		// Starting: every subscriber is told to re-read once it runs.
+	case rev > 0 && rev >= from:
+		signal(s.deleted, rev)
+	case from < w.recentFrom:
+		// The log does not reach back to from.
+		signal(s.recheck, struct{}{})
+	}
+	return s
+}
+
+func (w *delWatch) unsubscribe(s *delSub) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if m := w.subs[s.key]; m != nil {
+		delete(m, s)
+		if len(m) == 0 {
+			delete(w.subs, s.key)
+		}
+	}
+}
+
+// run keeps the watch open until the backend is closed.
+func (w *delWatch) run() {
+	ctx := w.b.closeCtx
+	prefix := w.b.opts.Prefix + "locks/"
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(ctx)
+		wch := w.b.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		for wr := range wch {
+			if wr.Err() != nil || wr.Canceled {
+				break
+			}
+			if wr.Created {
+				// The watch delivers every deletion after the revision in
+				// this header (it may start earlier: never later).
+				w.mu.Lock()
+				w.from = wr.Header.Revision + 1
+				w.recent, w.recentLog, w.recentFrom = make(map[string]int64), nil, w.from
+				for _, m := range w.subs {
+					for s := range m {
+						signal(s.recheck, struct{}{})
+					}
+				}
+				w.mu.Unlock()
+				continue
+			}
+			w.dispatch(wr.Events)
+		}
+		cancel()
+		w.mu.Lock()
+		w.from = 0
+		w.mu.Unlock()
+		t := time.NewTimer(watchRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func (w *delWatch) dispatch(evs []*clientv3.Event) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, ev := range evs {
+		if ev.Type != clientv3.EventTypeDelete {
+			continue
+		}
+		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+		w.recent[key] = rev
+		w.recentLog = append(w.recentLog, recentDel{key: key, rev: rev, at: now})
+		for s := range w.subs[key] {
+			signal(s.deleted, rev)
+		}
+	}
+	n := 0
+	for n < len(w.recentLog) && (len(w.recentLog)-n > recentMax || now.Sub(w.recentLog[n].at) > recentKeep) {
+		d := w.recentLog[n]
+		if w.recent[d.key] == d.rev {
+			delete(w.recent, d.key)
+		}
+		w.recentFrom = d.rev + 1
+		n++
+	}
+	if n > 0 {
+		w.recentLog = w.recentLog[n:]
+	}
+}

@@ -1,0 +1,186 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// kaStreams is the number of LeaseKeepAlive streams a Backend spreads its
+// leases over (by lease ID, so each lease always uses the same stream).
+// The server answers a stream's requests one at a time, and a member that
+// is not the leader forwards each renewal to the leader over HTTP: one
+// stream would cap renewals at one per forwarding round trip.
+const kaStreams = 8
+
+// kaMux sends the keepalives of every lease of a Backend on a few
+// long-lived LeaseKeepAlive streams, each opened on first use and again
+// after it ends. clientv3.Lease.KeepAliveOnce opens a new stream per call,
+// which at thousands of leases costs more than the renewals themselves.
+type kaMux struct {
+	b   *Backend
+	mu  sync.Mutex
+	cur [kaStreams]*kaStream // nil: open one on the next renewal
+}
+
+// kaStream is one LeaseKeepAlive stream. The server answers the requests
+// of a stream one by one, in order, so each response is matched to the
+// oldest unanswered request for the same lease ID (FIFO per ID): the
+// caller of that request, who knows when it was sent, gets it. A request
+// whose caller gave up stays in its queue, so later responses are never
+// matched to later (younger) requests. When the stream ends, every
+// unanswered request fails.
+type kaStream struct {
+	mux    *kaMux
+	slot   int
+	stream pb.Lease_LeaseKeepAliveClient
+	cancel context.CancelFunc
+
+	sendMu sync.Mutex // serialises Send, and the queueing that precedes it
+
+	mu       sync.Mutex
+	pending  map[int64][]chan kaResult
+	err      error     // set once the stream ended
+	lastRecv time.Time // when the last response arrived
+}
+
+type kaResult struct {
+	ttl int64
+	err error
+}
+
+// stream returns the open stream of slot, opening one if needed.
+func (m *kaMux) stream(slot int) (*kaStream, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.cur[slot]; s != nil {
+		return s, nil
+	}
+	if err := m.b.closeCtx.Err(); err != nil {
+		return nil, err
+	}
+	// Require a leader, as clientv3's own keepalive does: a member that
+	// loses its leader ends the stream instead of leaving it silent.
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(m.b.closeCtx))
+	st, err := pb.NewLeaseClient(m.b.c.ActiveConnection()).LeaseKeepAlive(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &kaStream{mux: m, slot: slot, stream: st, cancel: cancel, pending: make(map[int64][]chan kaResult), lastRecv: time.Now()}
+	m.cur[slot] = s
+	// The caller runs inside b.wg, so the counter is not zero here.
+	m.b.wg.Add(1)
+	go func() {
+		defer m.b.wg.Done()
+		s.recv()
+	}()
+	return s, nil
+}
+
+// recv matches responses to requests until the stream ends.
+func (s *kaStream) recv() {
+	for {
+		resp, err := s.stream.Recv()
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.mu.Lock()
+		s.lastRecv = time.Now()
+		var ch chan kaResult
+		if q := s.pending[resp.ID]; len(q) > 0 {
+			ch = q[0]
+			if len(q) == 1 {
+				delete(s.pending, resp.ID)
+			} else {
+				s.pending[resp.ID] = q[1:]
+			}
+		}
+		s.mu.Unlock()
+		if ch != nil {
+			ch <- kaResult{ttl: resp.TTL} // buffered, one value per channel
+		}
+	}
+}
+
+// fail ends the stream: every unanswered request gets err, and the next
+// renewal opens a new stream.
+func (s *kaStream) fail(err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	pending := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	s.cancel()
+	s.mux.mu.Lock()
+	if s.mux.cur[s.slot] == s {
+		s.mux.cur[s.slot] = nil
+	}
+	s.mux.mu.Unlock()
+	for _, q := range pending {
+		for _, ch := range q {
+			ch <- kaResult{err: err}
+		}
+	}
+}
+
+// renew sends one keepalive for id and waits for its answer. The caller
+// takes the send time before calling renew, so it is never later than the
+// real one. It returns the TTL the server applied, an error wrapping
+// rpctypes.ErrLeaseNotFound if the lease is gone, or another error if the
+// answer did not come (stream ended, ctx done).
+func (m *kaMux) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+	s, err := m.stream(int(uint64(id) % kaStreams))
+	if err != nil {
+		return 0, err
+	}
+	ch := make(chan kaResult, 1)
+	s.sendMu.Lock()
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		s.sendMu.Unlock()
+		return 0, err
+	}
+	s.pending[int64(id)] = append(s.pending[int64(id)], ch)
+	s.mu.Unlock()
+	sent := time.Now()
+	err = s.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)})
+	s.sendMu.Unlock()
+	if err != nil {
+		s.fail(err)
+		return 0, err
+	}
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.ttl <= 0 {
+			return 0, rpctypes.ErrLeaseNotFound
+		}
+		return r.ttl, nil
+	case <-ctx.Done():
+		// If nothing at all came back on the stream since our request was
+		// sent, the stream (or its member) is stuck: drop it, so that the
+		// next renewals open a new one, possibly to another member.
+		s.mu.Lock()
+		stuck := s.lastRecv.Before(sent)
+		s.mu.Unlock()
+		if stuck && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			s.fail(errors.New("etcd: keepalive stream unresponsive"))
+		}
+		return 0, ctx.Err()
+	}
+}
