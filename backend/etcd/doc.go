@@ -59,8 +59,14 @@
 // Close, revokes its lease, which deletes its queue entry.
 //
 // [Backend.Release] is a Txn that deletes our key only if it still carries
-// our create revision, then revokes our lease; it never deletes another
-// holder's key.
+// our create revision; it never deletes another holder's key. That Txn
+// alone decides the outcome and frees the lock, so Release returns after
+// it; our lease, which carried only that key, is then revoked in the
+// background ([Backend.Close] waits for those revocations). A single
+// LeaseRevoke would also delete our key, but its answer does not say
+// whether the key still existed (an operator may have deleted it while the
+// lease lived, letting the next waiter in), so it cannot tell the caller
+// [fencedlock.ErrNotHeld] reliably; the Txn can.
 //
 // # One lease per grant
 //
@@ -74,13 +80,14 @@
 //     the locks it already holds.
 //   - The TTL is the one the Locker asked for, per grant; a shared lease has
 //     one TTL fixed when it is created.
-//   - Release revokes the lease, so the server frees everything at once, and
-//     nothing of an ended grant outlives it.
+//   - Release revokes the lease (right after the release), so the server
+//     frees everything at once, and nothing of an ended grant outlives it.
 //
 // The cost is one LeaseGrant round trip per acquisition (LeaseGrant cannot
 // be part of a Txn), so an uncontended acquire takes two round trips
-// (LeaseGrant, Txn) and a release two (Txn, LeaseRevoke); renewals of all
-// leases of a Backend share a few keepalive streams.
+// (LeaseGrant, Txn) and a release one (Txn; the LeaseRevoke follows in the
+// background); renewals of all leases of a Backend share a few keepalive
+// streams.
 //
 // # Renewal and loss
 //

@@ -568,10 +568,11 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 }
 
 // Release deletes g's key in a Txn only if it still carries g's create
-// revision, then revokes g's lease. If the key is gone or is another
-// holder's, it deletes nothing and returns an error wrapping
-// [fencedlock.ErrNotHeld]. Fences survive: the next grant's key is created
-// at a later revision.
+// revision, and returns; g's lease, which carried only that key, is then
+// revoked in the background ([Backend.Close] waits for it). If the key is
+// gone or is another holder's, it deletes nothing and returns an error
+// wrapping [fencedlock.ErrNotHeld]. Fences survive: the next grant's key is
+// created at a later revision.
 func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	if err := b.begin(); err != nil {
 		return err
@@ -594,11 +595,16 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		return b.ctxErr(ctx, errorf("release %q: %w", g.Key, err))
 	}
 	if d.lease != 0 {
-		// Our lease carries only our key; revoking it frees the server's
-		// lease state at once.
-		if _, rerr := b.c.Revoke(ctx, d.lease); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) && resp.Succeeded {
-			return b.ctxErr(ctx, errorf("release %q: key deleted, but revoking its lease failed (it expires with its TTL): %w", g.Key, rerr))
-		}
+		// The Txn decided, and the lock is free; the lease now carries no
+		// key. Revoke it in the background (Close waits for it) to free the
+		// server's lease state at once: the caller need not wait for that
+		// round trip. If the revocation fails, the lease expires with its
+		// TTL, holding nothing.
+		b.wg.Add(1) // inside begin: the counter is not zero
+		go func() {
+			defer b.wg.Done()
+			_ = b.revoke(d.lease)
+		}()
 	}
 	if !resp.Succeeded {
 		return errorf("release %q: %w", g.Key, fencedlock.ErrNotHeld)

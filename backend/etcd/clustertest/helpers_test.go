@@ -134,6 +134,25 @@ func (e *env) leases() int {
 	return len(resp.Leases)
 }
 
+// waitNoLeases waits until no lease is left in the cluster: a release
+// revokes its lease in the background, right after it returns. The bound
+// (1 s) is below the TTL of every test lease, so a lease left to expire
+// instead of being revoked still fails the test.
+func waitNoLeases(t *testing.T, e *env) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		n := e.leases()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d leases left 1 s after the releases", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // waitEntries waits (bounded) until key's queue has n entries.
 func (e *env) waitEntries(key string, n int) []*mvccpb.KeyValue {
 	e.t.Helper()

@@ -136,13 +136,7 @@ func TestManyLeasesSharedStreams(t *testing.T) {
 		}
 	}
 	leases[victim].Release(ctx)
-	deadline := time.Now().Add(5 * time.Second)
-	for e.leases() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d leases left after releasing all", e.leases())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitNoLeases(t, e)
 }
 
 // A key deleted between its grant and the start of its keepalive is

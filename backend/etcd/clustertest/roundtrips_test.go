@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -81,13 +82,25 @@ func TestRoundTrips(t *testing.T) {
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	check("Release", "Txn", "LeaseRevoke")
+	// Release returns after its Txn; the lease is revoked in the
+	// background: wait (bounded) for that call before counting further.
+	released := rc.take()
+	deadline := time.Now().Add(2 * time.Second)
+	for !slices.Contains(released, "LeaseRevoke") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		released = append(released, rc.take()...)
+	}
+	if strings.Join(released, ",") != "Txn,LeaseRevoke" {
+		t.Errorf("Release: calls %v, want [Txn LeaseRevoke] (the revoke in the background)", released)
+	}
+	t.Logf("Release: 1 round trip on the caller's path, then %v", released[1:])
 	ls, err = l.Acquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
 	check("uncontended Acquire (queue)", "LeaseGrant", "Txn")
 	ls.Release(ctx)
+	waitNoLeases(t, e)
 	rc.take()
 
 	h, err := other.Acquire(ctx, "k")
