@@ -269,6 +269,34 @@ func TestWaitHonoursHint(t *testing.T) {
 	})
 }
 
+// handoff runs inside a synctest bubble: a holds "k", b waits in Acquire
+// for wait of fake time, then a releases. It returns how much fake time b
+// took to get the key after the release.
+func handoff(t *testing.T, a, b *fencedlock.Locker, wait time.Duration) time.Duration {
+	t.Helper()
+	held, err := a.TryAcquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time)
+	go func() {
+		ls, err := b.Acquire(t.Context(), "k")
+		if err != nil {
+			t.Error(err)
+		} else {
+			defer ls.Release(t.Context())
+		}
+		got <- time.Now()
+	}()
+	time.Sleep(wait)
+	synctest.Wait()
+	released := time.Now()
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return (<-got).Sub(released)
+}
+
 // TestNotifiedWaiter: with a Notifier, a release hands the lock over at
 // once (zero fake time), however long the holder's TTL.
 func TestNotifiedWaiter(t *testing.T) {
@@ -278,28 +306,8 @@ func TestNotifiedWaiter(t *testing.T) {
 		b := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Minute})
 		defer a.Close()
 		defer b.Close()
-		held, err := a.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan time.Time)
-		go func() {
-			ls, err := b.Acquire(t.Context(), "k")
-			if err != nil {
-				t.Error(err)
-			} else {
-				defer ls.Release(t.Context())
-			}
-			got <- time.Now()
-		}()
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
-		released := time.Now()
-		if err := held.Release(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if at := <-got; at != released {
-			t.Fatalf("hand-off took %v of fake time, want 0", at.Sub(released))
+		if d := handoff(t, a, b, 5*time.Second); d != 0 {
+			t.Fatalf("hand-off took %v of fake time, want 0", d)
 		}
 	})
 }
@@ -578,27 +586,7 @@ func TestLostNotificationBounded(t *testing.T) {
 		b := fencedlock.New(silent{store.Backend()}, fencedlock.Options{TTL: time.Hour, MaxRetryDelay: 2 * time.Second})
 		defer a.Close()
 		defer b.Close()
-		held, err := a.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan time.Time)
-		go func() {
-			ls, err := b.Acquire(t.Context(), "k")
-			if err != nil {
-				t.Error(err)
-			} else {
-				defer ls.Release(t.Context())
-			}
-			got <- time.Now()
-		}()
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
-		released := time.Now()
-		if err := held.Release(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		if d := (<-got).Sub(released); d > 2*time.Second {
+		if d := handoff(t, a, b, 10*time.Second); d > 2*time.Second {
 			t.Fatalf("waiter took %v after a silent release, want <= MaxRetryDelay 2s", d)
 		}
 	})
