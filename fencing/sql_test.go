@@ -489,14 +489,7 @@ func sqlPauseWorkload(t *testing.T, db *sql.DB, name string, fenced bool) (histo
 	}
 	time.Sleep(2*ttl - time.Since(pausedAt))
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		// A line being appended may be read in part: then count 0 and poll again.
-		events, _ := history.ReadFile(path)
-		n := 0
-		for _, e := range events {
-			if e.Kind == history.Accepted && strings.HasPrefix(e.Proc, "worker") {
-				n++
-			}
-		}
+		n := history.AcceptedBy(path, "worker")
 		if n >= 5 {
 			break
 		}
@@ -524,24 +517,11 @@ func sqlPauseWorkload(t *testing.T, db *sql.DB, name string, fenced bool) (histo
 	if err := db.QueryRow(`SELECT value FROM resources WHERE key = $1`, key).Scan(&final); err != nil {
 		t.Fatal(err)
 	}
-	prec, err := history.Open(path, "parent")
+	events, err := history.Finish(path, "parent", key, final)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer prec.Close()
-	if err := prec.Record(history.Event{Kind: history.Final, Key: key, Value: final}); err != nil {
-		t.Fatal(err)
-	}
-	events, err := history.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vw history.Event
-	for _, e := range events {
-		if e.Proc == "victim" && (e.Kind == history.Accepted || e.Kind == history.Rejected) {
-			vw = e
-		}
-	}
+	vw, _ := history.LastWrite(events, "victim")
 	t.Logf("victim paused %v (TTL %v); final counter %s; %d events", paused.Round(time.Millisecond), ttl, final, len(events))
 	return history.Check(events, history.Options{Initial: "0", Counter: true}), vw
 }

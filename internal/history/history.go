@@ -134,6 +134,56 @@ func ReadFile(path string) ([]Event, error) {
 	return events, nil
 }
 
+// Finish ends a history file at path: it appends, as process proc, the
+// Final event saying key's state at the end is final, then reads the whole
+// file back. Call it once every process has stopped writing to the file;
+// the events it returns are ready for [Check] and [LastWrite].
+func Finish(path, proc, key, final string) ([]Event, error) {
+	rec, err := Open(path, proc)
+	if err != nil {
+		return nil, err
+	}
+	err = rec.Record(Event{Kind: Final, Key: key, Value: final})
+	if cerr := rec.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("history: %w", cerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ReadFile(path)
+}
+
+// LastWrite returns the outcome (an Accepted or Rejected event) of the last
+// write that process proc recorded in events, and false if it recorded
+// none.
+func LastWrite(events []Event, proc string) (Event, bool) {
+	for i := len(events) - 1; i >= 0; i-- {
+		e := events[i]
+		if e.Proc == proc && (e.Kind == Accepted || e.Kind == Rejected) {
+			return e, true
+		}
+	}
+	return Event{}, false
+}
+
+// AcceptedBy counts the accepted writes of the processes whose name starts
+// with prefix in the history file at path, which other processes may still
+// be appending to. It returns 0 if the file cannot be read yet (not created,
+// or a line read while it was being appended): a caller polls again.
+func AcceptedBy(path, prefix string) int {
+	events, err := ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range events {
+		if e.Kind == Accepted && strings.HasPrefix(e.Proc, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
 // Options tune [Check].
 type Options struct {
 	// Initial is the state of every key before the history ("" if unset).

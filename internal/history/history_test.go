@@ -219,3 +219,65 @@ func TestReadFileErrors(t *testing.T) {
 		t.Fatalf("malformed line: %v", err)
 	}
 }
+
+// TestFinish drives the helpers a paused-holder workload ends with: count
+// the workers' accepted writes while the file grows, append the final
+// state, find the victim's write, check.
+func TestFinish(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.jsonl")
+	if n := AcceptedBy(path, "worker"); n != 0 {
+		t.Fatalf("AcceptedBy on a missing file = %d, want 0", n)
+	}
+	recs := map[string]*Recorder{}
+	for _, proc := range []string{"victim", "worker0", "worker1"} {
+		r, err := Open(path, proc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		recs[proc] = r
+	}
+	write := func(proc string, fence fencing.Token, base, value string, accepted bool) {
+		t.Helper()
+		for _, e := range w(proc, fence, proc, base, value, accepted) {
+			if err := recs[proc].Record(e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write("victim", 1, "0", "1", true)
+	write("worker0", 2, "1", "2", true)
+	write("worker1", 3, "2", "3", true)
+	write("victim", 1, "1", "2", false)
+	write("worker0", 4, "3", "4", false)
+	if n := AcceptedBy(path, "worker"); n != 2 {
+		t.Fatalf("AcceptedBy(worker) = %d, want 2", n)
+	}
+	if n := AcceptedBy(path, "victim"); n != 1 {
+		t.Fatalf("AcceptedBy(victim) = %d, want 1", n)
+	}
+
+	events, err := Finish(path, "parent", "c", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 11 {
+		t.Fatalf("Finish read %d events, want 11", len(events))
+	}
+	if last := events[len(events)-1]; last.Kind != Final || last.Proc != "parent" || last.Key != "c" || last.Value != "3" {
+		t.Fatalf("last event %+v, want the final state", last)
+	}
+	v, ok := LastWrite(events, "victim")
+	if !ok || v.Kind != Rejected || v.Base != "1" {
+		t.Fatalf("LastWrite(victim) = %+v, %v; want its second, rejected write", v, ok)
+	}
+	if _, ok := LastWrite(events, "parent"); ok {
+		t.Fatal("LastWrite found a write of a process that made none")
+	}
+	if err := Check(events, Options{Initial: "0", Counter: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Finish(filepath.Join(t.TempDir(), "no", "such", "dir"), "parent", "c", "3"); err == nil {
+		t.Fatal("Finish into a missing directory succeeded")
+	}
+}

@@ -163,7 +163,7 @@ func runWorkload(t *testing.T, srv *redistest.Server, name string, fenced bool) 
 	// written: its lease is long gone, newer fences are on the counter.
 	time.Sleep(pause)
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		if n := acceptedBy(histPath, "worker"); n >= minWrites {
+		if n := history.AcceptedBy(histPath, "worker"); n >= minWrites {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -208,47 +208,16 @@ func runWorkload(t *testing.T, srv *redistest.Server, name string, fenced bool) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := history.Open(histPath, "parent")
+	events, err := history.Finish(histPath, "parent", counter, final)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Record(history.Event{Kind: history.Final, Key: counter, Value: final}); err != nil {
-		t.Fatal(err)
-	}
-	rec.Close()
-	events, err := history.ReadFile(histPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var victimWrite history.Event
-	for _, e := range events {
-		if e.Proc == "victim" && (e.Kind == history.Accepted || e.Kind == history.Rejected) {
-			victimWrite = e
-		}
-	}
-	if victimWrite.Kind == "" {
+	victimWrite, ok := history.LastWrite(events, "victim")
+	if !ok {
 		t.Fatalf("no write outcome of the victim in the history\n%s", victimOut)
 	}
 	t.Logf("victim stopped for %v (TTL %v); final counter %s; %d events", stopped.Round(time.Millisecond), ttl, final, len(events))
 	return history.Check(events, history.Options{Initial: "0", Counter: true}), victimWrite
-}
-
-// acceptedBy counts the accepted writes of processes whose name starts
-// with prefix, in a history that may be growing.
-func acceptedBy(path, prefix string) int {
-	events, err := history.ReadFile(path)
-	if err != nil {
-		// Not created yet, or a line being appended while we read (a
-		// reader may see part of a write): poll again.
-		return 0
-	}
-	n := 0
-	for _, e := range events {
-		if e.Kind == history.Accepted && strings.HasPrefix(e.Proc, prefix) {
-			n++
-		}
-	}
-	return n
 }
 
 // waitState waits (at most 5s) until process pid is in state ('T':

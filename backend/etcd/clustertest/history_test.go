@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -136,14 +135,7 @@ func (e *env) pauseWorkload(t *testing.T, name string, fenced bool) (history.Res
 	// The pause: past twice the TTL, and until the others wrote.
 	time.Sleep(2*ttl - time.Since(pausedAt))
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		// A line being appended may be read in part: then count 0 and poll again.
-		events, _ := history.ReadFile(path)
-		n := 0
-		for _, ev := range events {
-			if ev.Kind == history.Accepted && strings.HasPrefix(ev.Proc, "worker") {
-				n++
-			}
-		}
+		n := history.AcceptedBy(path, "worker")
 		if n >= 5 {
 			break
 		}
@@ -180,24 +172,11 @@ func (e *env) pauseWorkload(t *testing.T, name string, fenced bool) (history.Res
 	if value == "" {
 		value = "0"
 	}
-	parent, err := history.Open(path, "parent")
+	events, err := history.Finish(path, "parent", counter, value)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer parent.Close()
-	if err := parent.Record(history.Event{Kind: history.Final, Key: counter, Value: value}); err != nil {
-		t.Fatal(err)
-	}
-	events, err := history.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vw history.Event
-	for _, ev := range events {
-		if ev.Proc == "victim" && (ev.Kind == history.Accepted || ev.Kind == history.Rejected) {
-			vw = ev
-		}
-	}
+	vw, _ := history.LastWrite(events, "victim")
 	t.Logf("victim paused %s (TTL %s); final counter %s; %d events", ms(paused), ms(ttl), value, len(events))
 	return history.Check(events, history.Options{Initial: "0", Counter: true}), vw
 }
