@@ -17,6 +17,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/guardtest"
 	"github.com/fencedlock/fencedlock/internal/history"
 	"github.com/fencedlock/fencedlock/internal/pgtest"
 	_ "github.com/lib/pq"
@@ -298,31 +299,11 @@ func TestSQLConcurrentWriters(t *testing.T) {
 	}
 	tab := fencing.SQLTable{Table: "resources"}
 	const writers, perWriter = 8, 30
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	accepted, rejected := 0, 0
-	for w := 0; w < writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < perWriter; i++ {
-				tok := fencing.Token(1 + (i*writers+w*7)%(writers*perWriter))
-				holder := fmt.Sprintf("w%d", w)
-				err := tab.Set(ctx, db, "counter", tok.String()+"/"+holder, tok, holder)
-				mu.Lock()
-				switch {
-				case err == nil:
-					accepted++
-				case errors.Is(err, fencing.ErrStale):
-					rejected++
-				default:
-					t.Error(err)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	accepted, rejected := guardtest.MixedTokens(t, writers, perWriter, func(int) guardtest.Write {
+		return func(tok fencing.Token, holder string) error {
+			return tab.Set(ctx, db, "counter", tok.String()+"/"+holder, tok, holder)
+		}
+	})
 	r := readRow(t, db, "counter")
 	maxTok := int64(writers * perWriter)
 	if r.fence != maxTok || !strings.HasPrefix(r.value.String, strconv.FormatInt(maxTok, 10)+"/") || !strings.HasSuffix(r.value.String, "/"+r.holder) {

@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/guardtest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -231,31 +231,12 @@ func TestFencedCorrupt(t *testing.T) {
 func TestFencedConcurrentWriters(t *testing.T) {
 	srv := redistest.Start(t)
 	const writers, perWriter = 8, 40
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	accepted, rejected := 0, 0
-	for w := 0; w < writers; w++ {
-		b, _ := newBackend(t, srv, Options{})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < perWriter; i++ {
-				tok := fencing.Token(1 + (i*writers+w*7)%(writers*perWriter)) // mixed order
-				err := b.FencedSet(context.Background(), "counter", tok.String(), tok, fmt.Sprintf("w%d", w))
-				mu.Lock()
-				switch {
-				case err == nil:
-					accepted++
-				case errors.Is(err, fencing.ErrStale):
-					rejected++
-				default:
-					t.Error(err)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	accepted, rejected := guardtest.MixedTokens(t, writers, perWriter, func(int) guardtest.Write {
+		b, _ := newBackend(t, srv, Options{}) // a client per writer
+		return func(tok fencing.Token, holder string) error {
+			return b.FencedSet(context.Background(), "counter", tok.String(), tok, holder)
+		}
+	})
 	_, c := newBackend(t, srv, Options{})
 	h := hgetall(t, c, "counter")
 	maxTok := fencing.Token(writers * perWriter)
