@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -215,9 +216,7 @@ func testFenceIncreasing(t *testing.T, e *env) {
 				t.Fatalf("Release: %v", err)
 			}
 		case "invalidate":
-			if err := e.h.Invalidate(e.ctx, key); err != nil {
-				t.Fatalf("harness Invalidate: %v", err)
-			}
+			e.invalidate(t, key)
 			if e.held(t, key) {
 				t.Fatalf("key held after harness Invalidate: the harness must leave it free")
 			}
@@ -296,13 +295,8 @@ func testRenewKeepsLease(t *testing.T, e *env) {
 
 func testExpiry(t *testing.T, e *env) {
 	key := e.key("expiry")
-	la := e.locker(t, e.pausedHolder)
+	a, sentA := e.pausedLease(t, key)
 	b := e.backend(t)
-	sentA := time.Now()
-	a, err := la.TryAcquire(e.ctx, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
 	ttl := grantTTL(a.TTL(), e.ttl)
 	// The store's clock may run at a slightly different rate than ours.
 	earliest := sentA.Add(ttl - ttl/100 - time.Millisecond)
@@ -361,9 +355,7 @@ func testInvalidationReported(t *testing.T, e *env) {
 		if cause := context.Cause(ls.Context()); !errors.Is(cause, fencedlock.ErrLeaseLost) {
 			t.Fatalf("%s: cause %v, want ErrLeaseLost", w.name, cause)
 		}
-		if err := ls.Release(e.ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
-			t.Fatalf("%s: Release of a lost lease: %v, want ErrNotHeld", w.name, err)
-		}
+		wantNotHeld(t, w.name+": Release of a lost lease", ls.Release(e.ctx))
 		if e.held(t, key) {
 			t.Fatalf("%s: key still held after the harness removed it", w.name)
 		}
@@ -379,12 +371,8 @@ func testInvalidationReported(t *testing.T, e *env) {
 	if err := ls.Renew(e.ctx); err != nil {
 		t.Fatalf("Renew of a held lease: %v", err)
 	}
-	if err := e.h.Invalidate(e.ctx, key); err != nil {
-		t.Fatalf("harness Invalidate: %v", err)
-	}
-	if err := ls.Renew(e.ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("Renew after invalidation: %v, want an error wrapping ErrNotHeld", err)
-	}
+	e.invalidate(t, key)
+	wantNotHeld(t, "Renew after invalidation", ls.Renew(e.ctx))
 	select {
 	case <-ls.Done():
 	default:
@@ -392,50 +380,71 @@ func testInvalidationReported(t *testing.T, e *env) {
 	}
 }
 
+// wantNotHeld fails t unless err, returned by the call what describes,
+// wraps ErrNotHeld.
+func wantNotHeld(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("%s: %v, want ErrNotHeld", what, err)
+	}
+}
+
+// errOf returns the error of a call that also returns a value, such as
+// Backend.Renew, for [wantNotHeld].
+func errOf[T any](_ T, err error) error { return err }
+
+// invalidate removes key's lock through the harness, as a lost lease would
+// find it, and fails t if the harness cannot.
+func (e *env) invalidate(t *testing.T, key string) {
+	t.Helper()
+	if err := e.h.Invalidate(e.ctx, key); err != nil {
+		t.Fatalf("harness Invalidate: %v", err)
+	}
+}
+
+// implements reports whether the backends under test implement the
+// optional interface I; when they do not, it logs that there is nothing to
+// check.
+func implements[I any](t *testing.T, e *env) bool {
+	t.Helper()
+	probe := e.backend(t)
+	if _, ok := probe.(I); !ok {
+		t.Logf("%T is not a %v: nothing to check", probe, reflect.TypeFor[I]())
+		return false
+	}
+	return true
+}
+
 func testReleaseAfterLoss(t *testing.T, e *env) {
 	key := e.key("release")
 	b1, b2, b3 := e.backend(t), e.backend(t), e.backend(t)
 
 	// Never held.
-	if err := b1.Release(e.ctx, fencedlock.Grant{Key: key, Owner: owner(), Fence: 1}); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("Release of a never-held key: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "Release of a never-held key", b1.Release(e.ctx, fencedlock.Grant{Key: key, Owner: owner(), Fence: 1}))
 
 	// Lost to invalidation, key free.
 	ga := e.grab(t, b1, key)
-	if err := e.h.Invalidate(e.ctx, key); err != nil {
-		t.Fatalf("harness Invalidate: %v", err)
-	}
-	if err := b1.Release(e.ctx, ga); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("Release after invalidation: %v, want ErrNotHeld", err)
-	}
+	e.invalidate(t, key)
+	wantNotHeld(t, "Release after invalidation", b1.Release(e.ctx, ga))
 
 	// Lost, and the key now held by another owner.
 	gb := e.grab(t, b2, key)
-	if err := b1.Release(e.ctx, ga); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("Release of a lost grant while another owner holds the key: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "Release of a lost grant while another owner holds the key", b1.Release(e.ctx, ga))
 	e.mustBeHeld(t, b2, &gb, "after a lost owner's Release")
 
 	// The Locker also releases with a Grant carrying only Key and Owner
 	// (its clean-up after an attempt that failed but may have been
 	// applied). From a lost owner it must delete nothing.
-	if err := b1.Release(e.ctx, fencedlock.Grant{Key: key, Owner: ga.Owner}); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("Release of Grant{Key, Owner} by a lost owner: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "Release of Grant{Key, Owner} by a lost owner", b1.Release(e.ctx, fencedlock.Grant{Key: key, Owner: ga.Owner}))
 	e.mustBeHeld(t, b2, &gb, "after a lost owner's Release of Grant{Key, Owner}")
 
 	// Double release.
 	if err := b2.Release(e.ctx, gb); err != nil {
 		t.Fatalf("Release by the holder: %v", err)
 	}
-	if err := b2.Release(e.ctx, gb); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("second Release: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "second Release", b2.Release(e.ctx, gb))
 	gc := e.grab(t, b3, key)
-	if err := b2.Release(e.ctx, gb); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("third Release, while another owner holds the key: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "third Release, while another owner holds the key", b2.Release(e.ctx, gb))
 	e.mustBeHeld(t, b3, &gc, "after a double Release by the previous holder")
 	// The holder's own Grant{Key, Owner} (the Locker's clean-up form) frees
 	// the key: an attempt applied on the server but reported failed must
@@ -456,9 +465,7 @@ func testReleaseAfterLoss(t *testing.T, e *env) {
 	if err := ls.Release(e.ctx); err != nil {
 		t.Fatalf("Lease.Release: %v", err)
 	}
-	if err := ls.Release(e.ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("second Lease.Release: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "second Lease.Release", ls.Release(e.ctx))
 }
 
 func testRenewAfterLoss(t *testing.T, e *env) {
@@ -466,32 +473,22 @@ func testRenewAfterLoss(t *testing.T, e *env) {
 	b1, b2 := e.backend(t), e.backend(t)
 
 	// Never held: Renew must not create the key.
-	if _, err := b1.Renew(e.ctx, fencedlock.Grant{Key: key, Owner: owner(), Fence: 1}, e.ttl); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("Renew of a never-held key: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "Renew of a never-held key", errOf(b1.Renew(e.ctx, fencedlock.Grant{Key: key, Owner: owner(), Fence: 1}, e.ttl)))
 	if e.held(t, key) {
 		t.Fatal("Renew of a never-held key created it")
 	}
 
 	ga := e.grab(t, b1, key)
-	if err := e.h.Invalidate(e.ctx, key); err != nil {
-		t.Fatalf("harness Invalidate: %v", err)
-	}
-	if _, err := b1.Renew(e.ctx, ga, e.ttl); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("Renew after invalidation: %v, want ErrNotHeld", err)
-	}
+	e.invalidate(t, key)
+	wantNotHeld(t, "Renew after invalidation", errOf(b1.Renew(e.ctx, ga, e.ttl)))
 	if e.held(t, key) {
 		t.Fatal("Renew of a lost grant recreated the key")
 	}
 
 	gb := e.grab(t, b2, key)
-	if _, err := b1.Renew(e.ctx, ga, e.ttl); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("Renew of a lost grant while another owner holds the key: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "Renew of a lost grant while another owner holds the key", errOf(b1.Renew(e.ctx, ga, e.ttl)))
 	e.mustBeHeld(t, b2, &gb, "after a lost owner's Renew")
-	if err := b1.Release(e.ctx, ga); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("Release of a lost grant: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "Release of a lost grant", b1.Release(e.ctx, ga))
 	if err := b2.Release(e.ctx, gb); err != nil {
 		t.Fatalf("the holder's Release after a lost owner's Renew: %v", err)
 	}
@@ -499,19 +496,12 @@ func testRenewAfterLoss(t *testing.T, e *env) {
 
 func testLateRelease(t *testing.T, e *env) {
 	key := e.key("late")
-	la := e.locker(t, e.pausedHolder)
+	a, sentA := e.pausedLease(t, key)
 	lb := e.locker(t, nil)
-	sentA := time.Now()
-	a, err := la.TryAcquire(e.ctx, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
 	// A is paused: no renewal. B takes the key once A's lease expired.
 	bl := e.takeOver(t, lb, a, sentA)
 	// A resumes and releases late.
-	if err := a.Release(e.ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
-		t.Fatalf("late Release: %v, want ErrNotHeld", err)
-	}
+	wantNotHeld(t, "late Release", a.Release(e.ctx))
 	if !e.held(t, key) {
 		t.Fatal("the late Release of an expired lease deleted the new holder's lock")
 	}
@@ -521,6 +511,19 @@ func testLateRelease(t *testing.T, e *env) {
 	if err := bl.Release(e.ctx); err != nil {
 		t.Fatalf("the new holder's Release: %v", err)
 	}
+}
+
+// pausedLease acquires key with a Locker that never renews (a holder
+// paused from the start) and returns the lease and when it was requested.
+func (e *env) pausedLease(t *testing.T, key string) (*fencedlock.Lease, time.Time) {
+	t.Helper()
+	l := e.locker(t, e.pausedHolder)
+	sent := time.Now()
+	a, err := l.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	return a, sent
 }
 
 // takeOver polls l.TryAcquire of a's key until it succeeds once a's lease
@@ -677,13 +680,8 @@ func testPausedHolder(t *testing.T, e *env) {
 		guard = g
 	}
 	key := e.key("paused")
-	la := e.locker(t, e.pausedHolder)
+	a, sentA := e.pausedLease(t, key)
 	lb := e.locker(t, nil)
-	sentA := time.Now()
-	a, err := la.TryAcquire(e.ctx, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
 	if err := guard.Write(e.ctx, a.Fence(), a.Holder(), "A1"); err != nil {
 		t.Fatalf("A's first write (fence %v): %v", a.Fence(), err)
 	}
@@ -693,7 +691,7 @@ func testPausedHolder(t *testing.T, e *env) {
 		t.Fatalf("B's write (fence %v): %v", b.Fence(), err)
 	}
 	// A resumes and writes as if it still held the lock.
-	err = guard.Write(e.ctx, a.Fence(), a.Holder(), "A2")
+	err := guard.Write(e.ctx, a.Fence(), a.Holder(), "A2")
 	if !errors.Is(err, fencing.ErrStale) {
 		t.Fatalf("paused holder's late write with fence %v after fence %v: %v, want an error wrapping fencing.ErrStale", a.Fence(), b.Fence(), err)
 	}
@@ -893,9 +891,7 @@ func testClose(t *testing.T, e *env) {
 }
 
 func testNotifier(t *testing.T, e *env) {
-	probe := e.backend(t)
-	if _, ok := probe.(fencedlock.Notifier); !ok {
-		t.Logf("%T is not a fencedlock.Notifier: nothing to check", probe)
+	if !implements[fencedlock.Notifier](t, e) {
 		return
 	}
 	key := e.key("notify")
@@ -959,9 +955,7 @@ func testNotifier(t *testing.T, e *env) {
 }
 
 func testWaitAcquirer(t *testing.T, e *env) {
-	probe := e.backend(t)
-	if _, ok := probe.(fencedlock.WaitAcquirer); !ok {
-		t.Logf("%T is not a fencedlock.WaitAcquirer: nothing to check", probe)
+	if !implements[fencedlock.WaitAcquirer](t, e) {
 		return
 	}
 	key := e.key("queue")
@@ -1100,9 +1094,7 @@ func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() fenc
 }
 
 func testInspector(t *testing.T, e *env) {
-	probe := e.backend(t)
-	if _, ok := probe.(fencedlock.Inspector); !ok {
-		t.Logf("%T is not a fencedlock.Inspector: nothing to check", probe)
+	if !implements[fencedlock.Inspector](t, e) {
 		return
 	}
 	key := e.key("inspect")
@@ -1158,18 +1150,14 @@ func testInspector(t *testing.T, e *env) {
 		t.Fatal("Acquire finds held a key Inspect reports free")
 	}
 	g = e.grab(t, b1, key)
-	if err := e.h.Invalidate(e.ctx, key); err != nil {
-		t.Fatalf("harness Invalidate: %v", err)
-	}
+	e.invalidate(t, key)
 	if info = inspect("after invalidation"); info.Held {
 		t.Fatal("Inspect reports an invalidated key held")
 	}
 }
 
 func testKeepAliver(t *testing.T, e *env) {
-	probe := e.backend(t)
-	if _, ok := probe.(fencedlock.KeepAliver); !ok {
-		t.Logf("%T is not a fencedlock.KeepAliver: nothing to check", probe)
+	if !implements[fencedlock.KeepAliver](t, e) {
 		return
 	}
 	key := e.key("keepalive")
@@ -1202,9 +1190,7 @@ func testKeepAliver(t *testing.T, e *env) {
 	if !e.held(t, key) {
 		t.Fatalf("key free after %v of KeepAlive (%d renewals)", 2*ttl, renewals)
 	}
-	if err := e.h.Invalidate(e.ctx, key); err != nil {
-		t.Fatalf("harness Invalidate: %v", err)
-	}
+	e.invalidate(t, key)
 	bound := ttl + e.cfg.ExpirySlack + e.schedAllowance()
 	timeout := time.After(bound)
 	for {
