@@ -469,16 +469,10 @@ func sqlPauseWorkload(t *testing.T, db *sql.DB, name string, fenced bool) (histo
 		}()
 	}
 	time.Sleep(2*ttl - time.Since(pausedAt))
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		n := history.AcceptedBy(path, "worker")
-		if n >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			stop.Store(true)
-			wg.Wait()
-			t.Fatalf("workers made %d writes in 20s (%v)", n, errs)
-		}
+	if n, ok := history.WaitAccepted(path, "worker", 5, 20*time.Second); !ok {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatalf("workers made %d writes in 20s (%v)", n, errs)
 	}
 	paused := time.Since(pausedAt)
 	close(resume)

@@ -184,6 +184,24 @@ func AcceptedBy(path, prefix string) int {
 	return n
 }
 
+// WaitAccepted polls the history file at path, every 10ms for at most
+// timeout, until the processes whose name starts with prefix have n
+// accepted writes in it (see [AcceptedBy]). It returns the last count and
+// whether it reached n.
+func WaitAccepted(path, prefix string, n int, timeout time.Duration) (int, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		got := AcceptedBy(path, prefix)
+		if got >= n {
+			return got, true
+		}
+		if time.Now().After(deadline) {
+			return got, false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Options tune [Check].
 type Options struct {
 	// Initial is the state of every key before the history ("" if unset).

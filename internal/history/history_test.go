@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencedlock/fencedlock/fencing"
 )
@@ -255,6 +256,12 @@ func TestFinish(t *testing.T) {
 	}
 	if n := AcceptedBy(path, "victim"); n != 1 {
 		t.Fatalf("AcceptedBy(victim) = %d, want 1", n)
+	}
+	if n, ok := WaitAccepted(path, "worker", 2, time.Second); !ok || n != 2 {
+		t.Fatalf("WaitAccepted(worker, 2) = %d, %v; want 2, true", n, ok)
+	}
+	if n, ok := WaitAccepted(path, "worker", 3, 50*time.Millisecond); ok || n != 2 {
+		t.Fatalf("WaitAccepted(worker, 3) = %d, %v; want 2, false after the timeout", n, ok)
 	}
 
 	events, err := Finish(path, "parent", "c", "3")

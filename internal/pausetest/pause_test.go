@@ -162,14 +162,8 @@ func runWorkload(t *testing.T, srv *redistest.Server, name string, fenced bool) 
 	// Keep it stopped for at least the pause and until the others have
 	// written: its lease is long gone, newer fences are on the counter.
 	time.Sleep(pause)
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if n := history.AcceptedBy(histPath, "worker"); n >= minWrites {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workers made fewer than %d writes in 20s\n%s", minWrites, outs[0])
-		}
-		time.Sleep(20 * time.Millisecond)
+	if _, ok := history.WaitAccepted(histPath, "worker", minWrites, 20*time.Second); !ok {
+		t.Fatalf("workers made fewer than %d writes in 20s\n%s", minWrites, outs[0])
 	}
 	stopped := time.Since(stoppedAt)
 	if err := victim.Process.Signal(syscall.SIGCONT); err != nil {

@@ -134,17 +134,10 @@ func (e *env) pauseWorkload(t *testing.T, name string, fenced bool) (history.Res
 	}
 	// The pause: past twice the TTL, and until the others wrote.
 	time.Sleep(2*ttl - time.Since(pausedAt))
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		n := history.AcceptedBy(path, "worker")
-		if n >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			stop.Store(true)
-			wg.Wait()
-			t.Fatalf("workers made %d writes in 30s (errors %v)", n, errs)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if n, ok := history.WaitAccepted(path, "worker", 5, 30*time.Second); !ok {
+		stop.Store(true)
+		wg.Wait()
+		t.Fatalf("workers made %d writes in 30s (errors %v)", n, errs)
 	}
 	close(resume)
 	var victimErr error
