@@ -3,47 +3,26 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/clitest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
-// binPath is the fencedlock binary built once by TestMain; the tests below
+// bin is the fencedlock binary built once by TestMain; the tests below
 // run it as users do, against real redis-server processes.
-var binPath string
+var bin = clitest.Bin{Name: "fencedlock", EnvPrefix: "FENCEDLOCK_", RunTimeout: 60 * time.Second}
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fencedlock-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = filepath.Join(dir, "fencedlock")
-	build := exec.Command("go", "build", "-o", binPath, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "building fencedlock: %v\n", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(bin.Main(m, "", ".")) }
 
 // lockKey is the Redis key of the lock named key with the default prefix.
 func lockKey(key string) string { return "fencedlock:{" + key + "}" }
@@ -56,93 +35,26 @@ func redisServer(t *testing.T) (*redistest.Server, string) {
 	return s, "redis://locker:s3cret@" + s.Addr
 }
 
-// proc is one run of the binary.
-type proc struct {
-	t       *testing.T
-	cmd     *exec.Cmd
-	stdout  *syncBuffer
-	stderr  *syncBuffer
-	started time.Time
-	done    chan struct{}
-	ended   time.Time
-}
-
-// start runs the binary with args; env adds variables to a clean
-// environment (no FENCEDLOCK_ variable from the test's own).
-func start(t *testing.T, env []string, args ...string) *proc {
+// holdKey runs `fencedlock run --ttl 5s key` with a command that sleeps
+// 30s, and returns the process with the fence and holder id the command
+// was given, once it runs.
+func holdKey(t *testing.T, env []string, key string) (holder *clitest.Proc, fence, holderID string) {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FENCEDLOCK_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
+	lease := filepath.Join(t.TempDir(), "lease")
+	holder = bin.Start(t, env, "run", "--ttl", "5s", key, "--", "/bin/sh", "-c", `echo "$FENCEDLOCK_FENCE $FENCEDLOCK_HOLDER" > `+lease+`; sleep 30`)
+	f := strings.Fields(clitest.WaitFile(t, lease, 10*time.Second))
+	if len(f) != 2 {
+		t.Fatalf("the command under the lock wrote %q, want its fence and holder id", f)
 	}
-	cmd.Env = append(cmd.Env, env...)
-	p := &proc{t: t, cmd: cmd, stdout: new(syncBuffer), stderr: new(syncBuffer), done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting fencedlock: %v", err)
-	}
-	p.started = time.Now()
-	go func() {
-		_ = cmd.Wait()
-		p.ended = time.Now()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // its children, if any share its group
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
+	return holder, f[0], f[1]
 }
 
-// wait waits (bounded) for the process to exit and returns its exit code.
-func (p *proc) wait(timeout time.Duration) int {
-	p.t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		p.t.Fatalf("fencedlock %q still running after %v; stderr:\n%s", p.cmd.Args[1:], timeout, p.stderr)
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-// runBin runs the binary to completion (bounded) and returns its exit code.
-func runBin(t *testing.T, env []string, args ...string) (int, *proc) {
+// release stops a holder started by holdKey with SIGTERM and waits (10s at
+// most) for it to exit.
+func release(t *testing.T, holder *clitest.Proc) {
 	t.Helper()
-	p := start(t, env, args...)
-	return p.wait(60 * time.Second), p
-}
-
-// waitFile waits (bounded) until path exists and is not empty, and returns
-// its content.
-func waitFile(t *testing.T, path string, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for i := 0; ; i++ {
-		b, err := os.ReadFile(path)
-		if err == nil && len(b) > 0 && bytes.HasSuffix(b, []byte("\n")) {
-			return string(b)
-		}
-		if time.Now().After(deadline) || i > 100000 {
-			t.Fatalf("%s not written within %v", path, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func unixNanos(t *testing.T, s string) time.Time {
-	t.Helper()
-	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil {
-		t.Fatalf("timestamp %q: %v", s, err)
-	}
-	return time.Unix(0, n)
+	_ = holder.Cmd.Process.Signal(syscall.SIGTERM)
+	holder.Wait(10 * time.Second)
 }
 
 // TestRunNeverOverlaps runs several `fencedlock run` processes on one key
@@ -150,84 +62,9 @@ func unixNanos(t *testing.T, s string) time.Time {
 // disjoint intervals with increasing fences.
 func TestRunNeverOverlaps(t *testing.T) {
 	_, url := redisServer(t)
-	log := filepath.Join(t.TempDir(), "log")
 	const procs, rounds = 4, 2
-	script := `echo "start $FENCEDLOCK_FENCE $(date +%s%N)" >> ` + log + `; sleep 0.1; echo "end $FENCEDLOCK_FENCE $(date +%s%N)" >> ` + log
-	var wg sync.WaitGroup
-	codes := make(chan string, procs*rounds)
-	for i := 0; i < procs; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := 0; r < rounds; r++ {
-				code, p := runBin(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "-q", "--ttl", "1s", "--wait", "30s", "shared", "--", "/bin/sh", "-c", script)
-				if code != 0 {
-					codes <- fmt.Sprintf("exit %d: %s", code, p.stderr)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(codes)
-	for c := range codes {
-		t.Error(c)
-	}
-	b, err := os.ReadFile(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type span struct {
-		fence      int
-		start, end int64
-	}
-	spans := map[int]*span{}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var kind string
-		var fence int
-		var ns int64
-		if _, err := fmt.Sscan(line, &kind, &fence, &ns); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		s := spans[fence]
-		if s == nil {
-			s = &span{fence: fence}
-			spans[fence] = s
-		}
-		if kind == "start" {
-			s.start = ns
-		} else {
-			s.end = ns
-		}
-	}
-	if len(spans) != procs*rounds {
-		t.Fatalf("%d distinct fences in the log, want %d (one per run):\n%s", len(spans), procs*rounds, b)
-	}
-	list := make([]*span, 0, len(spans))
-	for _, s := range spans {
-		if s.start == 0 || s.end == 0 {
-			t.Fatalf("fence %d: incomplete interval", s.fence)
-		}
-		list = append(list, s)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].start < list[j].start })
-	var gaps []time.Duration
-	for i := 1; i < len(list); i++ {
-		prev, cur := list[i-1], list[i]
-		if cur.start < prev.end {
-			t.Errorf("overlap: fence %d ran [%d, %d], fence %d started at %d", prev.fence, prev.start, prev.end, cur.fence, cur.start)
-		}
-		if cur.fence <= prev.fence {
-			t.Errorf("fence %d ran after fence %d", cur.fence, prev.fence)
-		}
-		gaps = append(gaps, time.Duration(cur.start-prev.end))
-	}
-	t.Logf("%d runs by %d processes, no overlap; hand-off gaps (end of one command to start of the next): %v", len(list), procs, gaps)
-}
-
-// lostLeaseScript is a command that records its pid and, on SIGTERM, the
-// time it got it.
-func lostLeaseScript(dir string) string {
-	return `echo $$ > ` + dir + `/pid; trap 'date +%s%N > ` + dir + `/term; exit 0' TERM; while :; do sleep 0.05; done`
+	gaps := bin.CheckRunsDisjoint(t, []string{"FENCEDLOCK_REDIS=" + url}, []string{"run", "-q", "--ttl", "1s", "--wait", "30s", "shared", "--"}, procs, rounds)
+	t.Logf("%d runs by %d processes, no overlap; hand-off gaps (end of one command to start of the next): %v", len(gaps)+1, procs, gaps)
 }
 
 // TestLeaseLostTerminatesCommand loses the lease of a running command in
@@ -239,11 +76,11 @@ func TestLeaseLostTerminatesCommand(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			srv, url := redisServer(t)
 			dir := t.TempDir()
-			p := start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", ttl.String(), "--grace", grace.String(), "job", "--", "/bin/sh", "-c", lostLeaseScript(dir))
-			waitFile(t, dir+"/pid", 10*time.Second)
+			p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", ttl.String(), "--grace", grace.String(), "job", "--", "/bin/sh", "-c", clitest.TermScript(dir))
+			clitest.WaitFile(t, dir+"/pid", 10*time.Second)
 			time.Sleep(2 * ttl) // renewals keep the lease past its TTL
-			if p.stderr.String() != "" && strings.Contains(p.stderr.String(), "lost") {
-				t.Fatalf("lease lost under a healthy server:\n%s", p.stderr)
+			if p.Stderr.String() != "" && strings.Contains(p.Stderr.String(), "lost") {
+				t.Fatalf("lease lost under a healthy server:\n%s", p.Stderr)
 			}
 			var lostAt time.Time
 			switch how {
@@ -258,19 +95,19 @@ func TestLeaseLostTerminatesCommand(t *testing.T) {
 				lostAt = time.Now()
 				srv.Kill()
 			}
-			code := p.wait(ttl + grace + 10*time.Second)
-			termAt := unixNanos(t, waitFile(t, dir+"/term", time.Second))
-			toTerm, toExit := termAt.Sub(lostAt), p.ended.Sub(lostAt)
+			code := p.Wait(ttl + grace + 10*time.Second)
+			termAt := clitest.WaitUnixNanos(t, dir+"/term", time.Second)
+			toTerm, toExit := termAt.Sub(lostAt), p.Ended.Sub(lostAt)
 			t.Logf("%s: SIGTERM reached the command %v after the loss; fencedlock exited %v after it (TTL %v, grace %v)", how, toTerm, toExit, ttl, grace)
-			t.Logf("stderr:\n%s", p.stderr)
+			t.Logf("stderr:\n%s", p.Stderr)
 			if code != exitLeaseLost {
-				t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.stderr)
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.Stderr)
 			}
 			if toTerm > ttl+grace {
 				t.Errorf("the command was terminated %v after the loss, more than TTL+grace %v", toTerm, ttl+grace)
 			}
-			if !strings.Contains(p.stderr.String(), `lease on "job" lost`) || !strings.Contains(p.stderr.String(), "sending SIGTERM") {
-				t.Errorf("stderr does not explain the loss:\n%s", p.stderr)
+			if !strings.Contains(p.Stderr.String(), `lease on "job" lost`) || !strings.Contains(p.Stderr.String(), "sending SIGTERM") {
+				t.Errorf("stderr does not explain the loss:\n%s", p.Stderr)
 			}
 		})
 	}
@@ -282,9 +119,9 @@ func TestCommandIgnoringSIGTERMIsKilled(t *testing.T) {
 	srv, url := redisServer(t)
 	dir := t.TempDir()
 	const grace = 500 * time.Millisecond
-	p := start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "600ms", "--grace", grace.String(), "job", "--",
+	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "600ms", "--grace", grace.String(), "job", "--",
 		"/bin/sh", "-c", `trap '' TERM; echo $$ > `+dir+`/pid; while :; do sleep 0.05; done`)
-	pgid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid", 10*time.Second)))
+	pgid, err := strconv.Atoi(strings.TrimSpace(clitest.WaitFile(t, dir+"/pid", 10*time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,16 +130,16 @@ func TestCommandIgnoringSIGTERMIsKilled(t *testing.T) {
 	if err := client.Do(context.Background(), client.B().Del().Key(lockKey("job")).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	code := p.wait(30 * time.Second)
-	t.Logf("fencedlock exited %v after the loss (grace %v)", p.ended.Sub(lostAt), grace)
+	code := p.Wait(30 * time.Second)
+	t.Logf("fencedlock exited %v after the loss (grace %v)", p.Ended.Sub(lostAt), grace)
 	if code != exitLeaseLost {
-		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.stderr)
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.Stderr)
 	}
-	if !strings.Contains(p.stderr.String(), "sending SIGKILL") || !strings.Contains(p.stderr.String(), "killed by signal 9 (killed)") {
-		t.Errorf("stderr does not report the SIGKILL:\n%s", p.stderr)
+	if !strings.Contains(p.Stderr.String(), "sending SIGKILL") || !strings.Contains(p.Stderr.String(), "killed by signal 9 (killed)") {
+		t.Errorf("stderr does not report the SIGKILL:\n%s", p.Stderr)
 	}
-	if p.ended.Sub(lostAt) < grace {
-		t.Errorf("fencedlock exited %v after the loss, before the grace period %v ended", p.ended.Sub(lostAt), grace)
+	if p.Ended.Sub(lostAt) < grace {
+		t.Errorf("fencedlock exited %v after the loss, before the grace period %v ended", p.Ended.Sub(lostAt), grace)
 	}
 	// SIGKILLed processes vanish once reaped (the orphaned sleep by init):
 	// allow that a moment.
@@ -326,19 +163,19 @@ func TestSignalsAreForwarded(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			srv, url := redisServer(t)
 			dir := t.TempDir()
-			p := start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "30s", "job", "--", "/bin/sh", "-c",
+			p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "30s", "job", "--", "/bin/sh", "-c",
 				`trap 'echo got > `+dir+`/sig; exit 5' TERM INT; echo $$ > `+dir+`/pid; while :; do sleep 0.05; done`)
-			waitFile(t, dir+"/pid", 10*time.Second)
-			if err := p.cmd.Process.Signal(sig); err != nil {
+			clitest.WaitFile(t, dir+"/pid", 10*time.Second)
+			if err := p.Cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
-			code := p.wait(20 * time.Second)
+			code := p.Wait(20 * time.Second)
 			if code != 5 {
-				t.Errorf("exit code %d, want the command's 5; stderr:\n%s", code, p.stderr)
+				t.Errorf("exit code %d, want the command's 5; stderr:\n%s", code, p.Stderr)
 			}
-			waitFile(t, dir+"/sig", time.Second)
-			if !strings.Contains(p.stderr.String(), "forwarding "+signalName(sig)) {
-				t.Errorf("stderr does not mention the forwarding:\n%s", p.stderr)
+			clitest.WaitFile(t, dir+"/sig", time.Second)
+			if !strings.Contains(p.Stderr.String(), "forwarding "+signalName(sig)) {
+				t.Errorf("stderr does not mention the forwarding:\n%s", p.Stderr)
 			}
 			// Released at once, not left to expire (the TTL is 30s).
 			client := srv.Client(t, nil)
@@ -376,15 +213,15 @@ func TestExitCodes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, p := runBin(t, tc.env, tc.args...)
+			code, p := bin.Run(t, tc.env, tc.args...)
 			if code != tc.code {
-				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, p.stderr)
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, p.Stderr)
 			}
-			if !strings.Contains(p.stderr.String(), tc.msg) {
-				t.Errorf("stderr does not say %q:\n%s", tc.msg, p.stderr)
+			if !strings.Contains(p.Stderr.String(), tc.msg) {
+				t.Errorf("stderr does not say %q:\n%s", tc.msg, p.Stderr)
 			}
-			if strings.Contains(p.stderr.String(), "s3cret") || strings.Contains(p.stderr.String(), "secretpw") {
-				t.Errorf("stderr shows a password:\n%s", p.stderr)
+			if strings.Contains(p.Stderr.String(), "s3cret") || strings.Contains(p.Stderr.String(), "secretpw") {
+				t.Errorf("stderr shows a password:\n%s", p.Stderr)
 			}
 		})
 	}
@@ -396,26 +233,24 @@ func TestTryAndWaitOnHeldKey(t *testing.T) {
 	_, url := redisServer(t)
 	env := []string{"FENCEDLOCK_REDIS=" + url}
 	dir := t.TempDir()
-	holder := start(t, env, "run", "--ttl", "5s", "held", "--", "/bin/sh", "-c", `echo "$FENCEDLOCK_HOLDER" > `+dir+`/holder; sleep 30`)
-	holderID := strings.TrimSpace(waitFile(t, dir+"/holder", 10*time.Second))
+	holder, _, holderID := holdKey(t, env, "held")
 
-	code, p := runBin(t, env, "run", "--try", "held", "--", "touch", dir+"/ran")
-	if code != exitNotAcquired || !strings.Contains(p.stderr.String(), "held by holder "+holderID) {
-		t.Errorf("--try: exit %d, stderr:\n%s", code, p.stderr)
+	code, p := bin.Run(t, env, "run", "--try", "held", "--", "touch", dir+"/ran")
+	if code != exitNotAcquired || !strings.Contains(p.Stderr.String(), "held by holder "+holderID) {
+		t.Errorf("--try: exit %d, stderr:\n%s", code, p.Stderr)
 	}
-	code, p = runBin(t, env, "run", "--wait", "2500ms", "held", "--", "touch", dir+"/ran")
-	if code != exitNotAcquired || !strings.Contains(p.stderr.String(), `waiting for "held": held by holder `+holderID) || !strings.Contains(p.stderr.String(), "--wait 2.5s expired") {
-		t.Errorf("--wait: exit %d, stderr:\n%s", code, p.stderr)
+	code, p = bin.Run(t, env, "run", "--wait", "2500ms", "held", "--", "touch", dir+"/ran")
+	if code != exitNotAcquired || !strings.Contains(p.Stderr.String(), `waiting for "held": held by holder `+holderID) || !strings.Contains(p.Stderr.String(), "--wait 2.5s expired") {
+		t.Errorf("--wait: exit %d, stderr:\n%s", code, p.Stderr)
 	}
-	code, p = runBin(t, env, "run", "-q", "--wait", "300ms", "held", "--", "touch", dir+"/ran")
-	if code != exitNotAcquired || strings.Contains(p.stderr.String(), "waiting") {
-		t.Errorf("-q --wait: exit %d, stderr:\n%s", code, p.stderr)
+	code, p = bin.Run(t, env, "run", "-q", "--wait", "300ms", "held", "--", "touch", dir+"/ran")
+	if code != exitNotAcquired || strings.Contains(p.Stderr.String(), "waiting") {
+		t.Errorf("-q --wait: exit %d, stderr:\n%s", code, p.Stderr)
 	}
 	if _, err := os.Stat(dir + "/ran"); err == nil {
 		t.Error("a command ran while another held the lock")
 	}
-	_ = holder.cmd.Process.Signal(syscall.SIGTERM)
-	holder.wait(10 * time.Second)
+	release(t, holder)
 }
 
 // TestInspect reads a held and a free lock through the binary, and checks
@@ -423,41 +258,38 @@ func TestTryAndWaitOnHeldKey(t *testing.T) {
 func TestInspect(t *testing.T) {
 	srv, url := redisServer(t)
 	env := []string{"FENCEDLOCK_REDIS=" + url}
-	dir := t.TempDir()
-	holder := start(t, env, "run", "--ttl", "5s", "orders", "--", "/bin/sh", "-c", `echo "$FENCEDLOCK_FENCE $FENCEDLOCK_HOLDER" > `+dir+`/lease; sleep 30`)
-	lease := strings.Fields(waitFile(t, dir+"/lease", 10*time.Second))
+	holder, fence, holderID := holdKey(t, env, "orders")
 	client := srv.Client(t, nil)
 	token, err := client.Do(context.Background(), client.B().Get().Key(lockKey("orders")).Build()).ToString()
 	if err != nil || len(token) < 16 {
 		t.Fatalf("reading the owner token from Redis: %q, %v", token, err)
 	}
 
-	code, p := runBin(t, env, "inspect", "--json", "orders")
+	code, p := bin.Run(t, env, "inspect", "--json", "orders")
 	if code != 0 {
-		t.Fatalf("inspect --json: exit %d: %s", code, p.stderr)
+		t.Fatalf("inspect --json: exit %d: %s", code, p.Stderr)
 	}
 	var got inspectOutput
-	if err := json.Unmarshal([]byte(p.stdout.String()), &got); err != nil {
-		t.Fatalf("%v: %s", err, p.stdout)
+	if err := json.Unmarshal([]byte(p.Stdout.String()), &got); err != nil {
+		t.Fatalf("%v: %s", err, p.Stdout)
 	}
-	if !got.Held || strconv.FormatUint(got.Fence, 10) != lease[0] || got.Holder != lease[1] || got.TTLms <= 0 || got.TTLms > 5000 {
-		t.Errorf("inspect --json = %+v; the holder's lease is fence %s, holder %s", got, lease[0], lease[1])
+	if !got.Held || strconv.FormatUint(got.Fence, 10) != fence || got.Holder != holderID || got.TTLms <= 0 || got.TTLms > 5000 {
+		t.Errorf("inspect --json = %+v; the holder's lease is fence %s, holder %s", got, fence, holderID)
 	}
-	code, text := runBin(t, env, "inspect", "orders")
-	if code != 0 || !strings.Contains(text.stdout.String(), "holder:  "+lease[1]) {
-		t.Errorf("inspect: exit %d:\n%s", code, text.stdout)
+	code, text := bin.Run(t, env, "inspect", "orders")
+	if code != 0 || !strings.Contains(text.Stdout.String(), "holder:  "+holderID) {
+		t.Errorf("inspect: exit %d:\n%s", code, text.Stdout)
 	}
-	for _, out := range []string{p.stdout.String(), p.stderr.String(), text.stdout.String(), text.stderr.String(), holder.stderr.String()} {
+	for _, out := range []string{p.Stdout.String(), p.Stderr.String(), text.Stdout.String(), text.Stderr.String(), holder.Stderr.String()} {
 		if strings.Contains(out, token) || strings.Contains(out, token[:10]) {
 			t.Errorf("output contains the owner token:\n%s", out)
 		}
 	}
 
-	_ = holder.cmd.Process.Signal(syscall.SIGTERM)
-	holder.wait(10 * time.Second)
-	code, p = runBin(t, env, "inspect", "--json", "orders")
-	if code != 0 || !strings.Contains(p.stdout.String(), `"held":false`) || !strings.Contains(p.stdout.String(), `"fence":`+lease[0]) {
-		t.Errorf("inspect after release: exit %d: %s %s", code, p.stdout, p.stderr)
+	release(t, holder)
+	code, p = bin.Run(t, env, "inspect", "--json", "orders")
+	if code != 0 || !strings.Contains(p.Stdout.String(), `"held":false`) || !strings.Contains(p.Stdout.String(), `"fence":`+fence) {
+		t.Errorf("inspect after release: exit %d: %s %s", code, p.Stdout, p.Stderr)
 	}
 }
 
@@ -467,11 +299,11 @@ func TestInspect(t *testing.T) {
 // write and its fence, and that --no-fencing lets A's late write in.
 func TestDemo(t *testing.T) {
 	check := func(t *testing.T, args ...string) string {
-		code, p := runBin(t, nil, args...)
-		out := p.stdout.String()
+		code, p := bin.Run(t, nil, args...)
+		out := p.Stdout.String()
 		t.Logf("fencedlock %s:\n%s", strings.Join(args, " "), out)
 		if code != 0 {
-			t.Errorf("exit code %d, want 0; stderr:\n%s", code, p.stderr)
+			t.Errorf("exit code %d, want 0; stderr:\n%s", code, p.Stderr)
 		}
 		for _, want := range []string{"fenced resource: Redis hash \"demo:orders:resource\"", "written with FencedSet",
 			"SIGSTOP A", "SIGCONT A", "REJECTED \"written by A\" with fence 1", "fencing: stale token: 1 is older than accepted 2",
@@ -484,8 +316,8 @@ func TestDemo(t *testing.T) {
 		return out
 	}
 	unfenced := func(t *testing.T, args ...string) {
-		code, p := runBin(t, nil, append([]string{"demo", "--no-fencing"}, args...)...)
-		out := p.stdout.String()
+		code, p := bin.Run(t, nil, append([]string{"demo", "--no-fencing"}, args...)...)
+		out := p.Stdout.String()
 		t.Logf("fencedlock demo --no-fencing %s:\n%s", strings.Join(args, " "), out)
 		if code != exitFailure {
 			t.Errorf("exit code %d, want %d", code, exitFailure)
@@ -534,9 +366,9 @@ func TestDemo(t *testing.T) {
 		}
 	})
 	t.Run("resource inside the key prefix", func(t *testing.T) {
-		code, p := runBin(t, nil, "demo", "--resource", "fencedlock:x")
-		if code != exitUsage || !strings.Contains(p.stderr.String(), "inside the key prefix") {
-			t.Errorf("exit %d, want %d; stderr:\n%s", code, exitUsage, p.stderr)
+		code, p := bin.Run(t, nil, "demo", "--resource", "fencedlock:x")
+		if code != exitUsage || !strings.Contains(p.Stderr.String(), "inside the key prefix") {
+			t.Errorf("exit %d, want %d; stderr:\n%s", code, exitUsage, p.Stderr)
 		}
 	})
 }

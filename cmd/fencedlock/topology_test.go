@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/clitest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -20,7 +21,7 @@ import (
 // that a real redis-sentinel monitors.
 func TestRedisSentinelURL(t *testing.T) {
 	primary := redistest.Start(t, redistest.WithUser("locker", "s3cret"))
-	port := freeTCPPort(t)
+	port := clitest.FreeTCPPort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	lines := []string{

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,31 +16,13 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/clitest"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a command
-// and its child's output copier.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // memEnv returns an env whose backend is a memory backend on store (so
 // every command of one test shares it) and whose environment is vars.
-func memEnv(store *memory.Store, vars map[string]string) (*env, *syncBuffer, *syncBuffer) {
-	var out, errb syncBuffer
+func memEnv(store *memory.Store, vars map[string]string) (*env, *clitest.SyncBuffer, *clitest.SyncBuffer) {
+	var out, errb clitest.SyncBuffer
 	if vars == nil {
 		vars = map[string]string{"FENCEDLOCK_REDIS": "redis://unused"}
 	}
@@ -240,12 +221,7 @@ func TestRunCommandNotFound(t *testing.T) {
 
 func TestRunTryOnHeldKey(t *testing.T) {
 	store := memory.NewStore()
-	holder := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 5 * time.Second})
-	defer holder.Close()
-	lease, err := holder.TryAcquire(context.Background(), "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := holdMemKey(t, store, "k")
 	marker := filepath.Join(t.TempDir(), "ran")
 	e, _, errb := memEnv(store, nil)
 	code := e.main(context.Background(), append([]string{"run", "--try", "k"}, shell("touch "+marker)...))
@@ -268,12 +244,7 @@ func TestRunTryOnHeldKey(t *testing.T) {
 
 func TestRunWaitsForRelease(t *testing.T) {
 	store := memory.NewStore()
-	holder := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 5 * time.Second})
-	defer holder.Close()
-	lease, err := holder.TryAcquire(context.Background(), "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := holdMemKey(t, store, "k")
 	time.AfterFunc(200*time.Millisecond, func() { _ = lease.Release(context.Background()) })
 	e, _, errb := memEnv(store, nil)
 	code := e.main(context.Background(), append([]string{"run", "--wait", "10s", "k"}, shell(`test "$FENCEDLOCK_FENCE" = 2`)...))
@@ -318,6 +289,19 @@ func TestRunLeaseLostTerminatesCommand(t *testing.T) {
 			}
 		})
 	}
+}
+
+// holdMemKey takes the lock key on store for another holder, with a 5s TTL;
+// the holder's Locker is closed when the test ends.
+func holdMemKey(t *testing.T, store *memory.Store, key string) *fencedlock.Lease {
+	t.Helper()
+	holder := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 5 * time.Second})
+	t.Cleanup(func() { _ = holder.Close() })
+	lease, err := holder.TryAcquire(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease
 }
 
 // waitHeld waits (bounded) until key is held in store.

@@ -10,24 +10,21 @@
 package etcdtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
+
+	"github.com/fencedlock/fencedlock/internal/clitest"
 )
 
 // Exit codes of fencedlock (see its package documentation).
@@ -37,7 +34,8 @@ const (
 	exitBackend     = 69
 )
 
-var binPath string
+// bin is the fencedlock binary, built from the root module by TestMain.
+var bin = clitest.Bin{Name: "fencedlock", EnvPrefix: "FENCEDLOCK_", RunTimeout: 90 * time.Second}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -45,23 +43,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "etcdtest: refusing -short: the etcd framework would skip every cluster test")
 		os.Exit(2)
 	}
-	dir, err := os.MkdirTemp("", "fencedlock-etcd-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = filepath.Join(dir, "fencedlock")
-	build := exec.Command("go", "build", "-o", binPath, "./cmd/fencedlock")
-	build.Dir = "../../.." // the root module
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "building fencedlock: %v\n", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(bin.Main(m, "../../..", "./cmd/fencedlock"))
 }
 
 // cluster starts a 3-member cluster on loopback TCP and returns it with
@@ -92,92 +74,6 @@ func cluster(t *testing.T) (*integration.Cluster, string, *clientv3.Client) {
 // default prefix).
 func lockDir(key string) string { return "fencedlock/locks/" + key + "/" }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-type proc struct {
-	t              *testing.T
-	cmd            *exec.Cmd
-	stdout, stderr *syncBuffer
-	done           chan struct{}
-	ended          time.Time
-}
-
-func start(t *testing.T, env []string, args ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(binPath, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FENCEDLOCK_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	p := &proc{t: t, cmd: cmd, stdout: new(syncBuffer), stderr: new(syncBuffer), done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting fencedlock: %v", err)
-	}
-	go func() {
-		_ = cmd.Wait()
-		p.ended = time.Now()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-func (p *proc) wait(timeout time.Duration) int {
-	p.t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		p.t.Fatalf("fencedlock %q still running after %v; stderr:\n%s", p.cmd.Args[1:], timeout, p.stderr)
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
-func runBin(t *testing.T, env []string, args ...string) (int, *proc) {
-	t.Helper()
-	p := start(t, env, args...)
-	return p.wait(90 * time.Second), p
-}
-
-func waitFile(t *testing.T, path string, timeout time.Duration) string {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for i := 0; ; i++ {
-		b, err := os.ReadFile(path)
-		if err == nil && len(b) > 0 && bytes.HasSuffix(b, []byte("\n")) {
-			return string(b)
-		}
-		if time.Now().After(deadline) || i > 100000 {
-			t.Fatalf("%s not written within %v", path, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestEtcd runs the CLI's main properties on one cluster (starting a
 // cluster per property would dominate the run time).
 func TestEtcd(t *testing.T) {
@@ -185,75 +81,18 @@ func TestEtcd(t *testing.T) {
 	env := []string{"FENCEDLOCK_ETCD=" + eps}
 
 	t.Run("runs never overlap", func(t *testing.T) {
-		log := filepath.Join(t.TempDir(), "log")
-		script := `echo "start $FENCEDLOCK_FENCE $(date +%s%N)" >> ` + log + `; sleep 0.1; echo "end $FENCEDLOCK_FENCE $(date +%s%N)" >> ` + log
 		const procs, rounds = 3, 2
-		var wg sync.WaitGroup
-		errs := make(chan string, procs*rounds)
-		for i := 0; i < procs; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for r := 0; r < rounds; r++ {
-					code, p := runBin(t, env, "run", "-q", "--ttl", "2s", "--wait", "60s", "shared", "--", "/bin/sh", "-c", script)
-					if code != 0 {
-						errs <- fmt.Sprintf("exit %d: %s", code, p.stderr)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for e := range errs {
-			t.Error(e)
-		}
-		b, err := os.ReadFile(log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		type span struct{ fence, start, end int64 }
-		spans := map[int64]*span{}
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			var kind string
-			var fence, ns int64
-			if _, err := fmt.Sscan(line, &kind, &fence, &ns); err != nil {
-				t.Fatalf("log line %q: %v", line, err)
-			}
-			if spans[fence] == nil {
-				spans[fence] = &span{fence: fence}
-			}
-			if kind == "start" {
-				spans[fence].start = ns
-			} else {
-				spans[fence].end = ns
-			}
-		}
-		if len(spans) != procs*rounds {
-			t.Fatalf("%d distinct fences, want %d:\n%s", len(spans), procs*rounds, b)
-		}
-		var list []*span
-		for _, s := range spans {
-			list = append(list, s)
-		}
-		sort.Slice(list, func(i, j int) bool { return list[i].start < list[j].start })
-		for i := 1; i < len(list); i++ {
-			if list[i].start < list[i-1].end {
-				t.Errorf("overlap: fence %d ran until %d, fence %d started at %d", list[i-1].fence, list[i-1].end, list[i].fence, list[i].start)
-			}
-			if list[i].fence <= list[i-1].fence {
-				t.Errorf("fence %d ran after fence %d", list[i].fence, list[i-1].fence)
-			}
-		}
-		t.Logf("%d runs by %d processes on etcd, no overlap", len(list), procs)
+		gaps := bin.CheckRunsDisjoint(t, env, []string{"run", "-q", "--ttl", "2s", "--wait", "60s", "shared", "--"}, procs, rounds)
+		t.Logf("%d runs by %d processes on etcd, no overlap", len(gaps)+1, procs)
 	})
 
 	t.Run("inspect", func(t *testing.T) {
 		dir := t.TempDir()
-		holder := start(t, env, "run", "--ttl", "5s", "orders", "--", "/bin/sh", "-c", `echo "$FENCEDLOCK_FENCE $FENCEDLOCK_HOLDER" > `+dir+`/lease; sleep 30`)
-		lease := strings.Fields(waitFile(t, dir+"/lease", 20*time.Second))
-		code, p := runBin(t, env, "inspect", "--json", "orders")
+		holder := bin.Start(t, env, "run", "--ttl", "5s", "orders", "--", "/bin/sh", "-c", `echo "$FENCEDLOCK_FENCE $FENCEDLOCK_HOLDER" > `+dir+`/lease; sleep 30`)
+		lease := strings.Fields(clitest.WaitFile(t, dir+"/lease", 20*time.Second))
+		code, p := bin.Run(t, env, "inspect", "--json", "orders")
 		if code != 0 {
-			t.Fatalf("exit %d: %s", code, p.stderr)
+			t.Fatalf("exit %d: %s", code, p.Stderr)
 		}
 		var got struct {
 			Held   bool   `json:"held"`
@@ -261,43 +100,31 @@ func TestEtcd(t *testing.T) {
 			TTLms  int64  `json:"ttl_ms"`
 			Fence  uint64 `json:"fence"`
 		}
-		if err := json.Unmarshal([]byte(p.stdout.String()), &got); err != nil {
-			t.Fatalf("%v: %s", err, p.stdout)
+		if err := json.Unmarshal([]byte(p.Stdout.String()), &got); err != nil {
+			t.Fatalf("%v: %s", err, p.Stdout)
 		}
 		if !got.Held || strconv.FormatUint(got.Fence, 10) != lease[0] || got.Holder != lease[1] || got.TTLms <= 0 {
 			t.Errorf("inspect --json = %+v; the holder has fence %s, holder %s", got, lease[0], lease[1])
 		}
-		code, p = runBin(t, env, "run", "--try", "orders", "--", "true")
-		if code != exitNotAcquired || !strings.Contains(p.stderr.String(), "held by holder "+lease[1]) {
-			t.Errorf("--try on a held key: exit %d: %s", code, p.stderr)
+		code, p = bin.Run(t, env, "run", "--try", "orders", "--", "true")
+		if code != exitNotAcquired || !strings.Contains(p.Stderr.String(), "held by holder "+lease[1]) {
+			t.Errorf("--try on a held key: exit %d: %s", code, p.Stderr)
 		}
-		_ = holder.cmd.Process.Signal(syscall.SIGTERM)
-		holder.wait(20 * time.Second)
+		_ = holder.Cmd.Process.Signal(syscall.SIGTERM)
+		holder.Wait(20 * time.Second)
 	})
 
 	t.Run("key deleted terminates the command", func(t *testing.T) {
-		const ttl, grace = 2 * time.Second, 3 * time.Second
-		dir := t.TempDir()
-		p := start(t, env, "run", "--ttl", ttl.String(), "--grace", grace.String(), "job", "--", "/bin/sh", "-c",
-			`echo $$ > `+dir+`/pid; trap 'date +%s%N > `+dir+`/term; exit 0' TERM; while :; do sleep 0.05; done`)
-		waitFile(t, dir+"/pid", 20*time.Second)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		lostAt := time.Now()
-		resp, err := admin.Delete(ctx, lockDir("job"), clientv3.WithPrefix())
-		if err != nil || resp.Deleted != 1 {
-			t.Fatalf("deleting the lock key: %v (deleted %d)", err, resp.Deleted)
-		}
-		code := p.wait(ttl + grace + 20*time.Second)
-		n, _ := strconv.ParseInt(strings.TrimSpace(waitFile(t, dir+"/term", time.Second)), 10, 64)
-		toTerm := time.Unix(0, n).Sub(lostAt)
-		t.Logf("etcd, key deleted: SIGTERM reached the command %v after the deletion (TTL %v, grace %v)", toTerm, ttl, grace)
-		if code != exitLeaseLost {
-			t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.stderr)
-		}
-		if toTerm > ttl+grace {
-			t.Errorf("terminated %v after the loss, more than TTL+grace", toTerm)
-		}
+		checkLeaseLoss(t, env, "job", "key deleted", 20*time.Second, func() time.Time {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			lostAt := time.Now()
+			resp, err := admin.Delete(ctx, lockDir("job"), clientv3.WithPrefix())
+			if err != nil || resp.Deleted != 1 {
+				t.Fatalf("deleting the lock key: %v (deleted %d)", err, resp.Deleted)
+			}
+			return lostAt
+		})
 	})
 
 	// The demo's resource is an etcd key written with FencedPut: the test
@@ -310,15 +137,15 @@ func TestEtcd(t *testing.T) {
 		if _, err := admin.Put(ctx, "demo:orders:resource", "left by an earlier run"); err != nil {
 			t.Fatal(err)
 		}
-		code, p := runBin(t, nil, "demo", "--etcd", eps)
-		t.Logf("fencedlock demo --etcd:\n%s", p.stdout)
+		code, p := bin.Run(t, nil, "demo", "--etcd", eps)
+		t.Logf("fencedlock demo --etcd:\n%s", p.Stdout)
 		if code != 0 {
-			t.Errorf("exit %d; stderr:\n%s", code, p.stderr)
+			t.Errorf("exit %d; stderr:\n%s", code, p.Stderr)
 		}
 		for _, want := range []string{"fenced resource: etcd key \"demo:orders:resource\"", "written with FencedPut",
 			"REJECTED \"written by A\"", "fencing: stale token", "A's late release deleted nothing",
 			"resource: \"written by B\", fence", "1 of 2 writes accepted", "outcome: SAFE"} {
-			if !strings.Contains(p.stdout.String(), want) {
+			if !strings.Contains(p.Stdout.String(), want) {
 				t.Errorf("demo output lacks %q", want)
 			}
 		}
@@ -331,13 +158,13 @@ func TestEtcd(t *testing.T) {
 			t.Errorf("fence records on the cluster: %v (%v), want the resource's one", fences, err)
 		}
 
-		code, p = runBin(t, nil, "demo", "--no-fencing", "--etcd", eps, "--lock", "demo:plain")
-		t.Logf("fencedlock demo --no-fencing --etcd:\n%s", p.stdout)
+		code, p = bin.Run(t, nil, "demo", "--no-fencing", "--etcd", eps, "--lock", "demo:plain")
+		t.Logf("fencedlock demo --no-fencing --etcd:\n%s", p.Stdout)
 		if code != 1 {
-			t.Errorf("--no-fencing: exit %d, want 1; stderr:\n%s", code, p.stderr)
+			t.Errorf("--no-fencing: exit %d, want 1; stderr:\n%s", code, p.Stderr)
 		}
 		for _, want := range []string{"written with a plain Put", "resource: \"written by A\"", "outcome: UNSAFE"} {
-			if !strings.Contains(p.stdout.String(), want) {
+			if !strings.Contains(p.Stdout.String(), want) {
 				t.Errorf("--no-fencing output lacks %q", want)
 			}
 		}
@@ -348,35 +175,46 @@ func TestEtcd(t *testing.T) {
 	})
 
 	t.Run("cluster stopped terminates the command", func(t *testing.T) {
-		const ttl, grace = 2 * time.Second, 3 * time.Second
-		dir := t.TempDir()
-		p := start(t, env, "run", "--ttl", ttl.String(), "--grace", grace.String(), "job2", "--", "/bin/sh", "-c",
-			`echo $$ > `+dir+`/pid; trap 'date +%s%N > `+dir+`/term; exit 0' TERM; while :; do sleep 0.05; done`)
-		waitFile(t, dir+"/pid", 20*time.Second)
-		// The lease is lost when the cluster loses its quorum: when the
-		// second of three members has stopped.
-		stopAt := time.Now()
-		var lostAt time.Time
-		for i, m := range clus.Members {
-			m.Stop(t)
-			if i == 1 {
-				lostAt = time.Now()
+		checkLeaseLoss(t, env, "job2", "members stopped", 30*time.Second, func() time.Time {
+			// The lease is lost when the cluster loses its quorum: when the
+			// second of three members has stopped.
+			stopAt := time.Now()
+			var lostAt time.Time
+			for i, m := range clus.Members {
+				m.Stop(t)
+				if i == 1 {
+					lostAt = time.Now()
+				}
 			}
-		}
-		t.Logf("stopping the members took %v; quorum lost %v after the first stop began", time.Since(stopAt), lostAt.Sub(stopAt))
-		code := p.wait(ttl + grace + 30*time.Second)
-		n, _ := strconv.ParseInt(strings.TrimSpace(waitFile(t, dir+"/term", time.Second)), 10, 64)
-		toTerm := time.Unix(0, n).Sub(lostAt)
-		t.Logf("etcd, members stopped: SIGTERM reached the command %v after the quorum was lost (TTL %v, grace %v)", toTerm, ttl, grace)
-		if code != exitLeaseLost {
-			t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.stderr)
-		}
-		if toTerm > ttl+grace {
-			t.Errorf("terminated %v after the loss, more than TTL+grace", toTerm)
-		}
-		code, p2 := runBin(t, env, "inspect", "job2")
+			t.Logf("stopping the members took %v; quorum lost %v after the first stop began", time.Since(stopAt), lostAt.Sub(stopAt))
+			return lostAt
+		})
+		code, p2 := bin.Run(t, env, "inspect", "job2")
 		if code != exitBackend {
-			t.Errorf("inspect with the cluster down: exit %d, want %d; stderr:\n%s", code, exitBackend, p2.stderr)
+			t.Errorf("inspect with the cluster down: exit %d, want %d; stderr:\n%s", code, exitBackend, p2.Stderr)
 		}
 	})
+}
+
+// checkLeaseLoss runs a command under the lock key with a 2s TTL and a 3s
+// grace period, then calls lose, which takes the lease away and returns
+// when it was lost (what names how, for the log). fencedlock must exit
+// with exitLeaseLost within TTL+grace+slack, and the command must have got
+// SIGTERM within TTL+grace of the loss.
+func checkLeaseLoss(t *testing.T, env []string, key, what string, slack time.Duration, lose func() time.Time) {
+	t.Helper()
+	const ttl, grace = 2 * time.Second, 3 * time.Second
+	dir := t.TempDir()
+	p := bin.Start(t, env, "run", "--ttl", ttl.String(), "--grace", grace.String(), key, "--", "/bin/sh", "-c", clitest.TermScript(dir))
+	clitest.WaitFile(t, dir+"/pid", 20*time.Second)
+	lostAt := lose()
+	code := p.Wait(ttl + grace + slack)
+	toTerm := clitest.WaitUnixNanos(t, dir+"/term", time.Second).Sub(lostAt)
+	t.Logf("etcd, %s: SIGTERM reached the command %v after the loss (TTL %v, grace %v)", what, toTerm, ttl, grace)
+	if code != exitLeaseLost {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.Stderr)
+	}
+	if toTerm > ttl+grace {
+		t.Errorf("terminated %v after the loss, more than TTL+grace", toTerm)
+	}
 }

@@ -2,15 +2,6 @@ package etcdtest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,6 +10,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
+
+	"github.com/fencedlock/fencedlock/internal/clitest"
 )
 
 // TestEtcdTLSAndAuth: the binary reaches a cluster that requires client
@@ -27,7 +20,7 @@ import (
 // backend exit code and a hint when one of them is missing or wrong.
 func TestEtcdTLSAndAuth(t *testing.T) {
 	dir := t.TempDir()
-	files := writeCerts(t, dir)
+	files := clitest.WriteCerts(t, dir)
 	t.Cleanup(func() {
 		if t.Skipped() {
 			t.Errorf("etcdtest: the etcd framework skipped %s; skipping is not allowed", t.Name())
@@ -39,9 +32,9 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 		UseTCP: true,
 		UseIP:  true,
 		ClientTLS: &transport.TLSInfo{
-			CertFile:       files["server.pem"],
-			KeyFile:        files["server-key.pem"],
-			TrustedCAFile:  files["ca.pem"],
+			CertFile:       files.ServerCert,
+			KeyFile:        files.ServerKey,
+			TrustedCAFile:  files.CA,
 			ClientCertAuth: true,
 		},
 	})
@@ -75,22 +68,22 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 		}
 	}
 
-	tlsFlags := []string{"--etcd", ep, "--cacert", files["ca.pem"], "--cert", files["client.pem"], "--key", files["client-key.pem"]}
+	tlsFlags := []string{"--etcd", ep, "--cacert", files.CA, "--cert", files.ClientCert, "--key", files.ClientKey}
 	args := append(append([]string{"run"}, tlsFlags...), "--user", "locker", "--password", "lockpw", "job", "--", "/bin/sh", "-c", `test -n "$FENCEDLOCK_FENCE"`)
-	if code, p := runBin(t, nil, args...); code != 0 {
-		t.Fatalf("run with TLS and auth flags: exit %d, stderr:\n%s", code, p.stderr)
+	if code, p := bin.Run(t, nil, args...); code != 0 {
+		t.Fatalf("run with TLS and auth flags: exit %d, stderr:\n%s", code, p.Stderr)
 	}
 	env := []string{
 		"FENCEDLOCK_ETCD=" + ep,
-		"FENCEDLOCK_ETCD_CACERT=" + files["ca.pem"],
-		"FENCEDLOCK_ETCD_CERT=" + files["client.pem"],
-		"FENCEDLOCK_ETCD_KEY=" + files["client-key.pem"],
+		"FENCEDLOCK_ETCD_CACERT=" + files.CA,
+		"FENCEDLOCK_ETCD_CERT=" + files.ClientCert,
+		"FENCEDLOCK_ETCD_KEY=" + files.ClientKey,
 		"FENCEDLOCK_ETCD_USER=locker",
 		"FENCEDLOCK_ETCD_PASSWORD=lockpw",
 	}
-	code, p := runBin(t, env, "inspect", "--json", "job")
-	if code != 0 || !strings.Contains(p.stdout.String(), `"held":false`) {
-		t.Errorf("inspect with TLS and auth from the environment: exit %d: %s %s", code, p.stdout, p.stderr)
+	code, p := bin.Run(t, env, "inspect", "--json", "job")
+	if code != 0 || !strings.Contains(p.Stdout.String(), `"held":false`) {
+		t.Errorf("inspect with TLS and auth from the environment: exit %d: %s %s", code, p.Stdout, p.Stderr)
 	}
 
 	bad := []struct {
@@ -99,78 +92,18 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 		want string
 	}{
 		{"wrong password", append(append([]string{"inspect"}, tlsFlags...), "--user", "locker", "--password", "nope", "job"), "credentials"},
-		{"no client certificate", []string{"inspect", "--etcd", ep, "--cacert", files["ca.pem"], "--user", "locker", "--password", "lockpw", "job"}, "certificates"},
-		{"unknown CA", append([]string{"inspect", "--etcd", ep, "--cert", files["client.pem"], "--key", files["client-key.pem"], "--user", "locker", "--password", "lockpw"}, "job"), "certificates"},
+		{"no client certificate", []string{"inspect", "--etcd", ep, "--cacert", files.CA, "--user", "locker", "--password", "lockpw", "job"}, "certificates"},
+		{"unknown CA", append([]string{"inspect", "--etcd", ep, "--cert", files.ClientCert, "--key", files.ClientKey, "--user", "locker", "--password", "lockpw"}, "job"), "certificates"},
 		{"missing CA file", []string{"inspect", "--etcd", ep, "--cacert", filepath.Join(dir, "nope.pem"), "job"}, "--cacert"},
 	}
 	for _, tc := range bad {
-		code, p := runBin(t, nil, tc.args...)
-		t.Logf("%s: exit %d: %s", tc.name, code, strings.TrimSpace(p.stderr.String()))
-		if code != exitBackend || !strings.Contains(p.stderr.String(), tc.want) {
-			t.Errorf("%s: exit %d (want %d), stderr (want %q):\n%s", tc.name, code, exitBackend, tc.want, p.stderr)
+		code, p := bin.Run(t, nil, tc.args...)
+		t.Logf("%s: exit %d: %s", tc.name, code, strings.TrimSpace(p.Stderr.String()))
+		if code != exitBackend || !strings.Contains(p.Stderr.String(), tc.want) {
+			t.Errorf("%s: exit %d (want %d), stderr (want %q):\n%s", tc.name, code, exitBackend, tc.want, p.Stderr)
 		}
-		if strings.Contains(p.stderr.String(), "lockpw") {
+		if strings.Contains(p.Stderr.String(), "lockpw") {
 			t.Errorf("%s: stderr shows the password", tc.name)
 		}
 	}
-}
-
-// writeCerts writes a CA, a server certificate for 127.0.0.1 and
-// localhost (also usable as a client certificate, as the framework's own
-// clients present it) and a client certificate, as PEM files.
-func writeCerts(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	now := time.Now()
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	files := map[string]string{}
-	write := func(name, typ string, der []byte) {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		files[name] = p
-	}
-	caKey := newKey()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "etcdtest CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write("ca.pem", "CERTIFICATE", caDER)
-	leaf := func(name string, serial int64, cn string, usage []x509.ExtKeyUsage) {
-		k := newKey()
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		write(name+".pem", "CERTIFICATE", der)
-		write(name+"-key.pem", "EC PRIVATE KEY", kder)
-	}
-	leaf("server", 2, "localhost", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth})
-	leaf("client", 3, "fencedlock-client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth})
-	return files
 }
