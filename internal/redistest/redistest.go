@@ -132,15 +132,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 		o(&c)
 	}
 	s := &Server{t: t, bin: bin, Dir: t.TempDir(), password: c.password, user: c.user, tls: c.tls}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s.Port = port
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		s.conf = filepath.Join(s.Dir, "redis.conf")
+	err := s.launch("redis.conf", func(port int) []string {
 		base := []string{
 			"port " + strconv.Itoa(port),
 			"bind 127.0.0.1",
@@ -156,19 +148,39 @@ func Start(t testing.TB, opts ...Option) *Server {
 		if c.tls != nil {
 			base = append(base, c.tls.serverLines(port)...)
 		}
-		if err := os.WriteFile(s.conf, []byte(strings.Join(append(base, c.lines...), "\n")+"\n"), 0o600); err != nil {
-			t.Fatalf("redistest: %v", err)
+		return append(base, c.lines...)
+	})
+	if err != nil {
+		t.Fatalf("redistest: starting redis-server: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// launch picks a free loopback port, writes the configuration lines for it
+// into s.Dir/confName and starts the server, trying another port (up to 5
+// times) when the one picked was taken meanwhile.
+func (s *Server) launch(confName string, lines func(port int) []string) error {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		s.Port = port
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.conf = filepath.Join(s.Dir, confName)
+		if err := os.WriteFile(s.conf, []byte(strings.Join(lines(port), "\n")+"\n"), 0o600); err != nil {
+			return err
 		}
 		if lastErr = s.start(); lastErr == nil {
-			t.Cleanup(s.Stop)
-			return s
+			return nil
 		}
 		if !strings.Contains(lastErr.Error(), "Address already in use") {
 			break
 		}
 	}
-	t.Fatalf("redistest: starting redis-server: %v", lastErr)
-	return nil
+	return lastErr
 }
 
 // Binary returns the path of a Redis tool on PATH, or fails the test with

@@ -3,8 +3,6 @@ package redistest
 import (
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,15 +59,7 @@ func StartSentinels(t testing.TB, primary *Server, n int, o SentinelOptions) *Se
 		// Sentinel logs no "Ready to accept connections"; it monitors the
 		// master once it listens.
 		s := &Server{t: t, bin: bin, Dir: t.TempDir(), readyLine: "+monitor master"}
-		var lastErr error
-		for attempt := 0; attempt < 5; attempt++ {
-			port, err := freePort()
-			if err != nil {
-				t.Fatalf("redistest: %v", err)
-			}
-			s.Port = port
-			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			s.conf = filepath.Join(s.Dir, "sentinel.conf")
+		err := s.launch("sentinel.conf", func(port int) []string {
 			name := o.MasterName
 			lines := []string{
 				"port " + strconv.Itoa(port),
@@ -89,18 +79,10 @@ func StartSentinels(t testing.TB, primary *Server, n int, o SentinelOptions) *Se
 					lines = append(lines, fmt.Sprintf("sentinel auth-user %s %s", name, primary.user))
 				}
 			}
-			if err := os.WriteFile(s.conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-				t.Fatalf("redistest: %v", err)
-			}
-			if lastErr = s.start(); lastErr == nil {
-				break
-			}
-			if !strings.Contains(lastErr.Error(), "Address already in use") {
-				break
-			}
-		}
-		if lastErr != nil {
-			t.Fatalf("redistest: starting redis-sentinel: %v", lastErr)
+			return lines
+		})
+		if err != nil {
+			t.Fatalf("redistest: starting redis-sentinel: %v", err)
 		}
 		t.Cleanup(s.Stop)
 		g.Nodes = append(g.Nodes, s)
