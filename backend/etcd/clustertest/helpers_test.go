@@ -21,6 +21,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
+	"google.golang.org/grpc"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/etcd"
@@ -72,6 +73,30 @@ func newEnv(t *testing.T) *env {
 
 // client returns a new client connected to one member only (through its
 // bridge), closed in t.Cleanup.
+// countedBackend returns an etcd Backend on a client of its own to member,
+// dialled directly (no bridge) with extra gRPC options such as the
+// counting interceptors of the round-trip tests; both are closed in
+// t.Cleanup.
+func (e *env) countedBackend(member int, opts ...grpc.DialOption) *etcd.Backend {
+	e.t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{e.clus.Members[member].GRPCURL},
+		DialTimeout: 5 * time.Second,
+		DialOptions: opts,
+		Logger:      e.clus.Members[member].Logger.Named("counted-client"),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	b, err := etcd.New(c, etcd.Options{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { b.Close() })
+	return b
+}
+
 func (e *env) client(member int) *clientv3.Client {
 	e.t.Helper()
 	c, err := e.clus.NewClientV3(member)

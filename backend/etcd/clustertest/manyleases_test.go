@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/backend/etcd"
 )
 
 // streamCounter counts the gRPC streams a client opens, by method.
@@ -48,20 +46,7 @@ func TestManyLeasesSharedStreams(t *testing.T) {
 	const n = 100
 	e := newEnv(t)
 	var sc streamCounter
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{e.clus.Members[1].GRPCURL},
-		DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(sc.intercept)},
-		Logger:      e.clus.Members[1].Logger.Named("counted-client"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	b, err := etcd.New(c, etcd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := e.countedBackend(1, grpc.WithChainStreamInterceptor(sc.intercept))
 	l := fencedlock.New(b, fencedlock.Options{TTL: ttl, ReleaseTimeout: time.Second})
 	defer l.Close()
 	ctx := ctxFor(t, time.Minute)

@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/backend/etcd"
 )
 
 // rpcCounter counts the unary KV and Lease calls a client makes.
@@ -42,20 +40,7 @@ func (c *rpcCounter) take() []string {
 func TestRoundTrips(t *testing.T) {
 	e := newEnv(t)
 	var rc rpcCounter
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{e.clus.Members[1].GRPCURL},
-		DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(rc.intercept)},
-		Logger:      e.clus.Members[1].Logger.Named("counted-client"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	b, err := etcd.New(c, etcd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := e.countedBackend(1, grpc.WithChainUnaryInterceptor(rc.intercept))
 	l := fencedlock.New(b, fencedlock.Options{TTL: ttl, ManualRenew: true})
 	defer l.Close()
 	other, _ := e.locker(2, fencedlock.Options{})
