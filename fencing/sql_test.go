@@ -201,10 +201,13 @@ func TestSQLInvalid(t *testing.T) {
 		{"token above int64", good, math.MaxInt64 + 1, "A", fencing.ErrInvalidToken},
 		{"empty holder", good, 1, "", fencing.ErrInvalidToken},
 		{"no table", fencing.SQLTable{}, 1, "A", fencing.ErrInvalidTable},
-		{"injection in table", fencing.SQLTable{Table: "resources; DROP TABLE x"}, 1, "A", fencing.ErrInvalidTable},
-		{"quoted column", fencing.SQLTable{Table: "resources", FenceColumn: `"fence"`}, 1, "A", fencing.ErrInvalidTable},
+		{"empty schema", fencing.SQLTable{Table: ".resources"}, 1, "A", fencing.ErrInvalidTable},
+		{"empty table after schema", fencing.SQLTable{Table: "app."}, 1, "A", fencing.ErrInvalidTable},
+		{"NUL in column", fencing.SQLTable{Table: "resources", FenceColumn: "fe\x00nce"}, 1, "A", fencing.ErrInvalidTable},
 		{"two dots", fencing.SQLTable{Table: "a.b.c"}, 1, "A", fencing.ErrInvalidTable},
 		{"unknown placeholder", fencing.SQLTable{Table: "resources", Placeholder: 7}, 1, "A", fencing.ErrInvalidTable},
+		{"unknown dialect", fencing.SQLTable{Table: "resources", Dialect: 7}, 1, "A", fencing.ErrInvalidTable},
+		{"MySQL with Dollar", fencing.SQLTable{Table: "resources", Dialect: fencing.MySQL}, 1, "A", fencing.ErrInvalidTable},
 	}
 	for _, tc := range cases {
 		var db countingDB
