@@ -142,7 +142,7 @@ var scripts = []Script{
 			{"hash", "the guarded resource: a hash holding the caller's fields and the fence record (fields fencedlock:fence and fencedlock:holder)"},
 		},
 		Args: []Param{
-			{"token", "the fencing token presented, in decimal (1 to 20 digits, no leading zero)"},
+			{"token", "the fencing token presented: a uint64 in decimal, 1 to 18446744073709551615, no sign, no leading zero"},
 			{"holder", "the holder id presented (non-empty; never the owner token)"},
 			{"field", "the first field to set (not a reserved field)"},
 			{"value", "its value; further field, value pairs may follow"},
