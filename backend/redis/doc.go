@@ -56,7 +56,9 @@
 // [fencedlock.ErrNotHeld], [fencedlock.ErrClosed] (the backend or the
 // rueidis client was closed), [fencedlock.ErrInvalid]; [ErrCorrupt] when a
 // key holds a value fencedlock did not write (WRONGTYPE, a fence counter that
-// is not a counter), in which case nothing was changed; [ErrReplication]
+// is not a counter, a fence counter with a TTL), in which case nothing was
+// changed; [ErrFenceExhausted] when a free lock's counter is at [MaxFence]
+// (2^53, reached only by a counter set by hand); [ErrReplication]
 // when [Options.WaitReplicas] replicas did not acknowledge an acquire in
 // time. Other errors (network, context) are wrapped as they are.
 package redis

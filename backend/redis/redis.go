@@ -38,6 +38,11 @@ var (
 	// acknowledged by fewer than Options.WaitReplicas replicas within
 	// Options.WaitTimeout. The lock was released again (token-checked).
 	ErrReplication = errors.New("redis: too few replicas acknowledged")
+	// ErrFenceExhausted is wrapped by the error of an Acquire of a free
+	// lock whose fence counter is at [MaxFence]: the scripts cannot grant a
+	// greater fence exactly, so the lock cannot be taken again under its
+	// name. Nothing was changed. No retry helps; see [MaxFence].
+	ErrFenceExhausted = errors.New("redis: fence counter exhausted")
 )
 
 // Options configures a [Backend]. The zero value means the documented
@@ -231,6 +236,9 @@ func wrap(op, key string, err error) error {
 		// Redis puts the code first; some compatible servers (miniredis)
 		// wrap script errors, so look for it anywhere.
 		msg := re.Error()
+		if strings.Contains(msg, exhaustedCode) {
+			return fmt.Errorf("redis: %s %q: %w (use another lock name; see MaxFence): %w", op, key, ErrFenceExhausted, err)
+		}
 		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, corruptCode) {
 			return fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)
 		}
@@ -421,12 +429,24 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 	return info, nil
 }
 
-// maxFenceDigits is the longest fence counter the scripts accept (luagen
-// MaxFenceDigits): below 2^53, so exact in Lua numbers.
-const maxFenceDigits = 15
+// MaxFence is the greatest fence the Redis backend grants: 2^53, up to
+// which every integer is exact in Lua numbers (doubles), through which the
+// scripts pass INCR's reply. Every fence up to MaxFence is granted
+// exactly; an Acquire of a free lock whose counter is at MaxFence fails
+// with an error wrapping [ErrFenceExhausted] and changes nothing, and a
+// counter above it is reported as [ErrCorrupt]. Counting there takes 2^53
+// acquisitions of one name (285 years at a million a second): a counter
+// reaches it only when set by hand. The name is then spent: use another
+// lock name, and reset the fence records of the resources it guarded
+// (they hold fences up to MaxFence and would reject the new name's small
+// fences) while no holder of the old name can still write.
+const MaxFence fencing.Token = 1 << 53
+
+// maxFenceDigits is the length of MaxFence in decimal.
+const maxFenceDigits = 16
 
 // parseFence applies the acquire script's rule for a fence counter: "0" or
-// a decimal without sign or leading zero, at most maxFenceDigits digits.
+// a decimal without sign or leading zero, at most MaxFence.
 func parseFence(s string) (fencing.Token, bool) {
 	if s == "" || len(s) > maxFenceDigits || (s[0] == '0' && len(s) > 1) {
 		return 0, false
@@ -438,6 +458,9 @@ func parseFence(s string) (fencing.Token, bool) {
 			return 0, false
 		}
 		v = v*10 + uint64(c-'0')
+	}
+	if fencing.Token(v) > MaxFence {
+		return 0, false
 	}
 	return fencing.Token(v), true
 }

@@ -27,6 +27,7 @@ const (
 	fenceSuffix    = ":fence"
 	releasedSuffix = ":released" // luagen ReleasedSuffix
 	corruptCode    = "FENCEDLOCK_CORRUPT"
+	exhaustedCode  = "FENCEDLOCK_EXHAUSTED"
 )
 
 // Prebuilt scripts: the SHA-1 is computed once; Exec sends EVALSHA and

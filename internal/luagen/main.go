@@ -60,15 +60,18 @@ type Script struct {
 type Consts struct {
 	ReleasedSuffix string // channel = lock key .. ReleasedSuffix
 	CorruptCode    string // error code of replies about values fencedlock did not write
-	MaxFenceDigits int    // longest fence counter accepted, in decimal digits
+	ExhaustedCode  string // error code of the acquire of a free lock whose counter is at MaxFence
+	MaxFence       string // the greatest fence granted, in decimal: 2^53
 }
 
 var consts = Consts{
 	ReleasedSuffix: ":released",
 	CorruptCode:    "FENCEDLOCK_CORRUPT",
-	// 15 digits stay below 2^53, so the counter survives Lua's doubles
-	// exactly; 10^15 acquisitions of one key are out of reach.
-	MaxFenceDigits: 15,
+	ExhaustedCode:  "FENCEDLOCK_EXHAUSTED",
+	// 2^53 is the greatest integer up to which Lua numbers (doubles) are
+	// all exact: INCR's reply becomes a Lua number, so every fence up to
+	// 2^53 is granted exactly and none above it.
+	MaxFence: "9007199254740992",
 }
 
 // scripts is the table of generated scripts. Add an entry and a template
@@ -89,8 +92,10 @@ var scripts = []Script{
 			"n > 0: acquired; n is the fence granted (for an owner that already",
 			"       holds the lock: its fence again, and the lease is set to ttl)",
 			"n <= 0: held by another owner, who has -n milliseconds left",
-			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write;",
-			"       nothing was changed",
+			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write",
+			"       (or a fence counter has a TTL); nothing was changed",
+			"error " + consts.ExhaustedCode + ": the lock is free and its fence counter is at",
+			"       " + consts.MaxFence + " (2^53), the greatest fence Lua grants exactly; nothing was changed",
 		},
 	},
 	{
