@@ -43,6 +43,11 @@ var (
 	// greater fence exactly, so the lock cannot be taken again under its
 	// name. Nothing was changed. No retry helps; see [MaxFence].
 	ErrFenceExhausted = errors.New("redis: fence counter exhausted")
+	// ErrEvictionPolicy is wrapped by the error of [New] when a server's
+	// maxmemory-policy is not noeviction: such a server may evict a held
+	// lock key (two holders at once) or a fence counter (the fences of its
+	// name restart at 1). See [Options.AllowEvictingPolicy].
+	ErrEvictionPolicy = errors.New("redis: maxmemory-policy may evict fencedlock's keys")
 )
 
 // Options configures a [Backend]. The zero value means the documented
@@ -86,8 +91,20 @@ type Options struct {
 	// cluster mode for servers that merely answer CLUSTER SLOTS (miniredis).
 	ShardedPubSub bool
 
+	// AllowEvictingPolicy lets [New] accept a server whose maxmemory-policy
+	// is not noeviction, logging a warning instead of failing with an
+	// error wrapping ErrEvictionPolicy. Under an allkeys-* policy Redis may
+	// evict a held lock key and a fence counter: a second holder gets the
+	// lock while the first still runs, with a fence that restarts at 1.
+	// Under a volatile-* policy it may evict held lock keys (they have a
+	// TTL): two holders at once, though fences stay monotonic. Set it only
+	// for a server that never reaches maxmemory. Default false.
+	AllowEvictingPolicy bool
+
 	// Logger receives debug records about subscriptions and reconnections
-	// (keys and channel names, never owner tokens). Default: no logging.
+	// (keys and channel names, never owner tokens), and warnings from New
+	// (an evicting policy allowed, or a policy New could not read).
+	// Default: no logging.
 	Logger *slog.Logger
 }
 
@@ -141,15 +158,34 @@ var (
 	_ fencedlock.Inspector = (*Backend)(nil)
 )
 
+// evictionCheckTimeout bounds the INFO memory New sends to each node.
+const evictionCheckTimeout = 5 * time.Second
+
 // New returns a Backend that uses client. It does not take ownership of
 // client: [Backend.Close] leaves it open. Invalid options or a nil client
 // return an error wrapping [fencedlock.ErrInvalid].
+//
+// New reads maxmemory-policy from every node the client knows (INFO
+// memory, one round trip per node, at most 5 s each). Only noeviction
+// keeps fencedlock safe when the server runs out of memory (writes then
+// fail with OOM instead of keys disappearing): under any other policy New
+// fails with an error wrapping [ErrEvictionPolicy], unless
+// [Options.AllowEvictingPolicy]. A server that refuses INFO (an ACL
+// without +info, a managed service) is logged as a warning through
+// [Options.Logger], and New goes on; an error reaching a node fails New.
+// The policy is read once: keep it noeviction (see the package
+// documentation, "Memory").
 func New(client rueidis.Client, opts Options) (*Backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redis: nil client: %w", fencedlock.ErrInvalid)
 	}
 	o, err := opts.resolve()
 	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	defer cancel()
+	if err := checkEviction(ctx, client, o); err != nil {
 		return nil, err
 	}
 	b := &Backend{c: client, opts: o}
@@ -160,6 +196,53 @@ func New(client rueidis.Client, opts Options) (*Backend, error) {
 		b.hub = newHub(client, o.Logger, false)
 	}
 	return b, nil
+}
+
+// checkEviction reads maxmemory-policy from every node of c (see New).
+func checkEviction(ctx context.Context, c rueidis.Client, o Options) error {
+	for addr, n := range c.Nodes() {
+		info, err := n.Do(ctx, n.B().Info().Section("memory").Build()).ToString()
+		if _, ok := rueidis.IsRedisErr(err); ok {
+			o.Logger.Warn("redis: cannot read maxmemory-policy (INFO refused); make sure it is noeviction, "+
+				"or lock keys and fence counters may be evicted", "addr", addr, "err", err)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("redis: reading maxmemory-policy of %s: %w", addr, err)
+		}
+		policy, maxmemory := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
+		if policy == "" {
+			o.Logger.Warn("redis: the server does not report maxmemory-policy; make sure it is noeviction, "+
+				"or lock keys and fence counters may be evicted", "addr", addr)
+			continue
+		}
+		if policy == "noeviction" {
+			continue
+		}
+		what := "held lock keys (they have a TTL): two holders at once"
+		if strings.HasPrefix(policy, "allkeys-") {
+			what = "held lock keys and fence counters: two holders at once, and fences that restart at 1"
+		}
+		if o.AllowEvictingPolicy {
+			o.Logger.Warn("redis: maxmemory-policy is not noeviction (allowed by Options.AllowEvictingPolicy): "+
+				"at maxmemory the server may evict "+what, "addr", addr, "policy", policy, "maxmemory", maxmemory)
+			continue
+		}
+		return fmt.Errorf("redis: %s has maxmemory-policy %s (maxmemory %s): at maxmemory it may evict %s; "+
+			"set maxmemory-policy noeviction, or Options.AllowEvictingPolicy to accept the risk: %w",
+			addr, policy, maxmemory, what, ErrEvictionPolicy)
+	}
+	return nil
+}
+
+// infoField returns the value of name in an INFO reply, or "".
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Options returns the options in effect, defaults filled in.

@@ -23,6 +23,15 @@ local fence = redis.call('GET', KEYS[2])
 if fence and not ((#fence < 16 or (#fence == 16 and fence <= '9007199254740992')) and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) then
   return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' does not hold a fence counter')
 end
+-- A counter must never expire: once gone, the fences of its name would
+-- restart at 1. One with a TTL was set so by hand (or by a tool); refuse it
+-- before it expires, so the operator can PERSIST it.
+if fence then
+  local cttl = redis.call('PTTL', KEYS[2])
+  if cttl ~= -1 then
+    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
+  end
+end
 
 -- A free lock whose counter is at MaxFence cannot be granted a greater
 -- fence exactly. (Held, it is handled below: the holder's retry gets its
