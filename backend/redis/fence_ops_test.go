@@ -3,7 +3,9 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -132,4 +134,153 @@ func TestEvictionPolicyUnreadable(t *testing.T) {
 		t.Fatalf("logged %q, want one warning about the unreadable policy", recs)
 	}
 	t.Logf("%s", records()[0])
+}
+
+// infoInt reads an integer field of INFO section.
+func infoInt(t testing.TB, c rueidis.Client, section, field string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(infoField(str(t, c, "INFO", section), field), 10, 64)
+	if err != nil {
+		t.Fatalf("INFO %s %s: %v", section, field, err)
+	}
+	return v
+}
+
+// TestFenceCounterGrowth measures what a lock name leaves behind on a real
+// server after it was released: its fence counter, forever. The figures
+// are in the package documentation ("Memory").
+func TestFenceCounterGrowth(t *testing.T) {
+	srv := redistest.Start(t)
+	b, c := newBackend(t, srv, Options{})
+	ctx := context.Background()
+	const names = 20000
+	before := infoInt(t, c, "memory", "used_memory")
+	for i := 0; i < names; i++ {
+		g := acquire(t, b, fmt.Sprintf("orders-%06d", i), time.Minute)
+		if err := b.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := infoInt(t, c, "memory", "used_memory")
+	if n := num(t, c, "DBSIZE"); n != names {
+		t.Fatalf("%d keys after %d names were released, want %d counters", n, names, names)
+	}
+	if n := num(t, c, "EXISTS", b.LockKey("orders-000000")); n != 0 {
+		t.Fatal("lock key left behind")
+	}
+	usage := num(t, c, "MEMORY", "USAGE", b.FenceKey("orders-000000"))
+	perName := float64(after-before) / names
+	if usage <= 0 || perName <= 0 {
+		t.Fatalf("MEMORY USAGE %d, used_memory %d -> %d", usage, before, after)
+	}
+	t.Logf("%d names acquired and released: %d counters left; used_memory %d -> %d (+%d B, %.1f B per name); "+
+		"MEMORY USAGE of counter %q: %d B (key of %d bytes)",
+		names, names, before, after, after-before, perName, b.FenceKey("orders-000000"), usage, len(b.FenceKey("orders-000000")))
+}
+
+// fillUntil writes 1 KiB values to new keys (with a TTL if volatile) until
+// stop returns true, a write fails, or 40 times maxmemory was written. It
+// returns how many writes succeeded and the error that ended it, if any.
+func fillUntil(t testing.TB, c rueidis.Client, maxmemory int64, volatile bool, stop func() bool) (int, error) {
+	t.Helper()
+	val := strings.Repeat("x", 1024)
+	limit := int(40 * maxmemory / 1024)
+	ctx := context.Background()
+	for i := 0; i < limit; i++ {
+		cmd := c.B().Set().Key(fmt.Sprintf("filler:%d", i)).Value(val).Build()
+		if volatile {
+			cmd = c.B().Set().Key(fmt.Sprintf("filler:%d", i)).Value(val).Ex(time.Hour).Build()
+		}
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			return i, err
+		}
+		if i%64 == 0 && stop() {
+			return i + 1, nil
+		}
+	}
+	return limit, nil
+}
+
+// exists reports whether key exists without touching its LRU clock
+// (OBJECT does not count as an access), so the check does not keep the
+// key from being evicted.
+func exists(t testing.TB, c rueidis.Client, key string) bool {
+	t.Helper()
+	err := c.Do(context.Background(), c.B().ObjectEncoding().Key(key).Build()).Error()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatalf("OBJECT ENCODING %s: %v", key, err)
+	}
+	return err == nil
+}
+
+// TestEvictionBehaviour shows on a real server with a small maxmemory why
+// New refuses evicting policies: a lock held for a minute is taken by a
+// second owner while the first still runs. Under allkeys-lru the fence
+// counter goes too and the second holder's fence restarts at 1; under
+// volatile-lru the lock keys are the only keys with a TTL, so they are the
+// first evicted even when no data key has a TTL (the counter, without
+// TTL, stays: fences remain monotonic); under noeviction writes fail with
+// OOM and the lock and counter stay, and release still works.
+func TestEvictionBehaviour(t *testing.T) {
+	for _, policy := range []string{"allkeys-lru", "volatile-lru", "noeviction"} {
+		t.Run(policy, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.WithConfig("maxmemory-policy "+policy))
+			b, c := newBackend(t, srv, Options{AllowEvictingPolicy: true})
+			ctx := context.Background()
+			var first fencedlock.Grant
+			for i := 0; i < 6; i++ {
+				if i > 0 {
+					if err := b.Release(ctx, first); err != nil {
+						t.Fatal(err)
+					}
+				}
+				first = acquire(t, b, "victim", time.Minute)
+			}
+			maxmemory := infoInt(t, c, "memory", "used_memory") + 1<<20
+			do(t, c, "CONFIG", "SET", "maxmemory", strconv.FormatInt(maxmemory, 10))
+			lk, fk := b.LockKey("victim"), b.FenceKey("victim")
+			n, err := fillUntil(t, c, maxmemory, false, func() bool { return !exists(t, c, lk) && (policy != "allkeys-lru" || !exists(t, c, fk)) })
+			evicted := infoInt(t, c, "stats", "evicted_keys")
+			lockLeft, counterLeft := exists(t, c, lk), exists(t, c, fk)
+			t.Logf("%s, maxmemory %d: %d KiB written (ended by: %v); evicted_keys %d; lock key present %v, counter present %v",
+				policy, maxmemory, n, err, evicted, lockLeft, counterLeft)
+			second, aerr := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "victim", Owner: owner(), TTL: time.Minute})
+			switch policy {
+			case "allkeys-lru":
+				if lockLeft || counterLeft || aerr != nil || second.Fence >= first.Fence {
+					t.Fatalf("allkeys-lru: lock %v counter %v; second acquire %+v %v", lockLeft, counterLeft, second.Fence, aerr)
+				}
+				t.Logf("allkeys-lru: the first holder (fence %d, lease of 1 min) still runs; a second owner acquired with fence %d", first.Fence, second.Fence)
+			case "volatile-lru":
+				if lockLeft || !counterLeft || aerr != nil || second.Fence != first.Fence+1 || err == nil || !strings.Contains(err.Error(), "OOM") {
+					t.Fatalf("volatile-lru: lock %v counter %v fill ended by %v; second acquire %+v %v", lockLeft, counterLeft, err, second.Fence, aerr)
+				}
+				t.Logf("volatile-lru: the lock key was evicted (the only key with a TTL) then writes failed with OOM; the first holder (fence %d) still runs; a second owner acquired with fence %d", first.Fence, second.Fence)
+			case "noeviction":
+				if !lockLeft || !counterLeft || evicted != 0 || err == nil || !strings.Contains(err.Error(), "OOM") {
+					t.Fatalf("noeviction: lock %v counter %v evicted %d, fill ended by %v", lockLeft, counterLeft, evicted, err)
+				}
+				var held *fencedlock.HeldError
+				if !errors.As(aerr, &held) {
+					t.Fatalf("noeviction at OOM: second acquire of the held lock: %v, want HeldError", aerr)
+				}
+				// A free lock: granted (fence 1) while memory allows, or
+				// refused with OOM with nothing written. Never a lost key.
+				og, oerr := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "other", Owner: owner(), TTL: time.Minute})
+				switch {
+				case oerr == nil && og.Fence == 1:
+				case oerr != nil && strings.Contains(oerr.Error(), "OOM") && !exists(t, c, b.LockKey("other")) && !exists(t, c, b.FenceKey("other")):
+				default:
+					t.Fatalf("noeviction at OOM: acquire of a free lock: %+v %v", og.Fence, oerr)
+				}
+				if err := b.Release(ctx, first); err != nil {
+					t.Fatalf("noeviction at OOM: release: %v", err)
+				}
+				if exists(t, c, lk) || !exists(t, c, fk) {
+					t.Fatal("noeviction at OOM: release did not delete the lock key, or the counter went")
+				}
+				t.Logf("noeviction at OOM: nothing evicted; acquire of a free lock: fence %d, err %v; release works", og.Fence, oerr)
+			}
+		})
+	}
 }

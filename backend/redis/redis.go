@@ -26,6 +26,9 @@ const (
 	DefaultWaitTimeout = time.Second
 	// MaxKeyPrefixLen is the longest KeyPrefix accepted, in bytes.
 	MaxKeyPrefixLen = 256
+	// DefaultMaxShardedConns bounds the subscription connections of
+	// Options.ShardedPubSub when Options.MaxShardedConns is zero.
+	DefaultMaxShardedConns = 64
 )
 
 var (
@@ -82,14 +85,23 @@ type Options struct {
 	// a release then reaches only the shard serving the key's slot instead
 	// of being broadcast to every node, as PUBLISH is. Set it on Redis
 	// Cluster 7 or later (a server without SPUBLISH fails every release).
-	// Waiters then use one subscription connection per hash slot they
-	// have watched, kept open until Close.
+	// Waiters then use one subscription connection per hash slot watched
+	// at the moment (a sharded subscription must be made on the node
+	// serving the slot), at most MaxShardedConns; the connection of a slot
+	// goes back to rueidis's pool, unsubscribed, when its last watch stops.
 	// Every backend sharing a store must use the same setting, or waiters
 	// miss wake-ups and fall back to the holder's TTL hint. Default false:
 	// PUBLISH and SUBSCRIBE, which work on every topology. It is not
 	// turned on from the client's mode because rueidis also reports
 	// cluster mode for servers that merely answer CLUSTER SLOTS (miniredis).
 	ShardedPubSub bool
+
+	// MaxShardedConns bounds the subscription connections of
+	// ShardedPubSub: the hash slots watched at once. A Watch on one more
+	// slot fails (the Locker then waits with the holder's TTL hint and
+	// retries instead of being woken). Default DefaultMaxShardedConns;
+	// at most 16384 (the number of slots). Ignored without ShardedPubSub.
+	MaxShardedConns int
 
 	// AllowEvictingPolicy lets [New] accept a server whose maxmemory-policy
 	// is not noeviction, logging a warning instead of failing with an
@@ -124,6 +136,12 @@ func (o Options) resolve() (Options, error) {
 	if o.WaitTimeout < 0 {
 		return o, fmt.Errorf("redis: WaitTimeout %v negative: %w", o.WaitTimeout, fencedlock.ErrInvalid)
 	}
+	if o.MaxShardedConns < 0 || o.MaxShardedConns > 16384 {
+		return o, fmt.Errorf("redis: MaxShardedConns %d outside 0..16384: %w", o.MaxShardedConns, fencedlock.ErrInvalid)
+	}
+	if o.MaxShardedConns == 0 {
+		o.MaxShardedConns = DefaultMaxShardedConns
+	}
 	if o.WaitReplicas > 0 && o.WaitTimeout == 0 {
 		o.WaitTimeout = DefaultWaitTimeout
 	}
@@ -146,10 +164,22 @@ type Backend struct {
 	// sharded is Options.ShardedPubSub: release publishes with
 	// SPUBLISH and watches use SSUBSCRIBE, one subscription connection
 	// per hash slot watched (a sharded subscription must be made on the
-	// node serving the channel's slot).
+	// node serving the channel's slot). A slot's hub lives while it has
+	// watches (refs); the last stop removes it and closes it in the
+	// background (reclaim), which Close waits for.
 	sharded bool
 	hubsMu  sync.Mutex
-	hubs    map[uint16]*hub
+	hubs    map[uint16]*slotHub // nil once closed
+	closing int                 // hubs removed from hubs, still closing
+	freed   chan struct{}       // closed (and replaced) when one of them is closed
+	reclaim sync.WaitGroup
+}
+
+// slotHub is the hub of one hash slot and the number of watches using it
+// (guarded by Backend.hubsMu).
+type slotHub struct {
+	h    *hub
+	refs int
 }
 
 var (
@@ -191,7 +221,8 @@ func New(client rueidis.Client, opts Options) (*Backend, error) {
 	b := &Backend{c: client, opts: o}
 	if o.ShardedPubSub {
 		b.sharded = true
-		b.hubs = make(map[uint16]*hub)
+		b.hubs = make(map[uint16]*slotHub)
+		b.freed = make(chan struct{})
 	} else {
 		b.hub = newHub(client, o.Logger, false)
 	}
@@ -562,31 +593,84 @@ func (b *Backend) Close() error {
 	hubs := b.hubs
 	b.hubs = nil
 	b.hubsMu.Unlock()
-	for _, h := range hubs {
-		h.close()
+	for _, sh := range hubs {
+		sh.h.close()
 	}
+	b.reclaim.Wait()
 	return nil
 }
 
-// hubFor returns the hub that watches channel: the only one, or on a
-// cluster the one of channel's hash slot.
-func (b *Backend) hubFor(channel string) (*hub, error) {
+// errTooManySlots is returned by hubFor when MaxShardedConns slots are
+// watched already.
+var errTooManySlots = errors.New("hash slots watched at once reach Options.MaxShardedConns")
+
+// hubFor returns the hub that watches channel (the only one, or with
+// ShardedPubSub the one of channel's hash slot) and a function to call
+// once the watch made on it ends. With MaxShardedConns slots watched, it
+// waits (bounded by ctx) for a hub that is closing, or fails at once if
+// none is.
+func (b *Backend) hubFor(ctx context.Context, channel string) (*hub, func(), error) {
 	if !b.sharded {
-		return b.hub, nil
+		return b.hub, func() {}, nil
 	}
 	cmd := b.c.B().Ssubscribe().Channel(channel).Build()
 	slot := cmd.Slot()
 	b.hubsMu.Lock()
 	defer b.hubsMu.Unlock()
-	if b.hubs == nil {
-		return nil, fencedlock.ErrClosed
+	for {
+		if b.hubs == nil {
+			return nil, nil, fencedlock.ErrClosed
+		}
+		sh := b.hubs[slot]
+		if sh == nil && len(b.hubs)+b.closing < b.opts.MaxShardedConns {
+			sh = &slotHub{h: newHub(b.c, b.opts.Logger, true)}
+			b.hubs[slot] = sh
+		}
+		if sh != nil {
+			sh.refs++
+			return sh.h, func() { b.unref(slot, sh) }, nil
+		}
+		// Hubs still closing hold their connection: they count.
+		if b.closing == 0 {
+			return nil, nil, fmt.Errorf("%d %w", len(b.hubs), errTooManySlots)
+		}
+		freed := b.freed
+		b.hubsMu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			b.hubsMu.Lock()
+			return nil, nil, ctx.Err()
+		}
+		b.hubsMu.Lock()
 	}
-	h := b.hubs[slot]
-	if h == nil {
-		h = newHub(b.c, b.opts.Logger, true)
-		b.hubs[slot] = h
+}
+
+// unref ends one watch of sh; the last one removes the hub and closes it
+// (its connection goes back to rueidis's pool, which unsubscribes it) in
+// the background, so that stopping a watch does not wait for the server.
+func (b *Backend) unref(slot uint16, sh *slotHub) {
+	b.hubsMu.Lock()
+	sh.refs--
+	idle := sh.refs == 0 && b.hubs != nil && b.hubs[slot] == sh
+	if idle {
+		delete(b.hubs, slot)
+		b.closing++
+		b.reclaim.Add(1)
 	}
-	return h, nil
+	b.hubsMu.Unlock()
+	if idle {
+		go func() {
+			defer b.reclaim.Done()
+			sh.h.close()
+			b.hubsMu.Lock()
+			b.closing--
+			close(b.freed)
+			b.freed = make(chan struct{})
+			b.hubsMu.Unlock()
+			b.opts.Logger.Debug("redis: idle sharded subscription connection given back", "slot", slot)
+		}()
+	}
 }
 
 // Watch implements [fencedlock.Notifier]: the returned channel receives a
@@ -596,7 +680,9 @@ func (b *Backend) hubFor(channel string) (*hub, error) {
 // SUBSCRIBE per channel however many waiters watch it. The subscription is
 // confirmed by the server before Watch returns. stop must be called once.
 // With Options.ShardedPubSub, watches use SSUBSCRIBE on the node
-// serving the key's slot, one connection per slot watched; a slot migrated
+// serving the key's slot, one connection per slot watched at the moment
+// (at most Options.MaxShardedConns: a Watch on one more slot fails, and
+// the Locker falls back to the holder's TTL hint); a slot migrated
 // away ends its sharded subscriptions on the server, after which waiters of
 // that slot fall back to the holder's TTL hint until they watch again.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
@@ -604,9 +690,23 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 		return nil, nil, errClosed("watch", key)
 	}
 	ch := b.Channel(key)
-	h, err := b.hubFor(ch)
-	if err != nil {
+	h, unref, err := b.hubFor(ctx, ch)
+	if errors.Is(err, fencedlock.ErrClosed) {
 		return nil, nil, errClosed("watch", key)
 	}
-	return h.watch(ctx, key, ch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis: watch %q: %w", key, err)
+	}
+	notify, stop, err := h.watch(ctx, key, ch)
+	if err != nil {
+		unref()
+		return nil, nil, err
+	}
+	var once sync.Once
+	return notify, func() {
+		once.Do(func() {
+			stop()
+			unref()
+		})
+	}, nil
 }
