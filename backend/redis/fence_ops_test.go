@@ -176,6 +176,70 @@ func TestFenceCounterGrowth(t *testing.T) {
 	t.Logf("%d names acquired and released: %d counters left; used_memory %d -> %d (+%d B, %.1f B per name); "+
 		"MEMORY USAGE of counter %q: %d B (key of %d bytes)",
 		names, names, before, after, after-before, perName, b.FenceKey("orders-000000"), usage, len(b.FenceKey("orders-000000")))
+	// Retiring the names gives the memory back.
+	for i := 0; i < names; i++ {
+		if last, err := b.RetireFence(ctx, fmt.Sprintf("orders-%06d", i)); err != nil || last != 1 {
+			t.Fatalf("retire %d: %d %v", i, last, err)
+		}
+	}
+	retired := infoInt(t, c, "memory", "used_memory")
+	if n := num(t, c, "DBSIZE"); n != 0 || retired >= after {
+		t.Fatalf("after retiring every name: %d keys, used_memory %d", n, retired)
+	}
+	t.Logf("after RetireFence of every name: 0 keys, used_memory %d (%+d B from before the names)", retired, retired-before)
+}
+
+// TestRetireFence: RetireFence deletes the counter of a free name and
+// returns its last fence; it refuses a held name and a counter fencedlock
+// did not write, changing nothing; restoring the counter (SET NX) before
+// reusing the name keeps its fences monotonic. By hand too, with redis-cli
+// --eval as the script's header shows.
+func TestRetireFence(t *testing.T) {
+	srv := redistest.Start(t)
+	b, c := newBackend(t, srv, Options{})
+	ctx := context.Background()
+	var g fencedlock.Grant
+	for i := 0; i < 3; i++ {
+		if i > 0 {
+			if err := b.Release(ctx, g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g = acquire(t, b, "old", time.Minute)
+	}
+	fk := b.FenceKey("old")
+	var held *fencedlock.HeldError
+	if _, err := b.RetireFence(ctx, "old"); !errors.As(err, &held) || held.RetryAfter <= 0 {
+		t.Fatalf("retire of a held name: %v, want HeldError", err)
+	}
+	if v := str(t, c, "GET", fk); v != "3" {
+		t.Fatalf("counter after refused retire: %q", v)
+	}
+	if err := b.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	last, err := b.RetireFence(ctx, "old")
+	if err != nil || last != 3 || num(t, c, "EXISTS", fk) != 0 {
+		t.Fatalf("retire: %d %v", last, err)
+	}
+	if last, err := b.RetireFence(ctx, "old"); err != nil || last != 0 {
+		t.Fatalf("retire again: %d %v", last, err)
+	}
+	do(t, c, "SET", fk, last.String(), "NX")
+	if g := acquire(t, b, "old", time.Minute); g.Fence != 4 {
+		t.Fatalf("after restoring the counter: fence %d, want 4", g.Fence)
+	}
+	do(t, c, "SET", b.FenceKey("bad"), "abc")
+	if _, err := b.RetireFence(ctx, "bad"); !errors.Is(err, ErrCorrupt) || str(t, c, "GET", b.FenceKey("bad")) != "abc" {
+		t.Fatalf("retire of a corrupt counter: %v", err)
+	}
+	g2 := acquire(t, b, "hand", time.Minute)
+	if err := b.Release(ctx, g2); err != nil {
+		t.Fatal(err)
+	}
+	if out := evalByHand(t, srv, "retire.lua", b.LockKey("hand"), b.FenceKey("hand")); out != "1" || num(t, c, "EXISTS", b.FenceKey("hand")) != 0 {
+		t.Fatalf("retire.lua by hand printed %q", out)
+	}
 }
 
 // fillUntil writes 1 KiB values to new keys (with a TTL if volatile) until

@@ -543,6 +543,40 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 	return info, nil
 }
 
+// RetireFence deletes the fence counter of key if key is not held, in one
+// step (scripts/retire.lua), and returns the last fence granted (0 if there
+// was no counter). If key is held it changes nothing and returns a
+// *[fencedlock.HeldError]; a key fencedlock did not write returns an error
+// wrapping [ErrCorrupt].
+//
+// Fence counters never expire (see the package documentation, "Memory"):
+// RetireFence is how an operator reclaims the counter of a name no
+// process uses any more. After it, a new Acquire of key starts again at
+// fence 1, so retire a name only when no holder of it can still write
+// (every process that used it has stopped using it: a paused holder
+// resumes with its old fence), and either the resources it guarded are
+// gone, or they keep their fence records: then they reject the new
+// name's smaller fences until the counter passes the record. To reuse a
+// retired name with monotonic fences, first restore its counter to the
+// returned fence: SET <FenceKey(key)> <fence> NX.
+func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, error) {
+	if b.closed.Load() {
+		return 0, errClosed("retire fence", key)
+	}
+	if err := fencedlock.ValidateKey(key); err != nil {
+		return 0, fmt.Errorf("redis: retire fence: %w", err)
+	}
+	lk := b.LockKey(key)
+	n, err := retireScript.Exec(ctx, b.c, []string{lk, lk + fenceSuffix}, nil).AsInt64()
+	if err != nil {
+		return 0, wrap("retire fence", key, err)
+	}
+	if n < 0 {
+		return 0, &fencedlock.HeldError{Key: key, RetryAfter: time.Duration(-n) * time.Millisecond}
+	}
+	return fencing.Token(n), nil
+}
+
 // MaxFence is the greatest fence the Redis backend grants: 2^53, up to
 // which every integer is exact in Lua numbers (doubles), through which the
 // scripts pass INCR's reply. Every fence up to MaxFence is granted

@@ -20,6 +20,8 @@ var (
 	releaseLua string
 	//go:embed scripts/inspect.lua
 	inspectLua string
+	//go:embed scripts/retire.lua
+	retireLua string
 )
 
 // Names shared with the scripts (internal/luagen consts).
@@ -37,6 +39,7 @@ var (
 	renewScript   = rueidis.NewLuaScript(renewLua)
 	releaseScript = rueidis.NewLuaScript(releaseLua)
 	inspectScript = rueidis.NewLuaScript(inspectLua)
+	retireScript  = rueidis.NewLuaScript(retireLua)
 
 	// acquireSHA is used when Acquire pipelines the script with WAIT.
 	acquireSHA = sha1hex(acquireLua)

@@ -141,6 +141,23 @@ var scripts = []Script{
 		},
 	},
 	{
+		Name:    "retire",
+		Summary: "Delete the fence counter of a lock name that is not held, and return its last fence.",
+		Keys: []Param{
+			{"lock key", "the lock"},
+			{"fence key", "the fence counter to delete (same hash slot as KEYS[1])"},
+		},
+		Returns: []string{
+			"n > 0: the counter was deleted; n was the last fence granted",
+			"0: there was no counter (or one at 0, now deleted)",
+			"n < 0: the lock is held, with -n milliseconds left; nothing changed",
+			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write;",
+			"       nothing was changed",
+			"Only for names no process uses any more: see the package documentation.",
+		},
+		Usage: "redis-cli --eval backend/redis/scripts/retire.lua 'fencedlock:{orders}' 'fencedlock:{orders}:fence'",
+	},
+	{
 		Name:    "fenced_write",
 		Summary: "Write fields of a hash if, and only if, the fencing rule accepts the token.",
 		Keys: []Param{
