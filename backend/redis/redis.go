@@ -97,9 +97,11 @@ type Options struct {
 	ShardedPubSub bool
 
 	// MaxShardedConns bounds the subscription connections of
-	// ShardedPubSub: the hash slots watched at once. A Watch on one more
-	// slot fails (the Locker then waits with the holder's TTL hint and
-	// retries instead of being woken). Default DefaultMaxShardedConns;
+	// ShardedPubSub: the hash slots watched at once, counting slots whose
+	// connection is being given back. A Watch on one more slot waits
+	// (bounded by its ctx) while a connection is being given back, and
+	// otherwise fails at once (the Locker then waits with the holder's TTL
+	// hint and retries instead of being woken). Default DefaultMaxShardedConns;
 	// at most 16384 (the number of slots). Ignored without ShardedPubSub.
 	MaxShardedConns int
 
@@ -715,8 +717,8 @@ func (b *Backend) unref(slot uint16, sh *slotHub) {
 // confirmed by the server before Watch returns. stop must be called once.
 // With Options.ShardedPubSub, watches use SSUBSCRIBE on the node
 // serving the key's slot, one connection per slot watched at the moment
-// (at most Options.MaxShardedConns: a Watch on one more slot fails, and
-// the Locker falls back to the holder's TTL hint); a slot migrated
+// (at most Options.MaxShardedConns: beyond, a Watch fails and the Locker
+// falls back to the holder's TTL hint); a slot migrated
 // away ends its sharded subscriptions on the server, after which waiters of
 // that slot fall back to the holder's TTL hint until they watch again.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -129,4 +130,17 @@ func TestShardedHubsReclaimed(t *testing.T) {
 		stop()
 	}
 	waitFor(t, 10*time.Second, "no subscribed connection", func() bool { return subscribedClients(t, c) == 0 })
+}
+
+// TestMaxShardedConnsOption: the default and the range of MaxShardedConns.
+func TestMaxShardedConnsOption(t *testing.T) {
+	b, _, c := newMini(t)
+	if got := b.Options().MaxShardedConns; got != DefaultMaxShardedConns {
+		t.Fatalf("default MaxShardedConns %d", got)
+	}
+	for _, n := range []int{-1, 16385} {
+		if _, err := New(c, Options{ShardedPubSub: true, MaxShardedConns: n}); !errors.Is(err, fencedlock.ErrInvalid) {
+			t.Errorf("MaxShardedConns %d: %v, want ErrInvalid", n, err)
+		}
+	}
 }
