@@ -144,3 +144,63 @@ func TestMaxShardedConnsOption(t *testing.T) {
 		}
 	}
 }
+
+// TestShardedHubsReclaimedCluster: the same on a 3-master Redis Cluster,
+// where each slot's subscription is made on the node serving it. After
+// watching keys in 120 slots of all three nodes one after the other, the
+// connections given back sit in rueidis's pool of each node (at most
+// MaxShardedConns per node, as at most that many are in use at once), and
+// none is subscribed.
+func TestShardedHubsReclaimedCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	c := cl.Client(t, nil)
+	const max = 4
+	b, err := New(c, Options{ShardedPubSub: true, MaxShardedConns: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	clients := func() (total, subscribed int64) {
+		for _, n := range cl.Nodes {
+			nc := n.Client(t, nil)
+			total += connectedClients(t, nc) - 1 // not nc itself
+			subscribed += int64(subscribedClients(t, nc))
+			nc.Close()
+		}
+		return total, subscribed
+	}
+	base, _ := clients()
+	const slots = 120
+	nodes := make(map[string]bool)
+	for _, k := range distinctSlotKeys(t, b, slots) {
+		_, stop, err := b.Watch(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes) < len(cl.Nodes) {
+			nodes[cl.Owner(t, cl.KeySlot(t, b.Channel(k))).Addr] = true
+		}
+		stop()
+	}
+	if len(nodes) != len(cl.Nodes) {
+		t.Fatalf("the watched slots are on %d of %d nodes", len(nodes), len(cl.Nodes))
+	}
+	var total, subscribed int64
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		total, subscribed = clients()
+		b.hubsMu.Lock()
+		hubs := len(b.hubs) + b.closing
+		b.hubsMu.Unlock()
+		if subscribed == 0 && hubs == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("every watch stopped: %d subscribed connections, %d hubs", subscribed, hubs)
+		}
+	}
+	if total-base > max*int64(len(cl.Nodes)) {
+		t.Fatalf("after watching %d slots: %d connections more than before on %d nodes, want at most %d", slots, total-base, len(cl.Nodes), max*len(cl.Nodes))
+	}
+	t.Logf("cluster: watched %d slots on %d nodes one after the other: %d connections more than before, none subscribed", slots, len(cl.Nodes), total-base)
+}
