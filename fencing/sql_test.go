@@ -111,7 +111,6 @@ var ruleSteps = []struct {
 // and checks the row and the error after every step.
 func TestSQLSetRule(t *testing.T) {
 	db := openPG(t)
-	ctx := context.Background()
 	styles := []struct {
 		name string
 		tab  fencing.SQLTable
@@ -126,35 +125,43 @@ func TestSQLSetRule(t *testing.T) {
 			if _, err := db.Exec(`INSERT INTO resources (key) VALUES ($1)`, key); err != nil {
 				t.Fatal(err)
 			}
-			var accepted fencing.Token
-			var from string
-			for i, s := range ruleSteps {
-				before := readRow(t, db, key)
-				value := fmt.Sprintf("v%d", i)
-				err := st.tab.Set(ctx, st.exec, key, value, s.token, s.holder)
-				after := readRow(t, db, key)
-				if s.accept {
-					if err != nil {
-						t.Fatalf("step %d (%s): rejected: %v", i, s.why, err)
-					}
-					if after.value.String != value || after.fence != int64(s.token) || after.holder != s.holder {
-						t.Fatalf("step %d (%s): row %+v", i, s.why, after)
-					}
-					accepted, from = s.token, s.holder
-					continue
-				}
-				var se *fencing.StaleError
-				if !errors.As(err, &se) || !errors.Is(err, fencing.ErrStale) {
-					t.Fatalf("step %d (%s): %v, want a StaleError", i, s.why, err)
-				}
-				if se.Accepted != accepted || se.AcceptedFrom != from || se.Token != s.token || se.Holder != s.holder {
-					t.Fatalf("step %d (%s): %+v, want accepted %d from %s", i, s.why, *se, accepted, from)
-				}
-				if before != after {
-					t.Fatalf("step %d (%s): rejected write changed the row: %+v -> %+v", i, s.why, before, after)
-				}
-			}
+			runRuleSteps(t, st.tab, st.exec, key, func() row { return readRow(t, db, key) })
 		})
+	}
+}
+
+// runRuleSteps applies ruleSteps to the row of key, which holds fence 0,
+// reading it back with read after every step.
+func runRuleSteps(t *testing.T, tab fencing.SQLTable, exec fencing.SQLExecer, key string, read func() row) {
+	t.Helper()
+	ctx := context.Background()
+	var accepted fencing.Token
+	var from string
+	for i, s := range ruleSteps {
+		before := read()
+		value := fmt.Sprintf("v%d", i)
+		err := tab.Set(ctx, exec, key, value, s.token, s.holder)
+		after := read()
+		if s.accept {
+			if err != nil {
+				t.Fatalf("step %d (%s): rejected: %v", i, s.why, err)
+			}
+			if after.value.String != value || after.fence != int64(s.token) || after.holder != s.holder {
+				t.Fatalf("step %d (%s): row %+v", i, s.why, after)
+			}
+			accepted, from = s.token, s.holder
+			continue
+		}
+		var se *fencing.StaleError
+		if !errors.As(err, &se) || !errors.Is(err, fencing.ErrStale) {
+			t.Fatalf("step %d (%s): %v, want a StaleError", i, s.why, err)
+		}
+		if se.Accepted != accepted || se.AcceptedFrom != from || se.Token != s.token || se.Holder != s.holder {
+			t.Fatalf("step %d (%s): %+v, want accepted %d from %s", i, s.why, *se, accepted, from)
+		}
+		if before != after {
+			t.Fatalf("step %d (%s): rejected write changed the row: %+v -> %+v", i, s.why, before, after)
+		}
 	}
 }
 
@@ -201,10 +208,13 @@ func TestSQLInvalid(t *testing.T) {
 		{"token above int64", good, math.MaxInt64 + 1, "A", fencing.ErrInvalidToken},
 		{"empty holder", good, 1, "", fencing.ErrInvalidToken},
 		{"no table", fencing.SQLTable{}, 1, "A", fencing.ErrInvalidTable},
-		{"injection in table", fencing.SQLTable{Table: "resources; DROP TABLE x"}, 1, "A", fencing.ErrInvalidTable},
-		{"quoted column", fencing.SQLTable{Table: "resources", FenceColumn: `"fence"`}, 1, "A", fencing.ErrInvalidTable},
+		{"empty schema", fencing.SQLTable{Table: ".resources"}, 1, "A", fencing.ErrInvalidTable},
+		{"empty table after schema", fencing.SQLTable{Table: "app."}, 1, "A", fencing.ErrInvalidTable},
+		{"NUL in column", fencing.SQLTable{Table: "resources", FenceColumn: "fe\x00nce"}, 1, "A", fencing.ErrInvalidTable},
 		{"two dots", fencing.SQLTable{Table: "a.b.c"}, 1, "A", fencing.ErrInvalidTable},
 		{"unknown placeholder", fencing.SQLTable{Table: "resources", Placeholder: 7}, 1, "A", fencing.ErrInvalidTable},
+		{"unknown dialect", fencing.SQLTable{Table: "resources", Dialect: 7}, 1, "A", fencing.ErrInvalidTable},
+		{"MySQL with Dollar", fencing.SQLTable{Table: "resources", Dialect: fencing.MySQL}, 1, "A", fencing.ErrInvalidTable},
 	}
 	for _, tc := range cases {
 		var db countingDB

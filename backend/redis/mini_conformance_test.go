@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,9 +16,49 @@ import (
 // miniHarness runs the conformance suite on miniredis: the fast path, not
 // the evidence (TestConformance runs it on a real redis-server).
 type miniHarness struct {
-	t   *testing.T
-	m   *miniredis.Miniredis
-	ops *Backend
+	t     *testing.T
+	m     *miniredis.Miniredis
+	ops   *Backend
+	clock *miniClock
+}
+
+// miniClock moves miniredis's clock, whose keys expire only when told,
+// with the real clock: right before every command a client sends (see
+// clockClient), by the real time since the previous move. A key set by a
+// command so expires no earlier than its TTL after that command was sent
+// (the move before it happened later than the send), and is seen expired
+// by the first command after that. A ticker moving the clock instead
+// expired keys early when a tick came late on a loaded machine: it
+// counted the time before the key was set.
+type miniClock struct {
+	m    *miniredis.Miniredis
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (c *miniClock) move() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	c.m.FastForward(now.Sub(c.last))
+	c.last = now
+}
+
+// clockClient moves the clock before every Do and DoMulti (the scripts run
+// through Do; WAIT pipelines through DoMulti).
+type clockClient struct {
+	rueidis.Client
+	clock *miniClock
+}
+
+func (c clockClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.clock.move()
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c clockClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	c.clock.move()
+	return c.Client.DoMulti(ctx, cmds...)
 }
 
 func (h *miniHarness) client() rueidis.Client {
@@ -26,7 +67,7 @@ func (h *miniHarness) client() rueidis.Client {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(c.Close)
-	return c
+	return clockClient{Client: c, clock: h.clock}
 }
 
 func (h *miniHarness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
@@ -42,30 +83,12 @@ func (h *miniHarness) Config() conformance.Config {
 	return conformance.Config{ExpirySlack: 100 * time.Millisecond}
 }
 
-// TestConformanceMiniredis runs the public suite on miniredis, whose keys
-// expire only when told: a ticker follows the real clock.
+// TestConformanceMiniredis runs the public suite on miniredis, whose clock
+// follows the real one (miniClock).
 func TestConformanceMiniredis(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
 		m := miniredis.RunT(t)
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			last := time.Now()
-			tk := time.NewTicker(5 * time.Millisecond)
-			defer tk.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case now := <-tk.C:
-					m.FastForward(now.Sub(last))
-					last = now
-				}
-			}
-		}()
-		t.Cleanup(func() { close(stop); <-done })
-		h := &miniHarness{t: t, m: m}
+		h := &miniHarness{t: t, m: m, clock: &miniClock{m: m, last: time.Now()}}
 		ops, err := New(h.client(), Options{})
 		if err != nil {
 			t.Fatal(err)

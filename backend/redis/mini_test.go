@@ -74,7 +74,8 @@ func TestMiniCorrupt(t *testing.T) {
 
 func TestParseFence(t *testing.T) {
 	for s, want := range map[string]bool{"0": true, "1": true, "999999999999999": true,
-		"": false, "00": false, "01": false, "-1": false, "1a": false, "1000000000000000": false} {
+		"1000000000000000": true, "9007199254740992": true, "": false, "00": false, "01": false, "-1": false, "1a": false,
+		"9007199254740993": false, "9999999999999999": false, "10000000000000000": false, "18446744073709551616": false} {
 		if _, ok := parseFence(s); ok != want {
 			t.Errorf("parseFence(%q) ok=%v, want %v", s, ok, want)
 		}

@@ -26,6 +26,9 @@ const (
 	DefaultWaitTimeout = time.Second
 	// MaxKeyPrefixLen is the longest KeyPrefix accepted, in bytes.
 	MaxKeyPrefixLen = 256
+	// DefaultMaxShardedConns bounds the subscription connections of
+	// Options.ShardedPubSub when Options.MaxShardedConns is zero.
+	DefaultMaxShardedConns = 64
 )
 
 var (
@@ -38,6 +41,16 @@ var (
 	// acknowledged by fewer than Options.WaitReplicas replicas within
 	// Options.WaitTimeout. The lock was released again (token-checked).
 	ErrReplication = errors.New("redis: too few replicas acknowledged")
+	// ErrFenceExhausted is wrapped by the error of an Acquire of a free
+	// lock whose fence counter is at [MaxFence]: the scripts cannot grant a
+	// greater fence exactly, so the lock cannot be taken again under its
+	// name. Nothing was changed. No retry helps; see [MaxFence].
+	ErrFenceExhausted = errors.New("redis: fence counter exhausted")
+	// ErrEvictionPolicy is wrapped by the error of [New] when a server's
+	// maxmemory-policy is not noeviction: such a server may evict a held
+	// lock key (two holders at once) or a fence counter (the fences of its
+	// name restart at 1). See [Options.AllowEvictingPolicy].
+	ErrEvictionPolicy = errors.New("redis: maxmemory-policy may evict fencedlock's keys")
 )
 
 // Options configures a [Backend]. The zero value means the documented
@@ -72,8 +85,10 @@ type Options struct {
 	// a release then reaches only the shard serving the key's slot instead
 	// of being broadcast to every node, as PUBLISH is. Set it on Redis
 	// Cluster 7 or later (a server without SPUBLISH fails every release).
-	// Waiters then use one subscription connection per hash slot they
-	// have watched, kept open until Close.
+	// Waiters then use one subscription connection per hash slot watched
+	// at the moment (a sharded subscription must be made on the node
+	// serving the slot), at most MaxShardedConns; the connection of a slot
+	// goes back to rueidis's pool, unsubscribed, when its last watch stops.
 	// Every backend sharing a store must use the same setting, or waiters
 	// miss wake-ups and fall back to the holder's TTL hint. Default false:
 	// PUBLISH and SUBSCRIBE, which work on every topology. It is not
@@ -81,8 +96,29 @@ type Options struct {
 	// cluster mode for servers that merely answer CLUSTER SLOTS (miniredis).
 	ShardedPubSub bool
 
+	// MaxShardedConns bounds the subscription connections of
+	// ShardedPubSub: the hash slots watched at once, counting slots whose
+	// connection is being given back. A Watch on one more slot waits
+	// (bounded by its ctx) while a connection is being given back, and
+	// otherwise fails at once (the Locker then waits with the holder's TTL
+	// hint and retries instead of being woken). Default DefaultMaxShardedConns;
+	// at most 16384 (the number of slots). Ignored without ShardedPubSub.
+	MaxShardedConns int
+
+	// AllowEvictingPolicy lets [New] accept a server whose maxmemory-policy
+	// is not noeviction, logging a warning instead of failing with an
+	// error wrapping ErrEvictionPolicy. Under an allkeys-* policy Redis may
+	// evict a held lock key and a fence counter: a second holder gets the
+	// lock while the first still runs, with a fence that restarts at 1.
+	// Under a volatile-* policy it may evict held lock keys (they have a
+	// TTL): two holders at once, though fences stay monotonic. Set it only
+	// for a server that never reaches maxmemory. Default false.
+	AllowEvictingPolicy bool
+
 	// Logger receives debug records about subscriptions and reconnections
-	// (keys and channel names, never owner tokens). Default: no logging.
+	// (keys and channel names, never owner tokens), and warnings from New
+	// (an evicting policy allowed, or a policy New could not read).
+	// Default: no logging.
 	Logger *slog.Logger
 }
 
@@ -101,6 +137,12 @@ func (o Options) resolve() (Options, error) {
 	}
 	if o.WaitTimeout < 0 {
 		return o, fmt.Errorf("redis: WaitTimeout %v negative: %w", o.WaitTimeout, fencedlock.ErrInvalid)
+	}
+	if o.MaxShardedConns < 0 || o.MaxShardedConns > 16384 {
+		return o, fmt.Errorf("redis: MaxShardedConns %d outside 0..16384: %w", o.MaxShardedConns, fencedlock.ErrInvalid)
+	}
+	if o.MaxShardedConns == 0 {
+		o.MaxShardedConns = DefaultMaxShardedConns
 	}
 	if o.WaitReplicas > 0 && o.WaitTimeout == 0 {
 		o.WaitTimeout = DefaultWaitTimeout
@@ -124,10 +166,22 @@ type Backend struct {
 	// sharded is Options.ShardedPubSub: release publishes with
 	// SPUBLISH and watches use SSUBSCRIBE, one subscription connection
 	// per hash slot watched (a sharded subscription must be made on the
-	// node serving the channel's slot).
+	// node serving the channel's slot). A slot's hub lives while it has
+	// watches (refs); the last stop removes it and closes it in the
+	// background (reclaim), which Close waits for.
 	sharded bool
 	hubsMu  sync.Mutex
-	hubs    map[uint16]*hub
+	hubs    map[uint16]*slotHub // nil once closed
+	closing int                 // hubs removed from hubs, still closing
+	freed   chan struct{}       // closed (and replaced) when one of them is closed
+	reclaim sync.WaitGroup
+}
+
+// slotHub is the hub of one hash slot and the number of watches using it
+// (guarded by Backend.hubsMu).
+type slotHub struct {
+	h    *hub
+	refs int
 }
 
 var (
@@ -136,9 +190,23 @@ var (
 	_ fencedlock.Inspector = (*Backend)(nil)
 )
 
+// evictionCheckTimeout bounds the INFO memory New sends to each node.
+const evictionCheckTimeout = 5 * time.Second
+
 // New returns a Backend that uses client. It does not take ownership of
 // client: [Backend.Close] leaves it open. Invalid options or a nil client
 // return an error wrapping [fencedlock.ErrInvalid].
+//
+// New reads maxmemory-policy from every node the client knows (INFO
+// memory, one round trip per node, at most 5 s each). Only noeviction
+// keeps fencedlock safe when the server runs out of memory (writes then
+// fail with OOM instead of keys disappearing): under any other policy New
+// fails with an error wrapping [ErrEvictionPolicy], unless
+// [Options.AllowEvictingPolicy]. A server that refuses INFO (an ACL
+// without +info, a managed service) is logged as a warning through
+// [Options.Logger], and New goes on; an error reaching a node fails New.
+// The policy is read once: keep it noeviction (see the package
+// documentation, "Memory").
 func New(client rueidis.Client, opts Options) (*Backend, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redis: nil client: %w", fencedlock.ErrInvalid)
@@ -147,14 +215,67 @@ func New(client rueidis.Client, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	defer cancel()
+	if err := checkEviction(ctx, client, o); err != nil {
+		return nil, err
+	}
 	b := &Backend{c: client, opts: o}
 	if o.ShardedPubSub {
 		b.sharded = true
-		b.hubs = make(map[uint16]*hub)
+		b.hubs = make(map[uint16]*slotHub)
+		b.freed = make(chan struct{})
 	} else {
 		b.hub = newHub(client, o.Logger, false)
 	}
 	return b, nil
+}
+
+// checkEviction reads maxmemory-policy from every node of c (see New).
+func checkEviction(ctx context.Context, c rueidis.Client, o Options) error {
+	for addr, n := range c.Nodes() {
+		info, err := n.Do(ctx, n.B().Info().Section("memory").Build()).ToString()
+		if _, ok := rueidis.IsRedisErr(err); ok {
+			o.Logger.Warn("redis: cannot read maxmemory-policy (INFO refused); make sure it is noeviction, "+
+				"or lock keys and fence counters may be evicted", "addr", addr, "err", err)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("redis: reading maxmemory-policy of %s: %w", addr, err)
+		}
+		policy, maxmemory := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
+		if policy == "" {
+			o.Logger.Warn("redis: the server does not report maxmemory-policy; make sure it is noeviction, "+
+				"or lock keys and fence counters may be evicted", "addr", addr)
+			continue
+		}
+		if policy == "noeviction" {
+			continue
+		}
+		what := "held lock keys (they have a TTL): two holders at once"
+		if strings.HasPrefix(policy, "allkeys-") {
+			what = "held lock keys and fence counters: two holders at once, and fences that restart at 1"
+		}
+		if o.AllowEvictingPolicy {
+			o.Logger.Warn("redis: maxmemory-policy is not noeviction (allowed by Options.AllowEvictingPolicy): "+
+				"at maxmemory the server may evict "+what, "addr", addr, "policy", policy, "maxmemory", maxmemory)
+			continue
+		}
+		return fmt.Errorf("redis: %s has maxmemory-policy %s (maxmemory %s): at maxmemory it may evict %s; "+
+			"set maxmemory-policy noeviction, or Options.AllowEvictingPolicy to accept the risk: %w",
+			addr, policy, maxmemory, what, ErrEvictionPolicy)
+	}
+	return nil
+}
+
+// infoField returns the value of name in an INFO reply, or "".
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // Options returns the options in effect, defaults filled in.
@@ -231,6 +352,9 @@ func wrap(op, key string, err error) error {
 		// Redis puts the code first; some compatible servers (miniredis)
 		// wrap script errors, so look for it anywhere.
 		msg := re.Error()
+		if strings.Contains(msg, exhaustedCode) {
+			return fmt.Errorf("redis: %s %q: %w (use another lock name; see MaxFence): %w", op, key, ErrFenceExhausted, err)
+		}
 		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, corruptCode) {
 			return fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)
 		}
@@ -421,12 +545,58 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 	return info, nil
 }
 
-// maxFenceDigits is the longest fence counter the scripts accept (luagen
-// MaxFenceDigits): below 2^53, so exact in Lua numbers.
-const maxFenceDigits = 15
+// RetireFence deletes the fence counter of key if key is not held, in one
+// step (scripts/retire.lua), and returns the last fence granted (0 if there
+// was no counter). If key is held it changes nothing and returns a
+// *[fencedlock.HeldError]; a key fencedlock did not write returns an error
+// wrapping [ErrCorrupt].
+//
+// Fence counters never expire (see the package documentation, "Memory"):
+// RetireFence is how an operator reclaims the counter of a name no
+// process uses any more. After it, a new Acquire of key starts again at
+// fence 1, so retire a name only when no holder of it can still write
+// (every process that used it has stopped using it: a paused holder
+// resumes with its old fence), and either the resources it guarded are
+// gone, or they keep their fence records: then they reject the new
+// name's smaller fences until the counter passes the record. To reuse a
+// retired name with monotonic fences, first restore its counter to the
+// returned fence: SET <FenceKey(key)> <fence> NX.
+func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, error) {
+	if b.closed.Load() {
+		return 0, errClosed("retire fence", key)
+	}
+	if err := fencedlock.ValidateKey(key); err != nil {
+		return 0, fmt.Errorf("redis: retire fence: %w", err)
+	}
+	lk := b.LockKey(key)
+	n, err := retireScript.Exec(ctx, b.c, []string{lk, lk + fenceSuffix}, nil).AsInt64()
+	if err != nil {
+		return 0, wrap("retire fence", key, err)
+	}
+	if n < 0 {
+		return 0, &fencedlock.HeldError{Key: key, RetryAfter: time.Duration(-n) * time.Millisecond}
+	}
+	return fencing.Token(n), nil
+}
+
+// MaxFence is the greatest fence the Redis backend grants: 2^53, up to
+// which every integer is exact in Lua numbers (doubles), through which the
+// scripts pass INCR's reply. Every fence up to MaxFence is granted
+// exactly; an Acquire of a free lock whose counter is at MaxFence fails
+// with an error wrapping [ErrFenceExhausted] and changes nothing, and a
+// counter above it is reported as [ErrCorrupt]. Counting there takes 2^53
+// acquisitions of one name (285 years at a million a second): a counter
+// reaches it only when set by hand. The name is then spent: use another
+// lock name, and reset the fence records of the resources it guarded
+// (they hold fences up to MaxFence and would reject the new name's small
+// fences) while no holder of the old name can still write.
+const MaxFence fencing.Token = 1 << 53
+
+// maxFenceDigits is the length of MaxFence in decimal.
+const maxFenceDigits = 16
 
 // parseFence applies the acquire script's rule for a fence counter: "0" or
-// a decimal without sign or leading zero, at most maxFenceDigits digits.
+// a decimal without sign or leading zero, at most MaxFence.
 func parseFence(s string) (fencing.Token, bool) {
 	if s == "" || len(s) > maxFenceDigits || (s[0] == '0' && len(s) > 1) {
 		return 0, false
@@ -438,6 +608,9 @@ func parseFence(s string) (fencing.Token, bool) {
 			return 0, false
 		}
 		v = v*10 + uint64(c-'0')
+	}
+	if fencing.Token(v) > MaxFence {
+		return 0, false
 	}
 	return fencing.Token(v), true
 }
@@ -456,31 +629,84 @@ func (b *Backend) Close() error {
 	hubs := b.hubs
 	b.hubs = nil
 	b.hubsMu.Unlock()
-	for _, h := range hubs {
-		h.close()
+	for _, sh := range hubs {
+		sh.h.close()
 	}
+	b.reclaim.Wait()
 	return nil
 }
 
-// hubFor returns the hub that watches channel: the only one, or on a
-// cluster the one of channel's hash slot.
-func (b *Backend) hubFor(channel string) (*hub, error) {
+// errTooManySlots is returned by hubFor when MaxShardedConns slots are
+// watched already.
+var errTooManySlots = errors.New("hash slots watched at once reach Options.MaxShardedConns")
+
+// hubFor returns the hub that watches channel (the only one, or with
+// ShardedPubSub the one of channel's hash slot) and a function to call
+// once the watch made on it ends. With MaxShardedConns slots watched, it
+// waits (bounded by ctx) for a hub that is closing, or fails at once if
+// none is.
+func (b *Backend) hubFor(ctx context.Context, channel string) (*hub, func(), error) {
 	if !b.sharded {
-		return b.hub, nil
+		return b.hub, func() {}, nil
 	}
 	cmd := b.c.B().Ssubscribe().Channel(channel).Build()
 	slot := cmd.Slot()
 	b.hubsMu.Lock()
 	defer b.hubsMu.Unlock()
-	if b.hubs == nil {
-		return nil, fencedlock.ErrClosed
+	for {
+		if b.hubs == nil {
+			return nil, nil, fencedlock.ErrClosed
+		}
+		sh := b.hubs[slot]
+		if sh == nil && len(b.hubs)+b.closing < b.opts.MaxShardedConns {
+			sh = &slotHub{h: newHub(b.c, b.opts.Logger, true)}
+			b.hubs[slot] = sh
+		}
+		if sh != nil {
+			sh.refs++
+			return sh.h, func() { b.unref(slot, sh) }, nil
+		}
+		// Hubs still closing hold their connection: they count.
+		if b.closing == 0 {
+			return nil, nil, fmt.Errorf("%d %w", len(b.hubs), errTooManySlots)
+		}
+		freed := b.freed
+		b.hubsMu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			b.hubsMu.Lock()
+			return nil, nil, ctx.Err()
+		}
+		b.hubsMu.Lock()
 	}
-	h := b.hubs[slot]
-	if h == nil {
-		h = newHub(b.c, b.opts.Logger, true)
-		b.hubs[slot] = h
+}
+
+// unref ends one watch of sh; the last one removes the hub and closes it
+// (its connection goes back to rueidis's pool, which unsubscribes it) in
+// the background, so that stopping a watch does not wait for the server.
+func (b *Backend) unref(slot uint16, sh *slotHub) {
+	b.hubsMu.Lock()
+	sh.refs--
+	idle := sh.refs == 0 && b.hubs != nil && b.hubs[slot] == sh
+	if idle {
+		delete(b.hubs, slot)
+		b.closing++
+		b.reclaim.Add(1)
 	}
-	return h, nil
+	b.hubsMu.Unlock()
+	if idle {
+		go func() {
+			defer b.reclaim.Done()
+			sh.h.close()
+			b.hubsMu.Lock()
+			b.closing--
+			close(b.freed)
+			b.freed = make(chan struct{})
+			b.hubsMu.Unlock()
+			b.opts.Logger.Debug("redis: idle sharded subscription connection given back", "slot", slot)
+		}()
+	}
 }
 
 // Watch implements [fencedlock.Notifier]: the returned channel receives a
@@ -490,7 +716,9 @@ func (b *Backend) hubFor(channel string) (*hub, error) {
 // SUBSCRIBE per channel however many waiters watch it. The subscription is
 // confirmed by the server before Watch returns. stop must be called once.
 // With Options.ShardedPubSub, watches use SSUBSCRIBE on the node
-// serving the key's slot, one connection per slot watched; a slot migrated
+// serving the key's slot, one connection per slot watched at the moment
+// (at most Options.MaxShardedConns: beyond, a Watch fails and the Locker
+// falls back to the holder's TTL hint); a slot migrated
 // away ends its sharded subscriptions on the server, after which waiters of
 // that slot fall back to the holder's TTL hint until they watch again.
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
@@ -498,9 +726,23 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 		return nil, nil, errClosed("watch", key)
 	}
 	ch := b.Channel(key)
-	h, err := b.hubFor(ch)
-	if err != nil {
+	h, unref, err := b.hubFor(ctx, ch)
+	if errors.Is(err, fencedlock.ErrClosed) {
 		return nil, nil, errClosed("watch", key)
 	}
-	return h.watch(ctx, key, ch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis: watch %q: %w", key, err)
+	}
+	notify, stop, err := h.watch(ctx, key, ch)
+	if err != nil {
+		unref()
+		return nil, nil, err
+	}
+	var once sync.Once
+	return notify, func() {
+		once.Do(func() {
+			stop()
+			unref()
+		})
+	}, nil
 }

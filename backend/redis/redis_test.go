@@ -207,7 +207,7 @@ func TestCorruptFenceCounter(t *testing.T) {
 	srv := redistest.Start(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
-	for _, bad := range []string{"abc", "-5", "1.5", "0012", "+3", " 7", "", "1234567890123456", "9223372036854775807"} {
+	for _, bad := range []string{"abc", "-5", "1.5", "0012", "+3", " 7", "", "9007199254740993", "12345678901234567", "9223372036854775807"} {
 		key := "bad-" + bad
 		fk := b.FenceKey(key)
 		do(t, c, "SET", fk, bad)
@@ -227,7 +227,7 @@ func TestCorruptFenceCounter(t *testing.T) {
 		}
 	}
 	// Valid counters continue.
-	for _, good := range []string{"0", "41", "999999999999999"} {
+	for _, good := range []string{"0", "41", "999999999999999", "1234567890123456", "9007199254740991"} {
 		key := "good-" + good
 		do(t, c, "SET", b.FenceKey(key), good)
 		g := acquire(t, b, key, time.Second)

@@ -20,6 +20,8 @@ var (
 	releaseLua string
 	//go:embed scripts/inspect.lua
 	inspectLua string
+	//go:embed scripts/retire.lua
+	retireLua string
 )
 
 // Names shared with the scripts (internal/luagen consts).
@@ -27,6 +29,7 @@ const (
 	fenceSuffix    = ":fence"
 	releasedSuffix = ":released" // luagen ReleasedSuffix
 	corruptCode    = "FENCEDLOCK_CORRUPT"
+	exhaustedCode  = "FENCEDLOCK_EXHAUSTED"
 )
 
 // Prebuilt scripts: the SHA-1 is computed once; Exec sends EVALSHA and
@@ -36,6 +39,7 @@ var (
 	renewScript   = rueidis.NewLuaScript(renewLua)
 	releaseScript = rueidis.NewLuaScript(releaseLua)
 	inspectScript = rueidis.NewLuaScript(inspectLua)
+	retireScript  = rueidis.NewLuaScript(retireLua)
 
 	// acquireSHA is used when Acquire pipelines the script with WAIT.
 	acquireSHA = sha1hex(acquireLua)

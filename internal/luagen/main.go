@@ -60,15 +60,18 @@ type Script struct {
 type Consts struct {
 	ReleasedSuffix string // channel = lock key .. ReleasedSuffix
 	CorruptCode    string // error code of replies about values fencedlock did not write
-	MaxFenceDigits int    // longest fence counter accepted, in decimal digits
+	ExhaustedCode  string // error code of the acquire of a free lock whose counter is at MaxFence
+	MaxFence       string // the greatest fence granted, in decimal: 2^53
 }
 
 var consts = Consts{
 	ReleasedSuffix: ":released",
 	CorruptCode:    "FENCEDLOCK_CORRUPT",
-	// 15 digits stay below 2^53, so the counter survives Lua's doubles
-	// exactly; 10^15 acquisitions of one key are out of reach.
-	MaxFenceDigits: 15,
+	ExhaustedCode:  "FENCEDLOCK_EXHAUSTED",
+	// 2^53 is the greatest integer up to which Lua numbers (doubles) are
+	// all exact: INCR's reply becomes a Lua number, so every fence up to
+	// 2^53 is granted exactly and none above it.
+	MaxFence: "9007199254740992",
 }
 
 // scripts is the table of generated scripts. Add an entry and a template
@@ -89,8 +92,10 @@ var scripts = []Script{
 			"n > 0: acquired; n is the fence granted (for an owner that already",
 			"       holds the lock: its fence again, and the lease is set to ttl)",
 			"n <= 0: held by another owner, who has -n milliseconds left",
-			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write;",
-			"       nothing was changed",
+			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write",
+			"       (or a fence counter has a TTL); nothing was changed",
+			"error " + consts.ExhaustedCode + ": the lock is free and its fence counter is at",
+			"       " + consts.MaxFence + " (2^53), the greatest fence Lua grants exactly; nothing was changed",
 		},
 	},
 	{
@@ -136,13 +141,30 @@ var scripts = []Script{
 		},
 	},
 	{
+		Name:    "retire",
+		Summary: "Delete the fence counter of a lock name that is not held, and return its last fence.",
+		Keys: []Param{
+			{"lock key", "the lock"},
+			{"fence key", "the fence counter to delete (same hash slot as KEYS[1])"},
+		},
+		Returns: []string{
+			"n > 0: the counter was deleted; n was the last fence granted",
+			"0: there was no counter (or one at 0, now deleted)",
+			"n < 0: the lock is held, with -n milliseconds left; nothing changed",
+			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write;",
+			"       nothing was changed",
+			"Only for names no process uses any more: see the package documentation.",
+		},
+		Usage: "redis-cli --eval backend/redis/scripts/retire.lua 'fencedlock:{orders}' 'fencedlock:{orders}:fence'",
+	},
+	{
 		Name:    "fenced_write",
 		Summary: "Write fields of a hash if, and only if, the fencing rule accepts the token.",
 		Keys: []Param{
 			{"hash", "the guarded resource: a hash holding the caller's fields and the fence record (fields fencedlock:fence and fencedlock:holder)"},
 		},
 		Args: []Param{
-			{"token", "the fencing token presented, in decimal (1 to 20 digits, no leading zero)"},
+			{"token", "the fencing token presented: a uint64 in decimal, 1 to 18446744073709551615, no sign, no leading zero"},
 			{"holder", "the holder id presented (non-empty; never the owner token)"},
 			{"field", "the first field to set (not a reserved field)"},
 			{"value", "its value; further field, value pairs may follow"},

@@ -10,16 +10,35 @@
 --   n > 0: acquired; n is the fence granted (for an owner that already
 --          holds the lock: its fence again, and the lease is set to ttl)
 --   n <= 0: held by another owner, who has -n milliseconds left
---   error FENCEDLOCK_CORRUPT: a key holds a value fencedlock did not write;
---          nothing was changed
+--   error FENCEDLOCK_CORRUPT: a key holds a value fencedlock did not write
+--          (or a fence counter has a TTL); nothing was changed
+--   error FENCEDLOCK_EXHAUSTED: the lock is free and its fence counter is at
+--          9007199254740992 (2^53), the greatest fence Lua grants exactly; nothing was changed
 -- Input comes only through KEYS and ARGV.
 
 -- Check the fence counter before changing anything: a script is not rolled
 -- back when a later command fails, so INCR must not be the first to notice
 -- a bad counter. GET fails with WRONGTYPE for a non-string.
 local fence = redis.call('GET', KEYS[2])
-if fence and not (#fence <= 15 and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) then
+if fence and not ((#fence < 16 or (#fence == 16 and fence <= '9007199254740992')) and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) then
   return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' does not hold a fence counter')
+end
+-- A counter must never expire: once gone, the fences of its name would
+-- restart at 1. One with a TTL was set so by hand (or by a tool); refuse it
+-- before it expires, so the operator can PERSIST it.
+if fence then
+  local cttl = redis.call('PTTL', KEYS[2])
+  if cttl ~= -1 then
+    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
+  end
+end
+
+-- A free lock whose counter is at MaxFence cannot be granted a greater
+-- fence exactly. (Held, it is handled below: the holder's retry gets its
+-- fence again, others wait.)
+if fence == '9007199254740992' and redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('FENCEDLOCK_EXHAUSTED fence counter ' .. KEYS[2] ..
+    ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
 end
 
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then

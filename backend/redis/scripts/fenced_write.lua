@@ -3,7 +3,7 @@
 -- fenced_write.lua: Write fields of a hash if, and only if, the fencing rule accepts the token.
 --
 -- KEYS[1]: hash: the guarded resource: a hash holding the caller's fields and the fence record (fields fencedlock:fence and fencedlock:holder)
--- ARGV[1]: token: the fencing token presented, in decimal (1 to 20 digits, no leading zero)
+-- ARGV[1]: token: the fencing token presented: a uint64 in decimal, 1 to 18446744073709551615, no sign, no leading zero
 -- ARGV[2]: holder: the holder id presented (non-empty; never the owner token)
 -- ARGV[3]: field: the first field to set (not a reserved field)
 -- ARGV[4]: value: its value; further field, value pairs may follow
@@ -21,11 +21,16 @@
 -- check and the write touch one key (one Cluster slot).
 local FENCE, HOLDER = 'fencedlock:fence', 'fencedlock:holder'
 
--- A token is a decimal without sign or leading zero, at most 20 digits (any
--- 64-bit token). Tokens are compared as strings, by length first, so the
--- comparison is exact beyond 2^53 where Lua numbers are not.
+-- A token is a uint64 in decimal: no sign, no leading zero, from 1 to
+-- MAX_TOKEN (2^64-1). Lua numbers are doubles, exact only to 2^53, so
+-- tokens are checked and compared as strings: by length first, then
+-- digit by digit.
+local MAX_TOKEN = '18446744073709551615'
 local function isToken(s)
-  return #s <= 20 and string.match(s, '^[1-9]%d*$') ~= nil
+  if #s > #MAX_TOKEN or string.match(s, '^[1-9]%d*$') == nil then
+    return false
+  end
+  return #s < #MAX_TOKEN or s <= MAX_TOKEN
 end
 local function older(a, b)
   if #a ~= #b then
@@ -35,7 +40,11 @@ local function older(a, b)
 end
 
 local token, holder = ARGV[1], ARGV[2]
-if not isToken(token) or holder == '' or #ARGV < 4 or #ARGV % 2 ~= 0 then
+if token ~= nil and not isToken(token) then
+  return redis.error_reply('ERR fencedlock: fenced write: token "' .. token ..
+    '" is not a fencing token (a decimal from 1 to ' .. MAX_TOKEN .. ', no sign, no leading zero); nothing written')
+end
+if token == nil or holder == nil or holder == '' or #ARGV < 4 or #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR fencedlock: fenced write needs a token, a holder id and field/value pairs')
 end
 for i = 3, #ARGV, 2 do

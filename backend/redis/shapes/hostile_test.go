@@ -60,7 +60,7 @@ func TestHostileInput(t *testing.T) {
 			{"text", "SET", "abc"},
 			{"negative", "SET", "-5"},
 			{"leading zero", "SET", "007"},
-			{"16 digits (beyond exact Lua numbers)", "SET", "1000000000000000"},
+			{"above 2^53 (beyond exact Lua numbers)", "SET", "9007199254740993"},
 			{"a hash", "HSET", "f"},
 		} {
 			key := "garbage/" + bad.name

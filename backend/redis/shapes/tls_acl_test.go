@@ -21,6 +21,7 @@ var aclPerms = []string{
 	"+get", "+set", "+incr", "+pexpire", "+pttl", "+del", "+publish", // called by the scripts
 	"+subscribe", "+unsubscribe", // waiters
 	"+ping", "+cluster|slots", // rueidis: health checks, topology detection
+	"+info", // redis.New reads maxmemory-policy
 }
 
 func aclRule(user, pass, keyPattern string, perms []string) string {
