@@ -37,7 +37,7 @@ type SentinelOptions struct {
 	DownAfter time.Duration
 	// VoterDownAfter is down-after-milliseconds of the other sentinels;
 	// default 20s, far beyond the election: with the default DownAfter
-	// the leader was elected 0.7-1.0s after a kill on the loaded machine
+	// the leader was elected 0.7-1.1s after a kill on the loaded machine
 	// (TestSentinelFailover prints it for every round).
 	VoterDownAfter time.Duration
 	// FailoverTimeout is failover-timeout; default 20s. Sentinel also waits
