@@ -9,7 +9,13 @@ MODULE_DIRS := $(patsubst go.mod,.,$(MODULE_DIRS))
 GO        ?= go
 TESTFLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all test lint generate generate-check bench fuzz tidy
+# staticcheck, pinned: `make tools` installs it with go install into GOBIN
+# (default GOPATH/bin); lint installs it first when that version is missing.
+STATICCHECK_VERSION := v0.8.2
+GOBIN_DIR   := $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
+STATICCHECK := $(GOBIN_DIR)/staticcheck
+
+.PHONY: all test lint tools generate generate-check bench fuzz tidy
 
 all: lint test
 
@@ -22,13 +28,22 @@ test: generate-check
 	done
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
 
-## lint: gofmt, go vet, go mod tidy -diff and go mod verify in every module.
-lint:
+## lint: gofmt, go vet, staticcheck, go mod tidy -diff and go mod verify in
+## every module.
+lint: tools
 	@set -e; test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	@set -e; for d in $(MODULE_DIRS); do \
 		echo "== lint $$d"; \
-		(cd $$d && $(GO) vet ./... && $(GO) mod tidy -diff && $(GO) mod verify >/dev/null); \
+		(cd $$d && $(GO) vet ./... && $(STATICCHECK) ./... && $(GO) mod tidy -diff && $(GO) mod verify >/dev/null); \
 	done
+
+## tools: install the pinned linters (staticcheck $(STATICCHECK_VERSION)) unless
+## that version is there already.
+tools:
+	@if ! $(STATICCHECK) -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))'; then \
+		echo "== go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)"; \
+		GOBIN="$(GOBIN_DIR)" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
+	fi
 
 ## generate: regenerate the Lua scripts (and anything else with go:generate).
 generate:

@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages whose servers the tests start on loopback
 # ports of their own. Idempotent; quiet when everything is there already.
+#
+# On a developer's machine it installs and nothing else: servers already
+# running (a local redis-server or PostgreSQL) are left alone; the tests do
+# not need their ports. Only on CI (CI=true, as .ci/run sets) does it stop
+# the system-wide services that a package install may have started.
 set -euo pipefail
 
 need=()
@@ -16,11 +21,13 @@ if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# Package installs may start system-wide services on the default ports; the
-# tests use their own servers, so stop those to free memory and ports.
-for svc in redis-server redis-sentinel postgresql; do
-	(service "$svc" stop >/dev/null 2>&1 || true)
-done
+# CI only: package installs may start system-wide services on the default
+# ports; the tests use their own servers, so stop those to free memory.
+if [ "${CI:-}" = true ]; then
+	for svc in redis-server redis-sentinel postgresql; do
+		(service "$svc" stop >/dev/null 2>&1 || true)
+	done
+fi
 
 redis-server --version
 ls -d /usr/lib/postgresql/*/bin

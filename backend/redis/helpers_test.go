@@ -196,15 +196,6 @@ func (m *monitor) stop() {
 	<-m.done
 }
 
-// take returns the commands seen so far and forgets them.
-func (m *monitor) take() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	c := m.cmds
-	m.cmds = nil
-	return c
-}
-
 // sync sends a marker through c and waits until the monitor saw it, so
 // every command sent before it has been counted; the marker is dropped.
 func (m *monitor) sync(t testing.TB, c rueidis.Client) []string {

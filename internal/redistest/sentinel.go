@@ -3,6 +3,7 @@ package redistest
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,10 +14,32 @@ import (
 
 // SentinelOptions configures StartSentinels. Zero fields take the defaults
 // noted.
+//
+// Split votes: Sentinel elects the sentinel that runs a failover by majority
+// vote, one vote per sentinel and epoch, first come first served, and every
+// sentinel that sees the master objectively down stands for election and
+// votes for itself. When all of them see it down within the same few
+// milliseconds (they notice a killed master together, and on a loaded
+// machine they are scheduled in bursts), 3 sentinels vote 1-1-1, the
+// election aborts after min(10s, failover-timeout) and no sentinel tries
+// again before 2*failover-timeout: 40s here, longer than a test waits. It
+// happened in 5 of 84 failovers of TestSentinelFailover with 3 or 4 such
+// tests running at once on 2 cores. So only the first Quorum sentinels
+// detect a down master after DownAfter; the others detect it after
+// VoterDownAfter, and until then they only vote, for the first candidate
+// that asks. With 3 sentinels and the default quorum (2) there are then at
+// most 2 candidates for 3 votes, so one candidate has a majority.
 type SentinelOptions struct {
-	MasterName string        // default "fencedlock"
-	Quorum     int           // default a majority of the sentinels
-	DownAfter  time.Duration // down-after-milliseconds; default 500ms
+	MasterName string // default "fencedlock"
+	Quorum     int    // default a majority of the sentinels
+	// DownAfter is down-after-milliseconds of the first Quorum sentinels,
+	// the ones that may stand for election; default 500ms.
+	DownAfter time.Duration
+	// VoterDownAfter is down-after-milliseconds of the other sentinels;
+	// default 20s, far beyond the election: with the default DownAfter
+	// the leader was elected 0.7-1.1s after a kill on the loaded machine
+	// (TestSentinelFailover prints it for every round).
+	VoterDownAfter time.Duration
 	// FailoverTimeout is failover-timeout; default 20s. Sentinel also waits
 	// this long before "fixing" a replica that replicates from an address it
 	// does not expect (a replica behind a fault proxy), so keep it longer
@@ -33,6 +56,9 @@ func (o SentinelOptions) resolve(n int) SentinelOptions {
 	}
 	if o.DownAfter == 0 {
 		o.DownAfter = 500 * time.Millisecond
+	}
+	if o.VoterDownAfter == 0 {
+		o.VoterDownAfter = 20 * time.Second
 	}
 	if o.FailoverTimeout == 0 {
 		o.FailoverTimeout = 20 * time.Second
@@ -55,7 +81,11 @@ func StartSentinels(t testing.TB, primary *Server, n int, o SentinelOptions) *Se
 	o = o.resolve(n)
 	bin := Binary(t, "redis-sentinel")
 	g := &Sentinels{MasterName: o.MasterName}
-	for range n {
+	for i := range n {
+		downAfter := o.DownAfter
+		if i >= o.Quorum {
+			downAfter = o.VoterDownAfter
+		}
 		// Sentinel logs no "Ready to accept connections"; it monitors the
 		// master once it listens.
 		s := &Server{t: t, bin: bin, Dir: t.TempDir(), readyLine: "+monitor master"}
@@ -69,7 +99,7 @@ func StartSentinels(t testing.TB, primary *Server, n int, o SentinelOptions) *Se
 				"logfile \"\"",
 				"loglevel notice",
 				fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d", name, primary.Port, o.Quorum),
-				fmt.Sprintf("sentinel down-after-milliseconds %s %d", name, o.DownAfter.Milliseconds()),
+				fmt.Sprintf("sentinel down-after-milliseconds %s %d", name, downAfter.Milliseconds()),
 				fmt.Sprintf("sentinel failover-timeout %s %d", name, o.FailoverTimeout.Milliseconds()),
 				fmt.Sprintf("sentinel parallel-syncs %s 1", name),
 			}
@@ -167,4 +197,26 @@ func (g *Sentinels) Client(t testing.TB, primary *Server, edit func(*rueidis.Cli
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// Events returns the times at which the sentinels logged event (such as
+// "+elected-leader", "+switch-master" or "-failover-abort-not-elected"),
+// in order, read from the timestamps of their logs (millisecond precision).
+func (g *Sentinels) Events(event string) []time.Time {
+	var at []time.Time
+	for _, s := range g.Nodes {
+		for _, line := range strings.Split(s.Log(), "\n") {
+			// 9582:X 01 Dec 2026 15:01:37.126 # +odown master fencedlock ...
+			f := strings.Fields(line)
+			if len(f) < 7 || f[6] != event {
+				continue
+			}
+			ts, err := time.ParseInLocation("02 Jan 2006 15:04:05.000", strings.Join(f[1:5], " "), time.Local)
+			if err == nil {
+				at = append(at, ts)
+			}
+		}
+	}
+	slices.SortFunc(at, time.Time.Compare)
+	return at
 }

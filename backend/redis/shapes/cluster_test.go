@@ -133,9 +133,8 @@ func TestClusterSlotMigrationKeepsLease(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	b := newBackend(t, cl.Client(t, nil), redis.Options{ShardedPubSub: true})
 	b2 := newBackend(t, cl.Client(t, nil), redis.Options{ShardedPubSub: true})
-	const ttl = time.Second
-	holder := newLocker(t, b, fencedlock.Options{TTL: ttl})
-	contender := newLocker(t, b2, fencedlock.Options{TTL: ttl})
+	holder := newLocker(t, b, fencedlock.Options{TTL: keptTTL})
+	contender := newLocker(t, b2, fencedlock.Options{TTL: keptTTL})
 	ctx := ctxT(t, 60*time.Second)
 
 	key := "migrating-order"
@@ -155,15 +154,24 @@ func TestClusterSlotMigrationKeepsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := func(phase string, d time.Duration) {
+	// held checks, until the watchdog renewed the lease twice since the
+	// phase began, that the lease is kept and a contender refused.
+	held := func(phase string) {
 		t.Helper()
-		end := time.Now().Add(d)
 		attempts := 0
 		var lastErr error
 		defer func() { t.Logf("%s: %d contender attempts refused, last: %v", phase, attempts, lastErr) }()
-		for time.Now().Before(end) {
+		since, renewals := time.Now(), 0
+		limit := since.Add(4 * keptTTL) // a renewal every keptTTL/3
+		for renewals < 2 {
 			if err := ls.Err(); err != nil {
 				t.Fatalf("%s: lease lost: %v", phase, err)
+			}
+			if renewedSince(holder, ls, since) {
+				since, renewals = time.Now(), renewals+1
+			}
+			if time.Now().After(limit) {
+				t.Fatalf("%s: %d renewals in %v", phase, renewals, 4*keptTTL)
 			}
 			c, err := contender.TryAcquire(ctxT(t, 2*time.Second), key)
 			noCrossSlot(t, err)
@@ -182,7 +190,7 @@ func TestClusterSlotMigrationKeepsLease(t *testing.T) {
 	cliOK(t, src, "CLUSTER", "SETSLOT", strconv.Itoa(slot), "MIGRATING", dstID)
 	cliOK(t, src, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port), "", "0", "5000", "KEYS", lk)
 	// Half-migrated: the lock key is on dst, the fence key on src.
-	held("half-migrated slot", 3*ttl)
+	held("half-migrated slot")
 	asks := commandCalls(t, dst, "asking") - asksBefore
 	if asks == 0 {
 		t.Fatal("no ASKING reached the importing node: the renewals did not go through ASK redirects")
@@ -197,7 +205,7 @@ func TestClusterSlotMigrationKeepsLease(t *testing.T) {
 			cliOK(t, n, "CLUSTER", "SETSLOT", strconv.Itoa(slot), "NODE", dstID)
 		}
 	}
-	held("slot moved", 2*ttl)
+	held("slot moved")
 	for _, k := range []string{lk, fk} {
 		if out := cliOK(t, dst, "EXISTS", k); out != "1" {
 			t.Fatalf("%s not on the new owner after migration", k)

@@ -33,6 +33,11 @@ type roundResult struct {
 	accepted    int
 	rejected    int
 	stale       int
+	// The sentinels' election, from their logs: how many stood for
+	// election, how many elections aborted, when the leader was elected.
+	candidates   int
+	aborted      int
+	electedAfter time.Duration
 }
 
 // TestSentinelFailover kills the master of a 1 master + 1 replica + 3
@@ -43,7 +48,9 @@ type roundResult struct {
 // honestly what happens (locks lost, granted twice, fences duplicated) and
 // asserts what must hold whatever happens: the holder learns of the loss,
 // and the guarded resource (a fencing.Guard checked by an independent
-// history) never accepts a stale write.
+// history) never accepts a stale write. Only two of the sentinels may stand
+// for election (see redistest.SentinelOptions), so the failover never waits
+// for a second election after a split vote.
 func TestSentinelFailover(t *testing.T) {
 	var results []roundResult
 	for _, withWait := range []bool{false, true} {
@@ -81,8 +88,9 @@ func TestSentinelFailover(t *testing.T) {
 		t.Logf("  %s: double grants %d/%d, duplicated fences %d/%d", m, doubles[m], failoverRounds, dupFences[m], failoverRounds)
 	}
 	for _, r := range results {
-		t.Logf("  %s: fences A=%d B=%d, double grant %v, A %s (after %v), B granted %v after the kill",
-			r.mode, r.fenceA, r.fenceB, r.doubleGrant, r.aOutcome, r.aLossAfter.Round(10*time.Millisecond), r.bAfterKill.Round(10*time.Millisecond))
+		t.Logf("  %s: fences A=%d B=%d, double grant %v, A %s (after %v), B granted %v after the kill; sentinels: %d candidates, %d aborted elections, leader elected %v after the kill",
+			r.mode, r.fenceA, r.fenceB, r.doubleGrant, r.aOutcome, r.aLossAfter.Round(10*time.Millisecond), r.bAfterKill.Round(10*time.Millisecond),
+			r.candidates, r.aborted, r.electedAfter.Round(10*time.Millisecond))
 	}
 	t.Logf("  guarded writes: %d accepted, %d rejected as stale, stale writes accepted: %d", accepted, rejected, stale)
 	if stale != 0 {
@@ -114,6 +122,14 @@ func failoverRound(t *testing.T, withWait bool) roundResult {
 		time.Sleep(25 * time.Millisecond)
 	}
 	sentinels := redistest.StartSentinels(t, primary, 3, redistest.SentinelOptions{})
+	t.Cleanup(func() {
+		if t.Failed() {
+			for i, s := range sentinels.Nodes {
+				t.Logf("sentinel %d log:\n%s", i, s.Log())
+			}
+			t.Logf("replica log:\n%s", replica.Log())
+		}
+	})
 	sentinels.WaitReady(t, 1)
 
 	var ropts redis.Options
@@ -211,7 +227,7 @@ wait:
 		}
 	}
 	if g.err != nil {
-		t.Fatalf("B acquire: %v", g.err)
+		t.Fatalf("B acquire: %v (sentinels: %d aborted elections)", g.err, len(sentinels.Events("-failover-abort-not-elected")))
 	}
 	lsB := g.ls
 	res.fenceB = lsB.Fence()
@@ -242,6 +258,11 @@ wait:
 	_ = hist.write(&guard, lsB.Fence(), lsB.Holder(), "B2")
 	res.accepted, res.rejected = hist.counts()
 	res.stale = hist.stale()
+	res.candidates = len(sentinels.Events("+try-failover"))
+	res.aborted = len(sentinels.Events("-failover-abort-not-elected"))
+	if at := sentinels.Events("+elected-leader"); len(at) > 0 {
+		res.electedAfter = at[0].Sub(killAt)
+	}
 	if err := lsB.Release(ctx); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
 		t.Errorf("B release: %v", err)
 	}

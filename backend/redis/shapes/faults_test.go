@@ -153,10 +153,18 @@ func TestNetworkFaults(t *testing.T) {
 // Without persistence the server forgets the lock: the holder's next
 // renewal is told so (ErrNotHeld) and the lease is lost before its local
 // deadline. With appendonly (after SIGTERM, or SIGKILL with appendfsync
-// always) the lock and its fence counter survive and the lease stays held
-// across several TTLs, and the server agrees about its holder.
+// always) the lock and its fence counter survive and the lease stays held:
+// the watchdog renews it through the restarted server and keeps it past the
+// deadline it had before the restart, and the server agrees about its
+// holder all along.
 func TestRestartWhileHeld(t *testing.T) {
-	const ttl = 2 * time.Second
+	// Longer than keptTTL: the renewal due after the restart fails on the
+	// dead connection and a retry (every TTL/12) renews. With a 3s TTL the
+	// first renewal through the restarted server was sent 1.1-1.6s after
+	// it was up (two shapes suites in parallel), 1.0s before the local
+	// deadline; with 2s a lease was lost under load. At 5s the deadline
+	// comes 4.5s after the last renewal before the restart.
+	const ttl = 5 * time.Second
 	cases := []struct {
 		name     string
 		config   []string
@@ -213,12 +221,20 @@ func TestRestartWhileHeld(t *testing.T) {
 				}
 				return
 			}
-			// Persisted: held for 3 TTLs, the server agreeing all along.
-			end := time.Now().Add(3 * ttl)
+			// Persisted: renewed through the restarted server and held past
+			// its deadline from before the restart, the server agreeing.
 			checks := 0
-			for time.Now().Before(end) {
+			var renewedAt time.Time // the first renewal after the restart
+			for renewedAt.IsZero() || time.Now().Before(deadline) {
 				if err := ls.Err(); err != nil {
-					t.Fatalf("lease lost across a persisted restart: %v", err)
+					t.Fatalf("lease lost across a persisted restart (server down %v, lost %v after it was up): %v",
+						upAt.Sub(restartAt).Round(time.Millisecond), time.Since(upAt).Round(time.Millisecond), err)
+				}
+				if renewedAt.IsZero() && renewedSince(l, ls, upAt) {
+					renewedAt = lastRenewalSent(l, ls)
+				}
+				if time.Since(upAt) > 2*ttl {
+					t.Fatalf("not renewed %v after the restart", 2*ttl)
 				}
 				info, err := observer.Inspect(ctx, "restart")
 				if err == nil && (!info.Held || info.Holder != ls.Holder() || info.Fence != ls.Fence()) {
@@ -234,8 +250,9 @@ func TestRestartWhileHeld(t *testing.T) {
 			if err != nil || ls2.Fence() != ls.Fence()+1 {
 				t.Fatalf("after a persisted restart: %v, fence %d after %d", err, ls2.Fence(), ls.Fence())
 			}
-			t.Logf("server down %v; lease held through it and %d agreeing server checks over %v; next fence %d",
-				upAt.Sub(restartAt).Round(time.Millisecond), checks, 3*ttl, ls2.Fence())
+			t.Logf("server down %v; first renewal sent %v after it was up; lease held through it and %d agreeing server checks until %v after the restart; next fence %d",
+				upAt.Sub(restartAt).Round(time.Millisecond), renewedAt.Sub(upAt).Round(time.Millisecond), checks,
+				time.Since(restartAt).Round(time.Millisecond), ls2.Fence())
 		})
 	}
 }
@@ -245,8 +262,7 @@ func TestRestartWhileHeld(t *testing.T) {
 func TestScriptFlushWhileHeld(t *testing.T) {
 	srv := redistest.Start(t)
 	b := newBackend(t, srv.Client(t, nil), redis.Options{})
-	const ttl = 600 * time.Millisecond // renew every 200ms
-	l := newLocker(t, b, fencedlock.Options{TTL: ttl})
+	l := newLocker(t, b, fencedlock.Options{TTL: keptTTL})
 	ctx := ctxT(t, 30*time.Second)
 	keys := []string{"flush/a", "flush/b", "flush/c"}
 	var leases []*fencedlock.Lease
@@ -257,14 +273,15 @@ func TestScriptFlushWhileHeld(t *testing.T) {
 		}
 		leases = append(leases, ls)
 	}
-	time.Sleep(ttl / 2) // one renewal each, through EVALSHA
+	acquired := time.Now()
+	for _, ls := range leases { // one renewal each, through EVALSHA
+		waitRenewed(t, l, ls, acquired)
+	}
 	evalBefore := commandCalls(t, srv, "eval")
 	cliOK(t, srv, "SCRIPT", "FLUSH")
-	time.Sleep(3 * ttl)
-	for _, ls := range leases {
-		if err := ls.Err(); err != nil {
-			t.Fatalf("%s lost after SCRIPT FLUSH: %v", ls.Key(), err)
-		}
+	flushed := time.Now()
+	for _, ls := range leases { // renewed after the flush, through EVAL
+		waitRenewed(t, l, ls, flushed)
 	}
 	evalAfterRenew := commandCalls(t, srv, "eval")
 	if evalAfterRenew == evalBefore {

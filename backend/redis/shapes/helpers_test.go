@@ -109,3 +109,45 @@ func (h *history) counts() (accepted, rejected int) {
 	defer h.mu.Unlock()
 	return len(h.accepted), h.rejected
 }
+
+// Lease-keeping tests use keptTTL: under load the watchdog's renewals run
+// late. Measured on the 2-core machine with two shapes suites and other
+// tests running (load average 11-16), over 90s: a 200ms renew interval
+// stretched to 490ms at most (290ms late), and a goroutine sleeping 5ms
+// woke up to 370ms late. A lease is lost when no renewal succeeds for
+// TTL minus the safety margin (0.9*TTL), that is 0.57*TTL after a renewal
+// falls due (interval TTL/3): 1.7s at 3s, over 4 times the worst delay
+// measured. (At 600ms, 340ms of delay lost a lease, and at 300ms, 170ms.)
+const keptTTL = 3 * time.Second
+
+// renewedSince reports whether a renewal of ls sent at or after t0 has
+// succeeded: each success moves the local deadline to its send time plus
+// the TTL minus the safety margin.
+func renewedSince(l *fencedlock.Locker, ls *fencedlock.Lease, t0 time.Time) bool {
+	o := l.Options()
+	return !ls.Deadline().Before(t0.Add(o.TTL - o.SafetyMargin))
+}
+
+// lastRenewalSent returns when the renewal behind ls's current local
+// deadline was sent.
+func lastRenewalSent(l *fencedlock.Locker, ls *fencedlock.Lease) time.Time {
+	o := l.Options()
+	return ls.Deadline().Add(-(o.TTL - o.SafetyMargin))
+}
+
+// waitRenewed waits until a renewal of ls sent at or after t0 has
+// succeeded. It fails the test if the lease ends first, or after two TTLs
+// (the watchdog renews every TTL/3).
+func waitRenewed(t testing.TB, l *fencedlock.Locker, ls *fencedlock.Lease, t0 time.Time) {
+	t.Helper()
+	limit := time.Now().Add(2 * l.Options().TTL)
+	for !renewedSince(l, ls, t0) {
+		if err := ls.Err(); err != nil {
+			t.Fatalf("%s lost before it was renewed: %v", ls.Key(), err)
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("%s not renewed within %v", ls.Key(), 2*l.Options().TTL)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -96,17 +96,19 @@ func main() {
 		}
 		fmt.Fprintf(&buf, "loadavg-end: %s\n", loadavg())
 		raw = buf.Bytes()
+		saved := "raw output not saved"
 		if *save != "" {
-			if err := os.MkdirAll(filepath.Dir(*save), 0o755); err == nil {
-				err = os.WriteFile(*save, raw, 0o644)
-			}
-			if err != nil {
-				log("saving raw output: %v", err)
+			if err := saveRaw(*save, raw); err != nil {
+				// Render the run anyway (it took minutes), then fail.
+				log("%v", err)
+				defer os.Exit(1)
+			} else {
+				saved = "raw output saved to " + *save
 			}
 		}
 		if runErr != nil {
 			// Render what ran; a failed benchmark has no result line.
-			log("go test failed: %v (raw output saved to %s); rendering the results that exist", runErr, *save)
+			log("go test failed: %v (%s); rendering the results that exist", runErr, saved)
 			defer os.Exit(1)
 		}
 	}
@@ -128,6 +130,17 @@ func main() {
 	}
 	log("wrote %s and %s", *readme, *svg)
 	fmt.Print(headline(run))
+}
+
+// saveRaw writes the raw benchmark output to path, creating its directory.
+func saveRaw(path string, raw []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("saving raw output: %w", err)
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		return fmt.Errorf("saving raw output: %w", err)
+	}
+	return nil
 }
 
 // result is the metrics of one benchmark (the median over -count runs).
@@ -465,11 +478,10 @@ func overhead(r *runData) string {
 
 // target is one goal of issue 7, checked against the run.
 type target struct {
-	what   string
-	value  string
-	met    bool
-	known  bool
-	detail string
+	what  string
+	value string
+	met   bool
+	known bool
 }
 
 func targets(r *runData) []target {
