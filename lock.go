@@ -376,6 +376,8 @@ func (l *Locker) wait(ctx context.Context, req AcquireRequest, first error) (ls 
 // mayHaveApplied reports whether a failed Acquire may have taken the key on
 // the server. A holder's refusal, invalid input and a closed backend are
 // known to have changed nothing (and a closed backend could not clean up).
+// A permanent error is not: a script may fail on its second command (an
+// ACL that allows SET but not INCR), after the first one took the key.
 func mayHaveApplied(err error) bool {
 	return !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrClosed)
 }
