@@ -303,3 +303,44 @@ func TestReleaseBoundedWhenRenewalStuck(t *testing.T) {
 		})
 	})
 }
+
+// stuckRelease is a backend whose Release ignores its context for 5s.
+type stuckRelease struct{ *memory.Backend }
+
+func (b stuckRelease) Release(ctx context.Context, g fencedlock.Grant) error {
+	time.Sleep(5 * time.Second)
+	return b.Backend.Release(ctx, g)
+}
+
+// TestReleaseBoundedWhenBackendStuck: a backend Release that does not
+// return when its context ends does not hold Lease.Release or Close past
+// ReleaseTimeout (plus 20ms); they report it.
+func TestReleaseBoundedWhenBackendStuck(t *testing.T) {
+	const releaseTimeout = 500 * time.Millisecond
+	for _, via := range []string{"Release", "Close"} {
+		t.Run(via, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := stuckRelease{memory.New()}
+				l := fencedlock.New(b, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
+				ls, err := l.TryAcquire(t.Context(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				if via == "Release" {
+					err = ls.Release(t.Context())
+				} else {
+					err = l.Close()
+				}
+				if d := time.Since(start); d > releaseTimeout+20*time.Millisecond {
+					t.Fatalf("%s took %v, want at most ReleaseTimeout %v + 20ms", via, d, releaseTimeout)
+				}
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("%s: %v, want an error wrapping DeadlineExceeded", via, err)
+				}
+				l.Close()
+				time.Sleep(5 * time.Second) // let the stuck call return
+			})
+		})
+	}
+}

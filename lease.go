@@ -176,7 +176,7 @@ func (ls *Lease) renew(ctx context.Context) error {
 	// Release itself deletes the key.)
 	if err == nil && errors.Is(ended, ErrLeaseLost) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.l.opts.ReleaseTimeout)
-		rerr := ls.l.b.Release(rctx, ls.grant)
+		rerr := ls.l.release(rctx, &ls.grant)
 		cancel()
 		if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
 			ls.l.log.Warn("fencedlock: could not release a key renewed after its lease was lost; it expires with its TTL",
@@ -320,13 +320,14 @@ func (ls *Lease) keepAlive(r Renewal) {
 // Release ends the lease (its context is cancelled with cause
 // [ErrReleased]), cancels the watchdog's renewal in flight, deletes the key
 // on the server if this owner still holds it, and waits for the cancelled
-// renewal to return. It runs detached from ctx's cancellation; the whole of it is bounded
-// by Options.ReleaseTimeout when the backend honours its contexts, so a
-// caller whose context is already cancelled still releases. If the lease
-// was lost it still asks the server to delete the key (owner-checked: the
-// loss may have been local only) and returns an error wrapping
-// [ErrNotHeld] and the loss. A second Release deletes nothing and returns
-// an error wrapping [ErrNotHeld] and [ErrReleased].
+// renewal to return. It runs detached from ctx's cancellation, so a caller
+// whose context is already cancelled still releases, and the whole of it
+// is bounded by Options.ReleaseTimeout: it does not wait longer for a
+// backend call that ignores its context. If the lease was lost it still
+// asks the server to delete the key (owner-checked: the loss may have been
+// local only) and returns an error wrapping [ErrNotHeld] and the loss. A
+// second Release deletes nothing and returns an error wrapping
+// [ErrNotHeld] and [ErrReleased].
 func (ls *Lease) Release(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.l.opts.ReleaseTimeout)
 	defer cancel()
@@ -354,7 +355,7 @@ func (ls *Lease) Release(ctx context.Context) error {
 	// the server first. Then wait for that renewal, which end cancelled,
 	// to return, within the same bound: a client may not abort a request
 	// at once (rueidis dialling a connection, for one).
-	err := ls.l.b.Release(rctx, ls.grant)
+	err := ls.l.release(rctx, &ls.grant)
 	ls.waitTick(rctx)
 	if lost != nil {
 		return ls.endedErr("release", lost)

@@ -56,7 +56,10 @@ type Options struct {
 	// signal. Defaults DefaultMinRetryDelay and DefaultMaxRetryDelay.
 	MinRetryDelay time.Duration
 	MaxRetryDelay time.Duration
-	// ReleaseTimeout bounds Release and Close. Default DefaultReleaseTimeout.
+	// ReleaseTimeout bounds Release and Close (each returns at most a few
+	// milliseconds after it, even if a backend call has not returned; that
+	// call ends on its own), and the cleanup after a failed Acquire.
+	// Default DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
 	// ManualRenew turns the watchdog's renewals off: leases are renewed only
 	// by Lease.Renew. The local deadline is still enforced.
@@ -417,7 +420,7 @@ func (l *Locker) waitErr(ctx context.Context, key string, last error) error {
 func (l *Locker) cleanup(ctx context.Context, req AcquireRequest) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.ReleaseTimeout)
 	defer cancel()
-	err := l.b.Release(rctx, Grant{Key: req.Key, Owner: req.Owner})
+	err := l.release(rctx, &Grant{Key: req.Key, Owner: req.Owner})
 	switch {
 	case err == nil:
 		if l.debug() {
@@ -455,7 +458,7 @@ func (l *Locker) start(g Grant, sent time.Time) (*Lease, error) {
 		ls.cancel(ErrClosed)
 		rctx, cancel := context.WithTimeout(context.Background(), l.opts.ReleaseTimeout)
 		defer cancel()
-		_ = l.b.Release(rctx, g)
+		_ = l.release(rctx, &g)
 		return nil, fmt.Errorf("fencedlock: locker: %w", ErrClosed)
 	}
 	l.leases[ls] = struct{}{}
@@ -514,8 +517,9 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 }
 
 // Close releases every lease the Locker still holds, all at once, and
-// waits for their watchdogs and for waiting Acquires to stop; it returns
-// within Options.ReleaseTimeout when the backend honours its contexts.
+// waits for their watchdogs and for waiting Acquires to stop, within
+// Options.ReleaseTimeout: a backend call that ignores its context is not
+// waited for past it (Close then reports it; the call ends on its own).
 // Waiting Acquires return at once with errors wrapping [ErrClosed], as do
 // all calls after Close. Close does not close the Backend: whoever created
 // it closes it, after the Lockers on it. Close is idempotent.
@@ -565,8 +569,8 @@ func (l *Locker) Close() error {
 	return errors.Join(errs...)
 }
 
-// closeGrace is how long Close waits for cancelled backend calls to return
-// after ReleaseTimeout has passed.
+// closeGrace is how long Release and Close wait for a backend call to
+// return after its context ended.
 const closeGrace = 20 * time.Millisecond
 
 func closeDeadline(ctx context.Context) time.Time {
@@ -578,4 +582,29 @@ func (l *Locker) forget(ls *Lease) {
 	l.mu.Lock()
 	delete(l.leases, ls)
 	l.mu.Unlock()
+}
+
+// release sends the backend's Release of *g and returns when it does, or
+// shortly after ctx ends even if the backend call has not returned: a
+// client may block past its context (rueidis waits for a connection that
+// another request is dialling, up to its dial timeout), and Release and
+// Close promise their bound. An abandoned call ends on its own. *g must
+// not change afterwards.
+func (l *Locker) release(ctx context.Context, g *Grant) error {
+	done := make(chan error, 1)
+	b := l.b
+	go func() { done <- b.Release(ctx, *g) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("fencedlock: release %q: backend did not return when its context ended: %w", g.Key, context.Cause(ctx))
+	}
 }
