@@ -262,6 +262,13 @@ func (ls *Lease) tick() {
 	}
 }
 
+// tickRunning reports whether a tick is running now.
+func (ls *Lease) tickRunning() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.ticking
+}
+
 // waitTick waits until a tick running now has returned (its renewal was
 // cancelled by the end of the lease), or ctx is done. A tick that starts
 // later finds the lease ended and sends nothing.
@@ -322,8 +329,10 @@ func (ls *Lease) keepAlive(r Renewal) {
 // on the server if this owner still holds it, and waits for the cancelled
 // renewal to return. It runs detached from ctx's cancellation, so a caller
 // whose context is already cancelled still releases, and the whole of it
-// is bounded by Options.ReleaseTimeout: it does not wait longer for a
-// backend call that ignores its context. If the lease was lost it still
+// is bounded by Options.ReleaseTimeout when the backend returns once its
+// context ends; with a watchdog renewal in flight (whose client may hold
+// the release behind it) it does not wait past that bound (plus 20ms) for
+// a backend call that ignores its context. If the lease was lost it still
 // asks the server to delete the key (owner-checked: the loss may have been
 // local only) and returns an error wrapping [ErrNotHeld] and the loss. A
 // second Release deletes nothing and returns an error wrapping
@@ -353,9 +362,18 @@ func (ls *Lease) Release(ctx context.Context) error {
 	// The release goes out without waiting for a watchdog renewal in
 	// flight: a renewal never recreates a deleted key, whichever reaches
 	// the server first. Then wait for that renewal, which end cancelled,
-	// to return, within the same bound: a client may not abort a request
-	// at once (rueidis dialling a connection, for one).
-	err := ls.l.release(rctx, &ls.grant)
+	// to return, within the same bound. A client may not abort a request
+	// at once, and may hold others behind it (rueidis: a request waits for
+	// the connection another one is dialling, up to its dial timeout), so
+	// with a renewal in flight the release is not waited for past the
+	// bound either. Without one, it runs on this goroutine: the common
+	// path pays no goroutine hand-off.
+	var err error
+	if ls.tickRunning() {
+		err = ls.l.release(rctx, &ls.grant)
+	} else {
+		err = ls.l.b.Release(rctx, ls.grant)
+	}
 	ls.waitTick(rctx)
 	if lost != nil {
 		return ls.endedErr("release", lost)

@@ -56,10 +56,9 @@ type Options struct {
 	// signal. Defaults DefaultMinRetryDelay and DefaultMaxRetryDelay.
 	MinRetryDelay time.Duration
 	MaxRetryDelay time.Duration
-	// ReleaseTimeout bounds Release and Close (each returns at most a few
-	// milliseconds after it, even if a backend call has not returned; that
-	// call ends on its own), and the cleanup after a failed Acquire.
-	// Default DefaultReleaseTimeout.
+	// ReleaseTimeout bounds Release, Close and the cleanup after a failed
+	// Acquire (see Lease.Release and Locker.Close for calls a backend does
+	// not abort when their context ends). Default DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
 	// ManualRenew turns the watchdog's renewals off: leases are renewed only
 	// by Lease.Renew. The local deadline is still enforced.
@@ -537,46 +536,48 @@ func (l *Locker) Close() error {
 	}
 	l.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), l.opts.ReleaseTimeout)
-	defer cancel()
-	errs := make([]error, len(held)+1)
-	var wg sync.WaitGroup
-	for i, ls := range held {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := ls.Release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-				errs[i] = err
-			}
-		}()
-	}
-	wg.Wait()
-	// Watchdogs and waiting Acquires stop at once when the backend honours
-	// cancellation; a backend call that does not is not waited for past
-	// the bound (it ends on its own).
+	// The leases are released together, and Close waits for them, their
+	// watchdogs and the waiting Acquires, which all stop at once when the
+	// backend honours cancellation; a backend call that does not is not
+	// waited for past the bound (it ends on its own).
+	deadline := time.Now().Add(l.opts.ReleaseTimeout)
+	var mu sync.Mutex
+	var errs []error
 	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
+		var wg sync.WaitGroup
+		for _, ls := range held {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := ls.Release(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
 		l.wg.Wait()
-		close(stopped)
 	}()
-	grace := time.NewTimer(max(time.Until(closeDeadline(ctx)), closeGrace))
+	grace := time.NewTimer(max(time.Until(deadline), 0) + closeGrace)
 	defer grace.Stop()
 	select {
 	case <-stopped:
 	case <-grace.C:
-		errs[len(held)] = fmt.Errorf("fencedlock: close: cancelled backend calls still running %v after Close began", l.opts.ReleaseTimeout)
+		mu.Lock()
+		errs = append(errs, fmt.Errorf("fencedlock: close: backend calls still running %v after Close began (the backend ignores cancellation)", l.opts.ReleaseTimeout+closeGrace))
+		mu.Unlock()
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	return errors.Join(errs...)
 }
 
 // closeGrace is how long Release and Close wait for a backend call to
 // return after its context ended.
 const closeGrace = 20 * time.Millisecond
-
-func closeDeadline(ctx context.Context) time.Time {
-	d, _ := ctx.Deadline()
-	return d
-}
 
 func (l *Locker) forget(ls *Lease) {
 	l.mu.Lock()
@@ -587,9 +588,9 @@ func (l *Locker) forget(ls *Lease) {
 // release sends the backend's Release of *g and returns when it does, or
 // shortly after ctx ends even if the backend call has not returned: a
 // client may block past its context (rueidis waits for a connection that
-// another request is dialling, up to its dial timeout), and Release and
-// Close promise their bound. An abandoned call ends on its own. *g must
-// not change afterwards.
+// another request is dialling, up to its dial timeout). An abandoned call
+// ends on its own. *g must not change afterwards. It costs a goroutine
+// hand-off, so the common path of Lease.Release does not use it.
 func (l *Locker) release(ctx context.Context, g *Grant) error {
 	done := make(chan error, 1)
 	b := l.b
