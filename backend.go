@@ -18,10 +18,28 @@ import (
 // interface below says otherwise. Its methods must be safe for concurrent
 // use. The Locker validates keys and TTLs before calling a Backend, so a
 // Backend may assume 1 <= len(key) <= [MaxKeyLen] and [MinTTL] <= ttl <=
-// [MaxTTL]. Errors other than those named below are reported as they are
-// (wrapped with the backend's package name); the Locker treats them as
-// transient: an outcome the server may have applied is never reported as
-// "not held" or "held by another".
+// [MaxTTL].
+//
+// Every method must return promptly once its ctx is done, with an error
+// wrapping ctx.Err(): the Locker cancels a renewal in flight when the lease
+// is released, and bounds Release and Close by Options.ReleaseTimeout
+// through the context.
+//
+// Errors other than those named below are reported as they are (wrapped
+// with the backend's package name); the Locker treats them as transient
+// and retries: an outcome the server may have applied is never reported as
+// "not held" or "held by another". An error that no retry can fix (the
+// store refuses the request until an operator acts: a key holding a value
+// the backend did not write, missing permissions, failed authentication)
+// must wrap [ErrPermanent]; the Locker then gives up at once instead of
+// retrying until its context ends (an Acquire) or the local deadline (a
+// renewal, which loses the lease). [ErrClosed] and [ErrInvalid] are
+// permanent too. After a failed Acquire whose error is neither
+// [ErrNotAcquired], [ErrInvalid] nor [ErrClosed], the Locker assumes the
+// server may have applied it and sends a Release of Key and Owner.
+//
+// A Backend is owned by whoever created it: [Locker.Close] does not close
+// it, so several Lockers may share one Backend.
 //
 // Optional capabilities are separate interfaces found by type assertion:
 // [Notifier] (wake waiters on release), [WaitAcquirer] (a server-side fair
@@ -49,9 +67,10 @@ type Backend interface {
 	// it must delete nothing and return an error wrapping [ErrNotHeld].
 	// Release must also work on a Grant carrying only Key and Owner (no
 	// Fence, TTL or Data): the Locker sends one to clean up after an
-	// Acquire whose outcome is unknown (its context ended mid-request). The
-	// fence history of the key must survive Release: the next Grant on the
-	// key still carries a greater fence.
+	// Acquire whose outcome is unknown (its context ended mid-request, or
+	// the reply was lost after the server applied it). The fence history
+	// of the key must survive Release: the next Grant on the key still
+	// carries a greater fence.
 	Release(ctx context.Context, g Grant) error
 
 	// Close releases the backend's own resources (subscriptions, sessions).
@@ -61,15 +80,17 @@ type Backend interface {
 	Close() error
 }
 
-// AcquireRequest is the input of [Backend.Acquire].
+// AcquireRequest is the input of [Backend.Acquire]. Printing one (fmt,
+// slog, JSON) shows its owner token as redacted.
 type AcquireRequest struct {
 	Key   string        // the lock name, validated by the Locker
-	Owner string        // a 128-bit random owner token: a secret, never log it
+	Owner string        // a 128-bit random owner token: a secret, never printed (see Format)
 	TTL   time.Duration // the lease to apply on the server
 }
 
 // Grant describes a lease a backend granted. The Locker passes it back
-// unchanged to Renew and Release.
+// unchanged to Renew and Release. Printing a Grant (fmt, slog, JSON) shows
+// its owner token as redacted.
 type Grant struct {
 	Key   string
 	Owner string        // the owner token of the request: a secret

@@ -23,7 +23,11 @@
 //
 // Errors are values checked with [errors.Is]: [ErrNotAcquired] (held by
 // another owner; a cancelled wait is also ctx.Err()), [ErrLeaseLost],
-// [ErrReleased], [ErrNotHeld], [ErrClosed] and [ErrInvalid].
+// [ErrReleased], [ErrNotHeld], [ErrClosed], [ErrInvalid] and
+// [ErrPermanent] (the store refuses for a reason no retry can fix).
+//
+// The caller who creates a [Backend] closes it, after the Lockers on it:
+// [Locker.Close] releases the Locker's leases and leaves the Backend open.
 //
 // To write a backend, implement [Backend] (and any optional interface that
 // fits) and run the conformance suite in package conformance against it.

@@ -27,6 +27,13 @@ var (
 	// ErrInvalid is wrapped by every error about invalid input: keys, TTLs,
 	// options. Nothing was sent to the backend.
 	ErrInvalid = errors.New("fencedlock: invalid argument")
+	// ErrPermanent is wrapped by backend errors that no retry can fix: the
+	// store refused the request for a reason that lasts until an operator
+	// acts (a key holding a value fencedlock did not write, a lock without
+	// a TTL, missing permissions, failed authentication). [Locker.Acquire]
+	// returns such an error at once instead of retrying it, and a renewal
+	// failing with it reports the lease lost at once.
+	ErrPermanent = errors.New("fencedlock: permanent failure")
 )
 
 // HeldError is returned by a backend's Acquire when another owner holds the
@@ -49,17 +56,28 @@ func (e *HeldError) Error() string {
 func (e *HeldError) Unwrap() error { return ErrNotAcquired }
 
 // waitError is returned when Acquire's context ends before the lock is held.
-// It is both ErrNotAcquired and the context's error (and its cause).
+// It is both ErrNotAcquired and the context's error (and its cause), and,
+// if the last attempt failed for another reason than a holder, that
+// attempt's error: the operator sees why the wait did not succeed.
 type waitError struct {
 	key   string
 	cause error
+	last  error // the last attempt's failure, nil if the key was held
 }
 
 func (e *waitError) Error() string {
+	if e.last != nil {
+		return fmt.Sprintf("fencedlock: %q not acquired: %v; last attempt: %v", e.key, e.cause, e.last)
+	}
 	return fmt.Sprintf("fencedlock: %q not acquired: %v", e.key, e.cause)
 }
 
-func (e *waitError) Unwrap() []error { return []error{ErrNotAcquired, e.cause} }
+func (e *waitError) Unwrap() []error {
+	if e.last != nil {
+		return []error{ErrNotAcquired, e.cause, e.last}
+	}
+	return []error{ErrNotAcquired, e.cause}
+}
 
 // lostError is the cause of a lost lease: ErrLeaseLost and the reason.
 type lostError struct {

@@ -12,7 +12,9 @@ import (
 )
 
 func ExampleLocker_Do() {
-	locker := fencedlock.New(memory.New(), fencedlock.Options{TTL: 10 * time.Second})
+	b := memory.New()
+	defer b.Close() // the creator of a backend closes it, after its Lockers
+	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
 	defer locker.Close()
 
 	var orders fencing.Guard // the guarded resource, checking fences

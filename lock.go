@@ -9,8 +9,6 @@ import (
 	mrand "math/rand/v2"
 	"sync"
 	"time"
-
-	"github.com/fencedlock/fencedlock/fencing"
 )
 
 // Limits and defaults. A zero field of [Options] takes the default below.
@@ -58,7 +56,9 @@ type Options struct {
 	// signal. Defaults DefaultMinRetryDelay and DefaultMaxRetryDelay.
 	MinRetryDelay time.Duration
 	MaxRetryDelay time.Duration
-	// ReleaseTimeout bounds Release and Close. Default DefaultReleaseTimeout.
+	// ReleaseTimeout bounds Release, Close and the cleanup after a failed
+	// Acquire (see Lease.Release and Locker.Close for calls a backend does
+	// not abort when their context ends). Default DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
 	// ManualRenew turns the watchdog's renewals off: leases are renewed only
 	// by Lease.Renew. The local deadline is still enforced.
@@ -122,9 +122,13 @@ func ValidateKey(key string) error {
 }
 
 // Locker grants leases on named keys from one Backend. It is safe for
-// concurrent use. Every Lease it grants is renewed by a watchdog goroutine
-// that ends when the lease is released or lost, or when the Locker is
-// closed.
+// concurrent use. Every Lease it grants is renewed by a watchdog that ends
+// when the lease is released or lost, or when the Locker is closed.
+//
+// A Locker does not own its Backend: whoever created the Backend closes it,
+// after closing every Locker on it (as database/sql does not close a driver
+// connector it was given). Several Lockers may share one Backend, for
+// instance to use two TTLs.
 type Locker struct {
 	b      Backend
 	opts   Options
@@ -143,7 +147,8 @@ type Locker struct {
 
 // New returns a Locker on b. Invalid options or a nil backend are not
 // reported here: every call on the Locker then returns an error wrapping
-// [ErrInvalid] and nothing is sent to the backend.
+// [ErrInvalid] and nothing is sent to the backend. The caller keeps
+// ownership of b: [Locker.Close] does not close it.
 func New(b Backend, opts Options) *Locker {
 	l := &Locker{b: b, closeCh: make(chan struct{}), leases: make(map[*Lease]struct{})}
 	l.opts, l.err = opts.resolve()
@@ -185,7 +190,9 @@ func newOwner() string { return rand.Text() }
 // TryAcquire makes one attempt to take key. If another owner holds it, the
 // error wraps [ErrNotAcquired] (and is a *[HeldError] when the backend
 // reports the remaining TTL). ctx bounds the attempt only; the lease
-// outlives it.
+// outlives it. If the attempt fails in a way the server may have applied,
+// TryAcquire deletes what it may have taken (owner-checked) before it
+// returns.
 func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 	if err := l.check(key); err != nil {
 		return nil, err
@@ -194,7 +201,9 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 	sent := time.Now()
 	g, err := l.b.Acquire(ctx, req)
 	if err != nil {
-		l.cleanupAfter(ctx, req, err)
+		if mayHaveApplied(err) {
+			l.cleanup(ctx, req)
+		}
 		return nil, err
 	}
 	return l.start(g, sent)
@@ -204,9 +213,16 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 // holds the key it waits for the backend's release notification (see
 // [Notifier]) or the holder's remaining TTL, and otherwise backs off
 // exponentially with jitter between Options.MinRetryDelay and MaxRetryDelay.
+//
 // When ctx ends first, the error is both [ErrNotAcquired] and ctx.Err(), and
-// no trace of the attempt is left on the server. ctx bounds only the wait:
-// the returned Lease lives until released or lost.
+// also the last attempt's error if that attempt failed for another reason
+// than a holder. An error no retry can fix ([ErrPermanent], [ErrInvalid],
+// [ErrClosed]) ends the wait at once and is returned as the backend
+// reported it. Whichever way Acquire fails, no lock of its attempts is
+// left on the server: an attempt whose outcome is unknown is followed by
+// an owner-checked release (bounded by Options.ReleaseTimeout) before
+// Acquire returns. ctx bounds only the wait: the returned Lease lives until
+// released or lost.
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 	if err := l.check(key); err != nil {
 		return nil, err
@@ -222,32 +238,56 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 		if err == nil {
 			return l.start(g, sent)
 		}
-		if ctx.Err() != nil {
-			l.cleanupAfter(ctx, req, err)
-			return nil, l.waitErr(ctx, key, err)
-		}
-		if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalid) {
-			return nil, err
-		}
 		first = err
 	}
+	return l.wait(ctx, req, first)
+}
 
-	// Waiting: Close must end the wait too.
-	ctx, cancel := context.WithCancelCause(ctx)
+// wait is Acquire after a failed first attempt (first; nil for a
+// WaitAcquirer, which waits on the server). It is the only place that
+// decides between retrying and giving up, and every way out of it after an
+// attempt of unknown outcome sends the cleanup release.
+func (l *Locker) wait(ctx context.Context, req AcquireRequest, first error) (ls *Lease, err error) {
+	// Close waits for waiters, so that their cleanup is done when it
+	// returns.
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		if first != nil && mayHaveApplied(first) {
+			l.cleanup(ctx, req)
+		}
+		return nil, fmt.Errorf("fencedlock: acquire %q: %w", req.Key, ErrClosed)
+	}
+	l.wg.Add(1)
+	l.mu.Unlock()
+	defer l.wg.Done()
+
+	// unknown is set once an attempt failed in a way the server may have
+	// applied: our owner token may hold the key, so every failure exit
+	// releases it (owner-checked: it can delete nothing else).
+	unknown := false
+	defer func() {
+		if err != nil && unknown {
+			l.cleanup(ctx, req)
+		}
+	}()
+
+	// Close must end the wait too.
+	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
 		select {
 		case <-l.closeCh:
 			cancel(ErrClosed)
-		case <-ctx.Done():
+		case <-wctx.Done():
 		}
 	}()
 
 	if l.waitq != nil {
 		sent := time.Now()
-		g, err := l.waitq.AcquireWait(ctx, req)
+		g, err := l.waitq.AcquireWait(wctx, req)
 		if err != nil {
-			return nil, l.waitErr(ctx, key, err)
+			return nil, l.waitErr(wctx, req.Key, err)
 		}
 		return l.start(g, sent)
 	}
@@ -257,6 +297,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 		stop    func()
 		backoff = l.opts.MinRetryDelay
 		timer   *time.Timer
+		last    error // the last attempt's failure, unless the key was held
 	)
 	defer func() {
 		if stop != nil {
@@ -272,17 +313,25 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 		if err == nil {
 			sent := time.Now()
 			var g Grant
-			g, err = l.b.Acquire(ctx, req)
+			g, err = l.b.Acquire(wctx, req)
 			if err == nil {
 				return l.start(g, sent)
 			}
-			if ctx.Err() != nil {
-				l.cleanupAfter(ctx, req, err)
-				return nil, l.waitErr(ctx, key, err)
-			}
+		}
+		held := errors.Is(err, ErrNotAcquired)
+		if held {
+			last = nil
+		} else {
+			last = err
+			unknown = unknown || mayHaveApplied(err)
+		}
+		if wctx.Err() != nil {
+			return nil, l.waitErr(wctx, req.Key, last)
+		}
+		if !held && permanent(err) {
+			return nil, err
 		}
 		var hint time.Duration
-		held := errors.Is(err, ErrNotAcquired)
 		if held {
 			var he *HeldError
 			if errors.As(err, &he) {
@@ -291,18 +340,15 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 			if notify == nil && l.notify != nil {
 				// Watch, then try once more at once: a release between
 				// the failed attempt and the watch is not missed.
-				if n, s, werr := l.notify.Watch(ctx, key); werr == nil {
+				if n, s, werr := l.notify.Watch(wctx, req.Key); werr == nil {
 					notify, stop = n, s
 					continue
 				} else if l.debug() {
-					l.log.Debug("fencedlock: watch failed; polling", "key", key, "err", werr)
+					l.log.Debug("fencedlock: watch failed; polling", "key", req.Key, "err", werr)
 				}
 			}
 		} else {
-			if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalid) {
-				return nil, err
-			}
-			l.log.Warn("fencedlock: acquire attempt failed; retrying", "key", key, "err", err)
+			l.log.Warn("fencedlock: acquire attempt failed; retrying", "key", req.Key, "err", err)
 		}
 		wait := jitter(backoff)
 		backoff = min(2*backoff, l.opts.MaxRetryDelay)
@@ -321,40 +367,67 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 			timer.Reset(wait)
 		}
 		select {
-		case <-ctx.Done():
-			return nil, l.waitErr(ctx, key, nil)
+		case <-wctx.Done():
+			return nil, l.waitErr(wctx, req.Key, last)
 		case <-notify:
 		case <-timer.C:
 		}
 	}
 }
 
+// mayHaveApplied reports whether a failed Acquire may have taken the key on
+// the server. A holder's refusal, invalid input and a closed backend are
+// known to have changed nothing (and a closed backend could not clean up).
+// A permanent error is not: a script may fail on its second command (an
+// ACL that allows SET but not INCR), after the first one took the key.
+func mayHaveApplied(err error) bool {
+	return !errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrClosed)
+}
+
+// permanent reports whether no retry can fix err.
+func permanent(err error) bool {
+	return errors.Is(err, ErrPermanent) || errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalid)
+}
+
 // debug reports whether debug records are wanted, so that the hot path
 // does not box log arguments for a handler that drops them.
 func (l *Locker) debug() bool { return l.log.Enabled(context.Background(), slog.LevelDebug) }
 
-func (l *Locker) waitErr(ctx context.Context, key string, err error) error {
+// waitErr is the error of a wait that ended with ctx, or, if ctx is still
+// live, the backend's error last.
+func (l *Locker) waitErr(ctx context.Context, key string, last error) error {
+	if ctx.Err() == nil {
+		return last // the backend failed for its own reasons
+	}
+	if last != nil && errors.Is(last, ctx.Err()) {
+		last = nil // the attempt failed because ctx ended: nothing to add
+	}
 	cause := context.Cause(ctx)
 	if errors.Is(cause, ErrClosed) {
+		if last != nil {
+			return fmt.Errorf("fencedlock: acquire %q: %w; last attempt: %w", key, ErrClosed, last)
+		}
 		return fmt.Errorf("fencedlock: acquire %q: %w", key, ErrClosed)
 	}
-	if ctx.Err() == nil {
-		return err // the backend failed for its own reasons
-	}
-	return &waitError{key: key, cause: cause}
+	return &waitError{key: key, cause: cause, last: last}
 }
 
-// cleanupAfter removes a lock an attempt may have taken although it reported
-// an error (the request was cancelled after the server applied it). The
-// release is token-checked, so it can delete nothing but our own key.
-func (l *Locker) cleanupAfter(ctx context.Context, req AcquireRequest, err error) {
-	if errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {
-		return
-	}
+// cleanup removes a lock an attempt may have taken although it reported an
+// error (the reply was lost after the server applied the request). The
+// release is owner-checked, so it can delete nothing but our own key. It
+// runs detached from ctx's cancellation, bounded by Options.ReleaseTimeout.
+func (l *Locker) cleanup(ctx context.Context, req AcquireRequest) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.ReleaseTimeout)
 	defer cancel()
-	if rerr := l.b.Release(rctx, Grant{Key: req.Key, Owner: req.Owner}); rerr == nil && l.debug() {
-		l.log.Debug("fencedlock: removed lock taken by a failed attempt", "key", req.Key)
+	err := l.release(rctx, &Grant{Key: req.Key, Owner: req.Owner})
+	switch {
+	case err == nil:
+		if l.debug() {
+			l.log.Debug("fencedlock: removed a lock taken by a failed attempt", "key", req.Key)
+		}
+	case !errors.Is(err, ErrNotHeld):
+		l.log.Warn("fencedlock: could not remove a lock a failed attempt may have taken; it expires with its TTL",
+			"key", req.Key, "ttl", req.TTL, "err", err)
 	}
 }
 
@@ -384,7 +457,7 @@ func (l *Locker) start(g Grant, sent time.Time) (*Lease, error) {
 		ls.cancel(ErrClosed)
 		rctx, cancel := context.WithTimeout(context.Background(), l.opts.ReleaseTimeout)
 		defer cancel()
-		_ = l.b.Release(rctx, g)
+		_ = l.release(rctx, &g)
 		return nil, fmt.Errorf("fencedlock: locker: %w", ErrClosed)
 	}
 	l.leases[ls] = struct{}{}
@@ -409,9 +482,11 @@ func (l *Locker) start(g Grant, sent time.Time) (*Lease, error) {
 
 // Do acquires key (waiting as [Locker.Acquire] does), runs fn while holding
 // it and releases it. fn's context is cancelled when ctx is done or when the
-// lease is lost; fn should stop and not write after that. Do returns fn's
-// error, or, if fn succeeded but the lease was lost before fn returned, an
-// error wrapping [ErrLeaseLost]: the work may have run unprotected.
+// lease is lost; fn should stop and not write after that. If the lease was
+// lost before fn returned (or before the release), Do's error wraps
+// [ErrLeaseLost] whatever fn returned, joined with fn's error if any: the
+// work may have run unprotected. Otherwise Do returns fn's error, or the
+// release's.
 func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *Lease) error) error {
 	ls, err := l.Acquire(ctx, key)
 	if err != nil {
@@ -422,9 +497,14 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 	stop := context.AfterFunc(ls.Context(), func() { cancel(context.Cause(ls.Context())) })
 	defer stop()
 	ferr := fn(fctx, ls)
-	lost := ls.Err() // nil while held
 	rerr := ls.Release(context.WithoutCancel(ctx))
+	lost := ls.Err() // after Release: ErrReleased, or the loss that came first
+	if !errors.Is(lost, ErrLeaseLost) {
+		lost = nil
+	}
 	switch {
+	case lost != nil && ferr != nil && !errors.Is(ferr, ErrLeaseLost):
+		return errors.Join(ferr, lost)
 	case ferr != nil:
 		return ferr
 	case lost != nil:
@@ -435,10 +515,13 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 	return nil
 }
 
-// Close releases every lease the Locker still holds (each bounded by
-// Options.ReleaseTimeout), waits for their watchdogs to stop, and closes
-// the backend. Calls after Close return errors wrapping [ErrClosed]; waiting
-// Acquires return at once. Close is idempotent.
+// Close releases every lease the Locker still holds, all at once, and
+// waits for their watchdogs and for waiting Acquires to stop, within
+// Options.ReleaseTimeout: a backend call that ignores its context is not
+// waited for past it (Close then reports it; the call ends on its own).
+// Waiting Acquires return at once with errors wrapping [ErrClosed], as do
+// all calls after Close. Close does not close the Backend: whoever created
+// it closes it, after the Lockers on it. Close is idempotent.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -453,20 +536,48 @@ func (l *Locker) Close() error {
 	}
 	l.mu.Unlock()
 
+	// The leases are released together, and Close waits for them, their
+	// watchdogs and the waiting Acquires, which all stop at once when the
+	// backend honours cancellation; a backend call that does not is not
+	// waited for past the bound (it ends on its own).
+	deadline := time.Now().Add(l.opts.ReleaseTimeout)
+	var mu sync.Mutex
 	var errs []error
-	for _, ls := range held {
-		if err := ls.Release(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
-			errs = append(errs, err)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		var wg sync.WaitGroup
+		for _, ls := range held {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := ls.Release(context.Background()); err != nil && !errors.Is(err, ErrNotHeld) {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
 		}
+		wg.Wait()
+		l.wg.Wait()
+	}()
+	grace := time.NewTimer(max(time.Until(deadline), 0) + closeGrace)
+	defer grace.Stop()
+	select {
+	case <-stopped:
+	case <-grace.C:
+		mu.Lock()
+		errs = append(errs, fmt.Errorf("fencedlock: close: backend calls still running %v after Close began (the backend ignores cancellation)", l.opts.ReleaseTimeout+closeGrace))
+		mu.Unlock()
 	}
-	l.wg.Wait()
-	if l.b != nil {
-		if err := l.b.Close(); err != nil && !errors.Is(err, ErrClosed) {
-			errs = append(errs, err)
-		}
-	}
+	mu.Lock()
+	defer mu.Unlock()
 	return errors.Join(errs...)
 }
+
+// closeGrace is how long Release and Close wait for a backend call to
+// return after its context ended.
+const closeGrace = 20 * time.Millisecond
 
 func (l *Locker) forget(ls *Lease) {
 	l.mu.Lock()
@@ -474,281 +585,27 @@ func (l *Locker) forget(ls *Lease) {
 	l.mu.Unlock()
 }
 
-// Lease is a held lock. Its watchdog renews it until Release, loss, or the
-// Locker's Close. All methods are safe for concurrent use.
-type Lease struct {
-	l      *Locker
-	grant  Grant
-	holder string
-
-	// ctx is cancelled when the lease ends (cause: released or lost); it
-	// also cancels renewals in flight.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	// The watchdog is a timer, not a goroutine: tick runs when the next
-	// renewal or the local deadline is due. tickMu is held while a tick
-	// runs, so Release can wait for one in flight.
-	tickMu     sync.Mutex
-	finishOnce sync.Once
-	kaDone     chan struct{} // closed when the keepalive reader returned (KeepAliver only)
-
-	mu       sync.Mutex
-	timer    *time.Timer
-	deadline time.Time // local deadline (monotonic)
-	next     time.Time // next renewal due (watchdog renewals only)
-	lastErr  error     // last renewal failure
-	err      error     // nil while held; lost or released cause after
-	released bool
-}
-
-// Key returns the lock name.
-func (ls *Lease) Key() string { return ls.grant.Key }
-
-// Fence returns the lease's fencing token: strictly greater than every
-// fence granted before on this key. Pass it to the guarded resource.
-func (ls *Lease) Fence() fencing.Token { return ls.grant.Fence }
-
-// Holder returns the lease's holder id: non-secret, derived from the owner
-// token (see [HolderID]). Guards use it to accept an equal fence only from
-// the same holder.
-func (ls *Lease) Holder() string { return ls.holder }
-
-// TTL returns the lease the server granted on acquire.
-func (ls *Lease) TTL() time.Duration { return ls.grant.TTL }
-
-// Context returns a context that is cancelled when the lease is lost or
-// released. context.Cause tells which: an error wrapping [ErrLeaseLost]
-// (with the reason) or [ErrReleased].
-func (ls *Lease) Context() context.Context { return ls.ctx }
-
-// Done returns a channel closed when the lease is lost or released.
-func (ls *Lease) Done() <-chan struct{} { return ls.ctx.Done() }
-
-// Err returns nil while the lease is held, then an error wrapping
-// [ErrLeaseLost] (and the reason) or [ErrReleased].
-func (ls *Lease) Err() error {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.err
-}
-
-// Deadline returns the local deadline: the moment the lease is reported
-// lost unless a renewal succeeds first. It lies at least the safety margin
-// before the earliest moment the server could grant the key to another
-// owner (measured from when the last successful request was sent).
-func (ls *Lease) Deadline() time.Time {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.deadline
-}
-
-// Renew renews the lease now. The watchdog does this on its own unless
-// Options.ManualRenew is set. If the server no longer holds the lease for
-// this owner, the lease is lost and the error wraps [ErrNotHeld].
-func (ls *Lease) Renew(ctx context.Context) error {
-	if err := ls.Err(); err != nil {
-		return fmt.Errorf("fencedlock: renew %q: %w: %w", ls.grant.Key, ErrNotHeld, err)
-	}
-	return ls.renew(ctx)
-}
-
-func (ls *Lease) renew(ctx context.Context) error {
-	sent := time.Now()
-	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.l.opts.TTL)
-	if err == nil {
-		if ttl <= 0 {
-			ttl = ls.l.opts.TTL
-		}
-		ls.mu.Lock()
-		if d := sent.Add(ttl - ls.l.opts.SafetyMargin); d.After(ls.deadline) && ls.err == nil {
-			ls.deadline = d
-		}
-		ls.lastErr = nil
-		ls.mu.Unlock()
-		return nil
-	}
-	if errors.Is(err, ErrNotHeld) {
-		ls.lose(err)
+// release sends the backend's Release of *g and returns when it does, or
+// shortly after ctx ends even if the backend call has not returned: a
+// client may block past its context (rueidis waits for a connection that
+// another request is dialling, up to its dial timeout). An abandoned call
+// ends on its own. *g must not change afterwards. It costs a goroutine
+// hand-off, so the common path of Lease.Release does not use it.
+func (l *Locker) release(ctx context.Context, g *Grant) error {
+	done := make(chan error, 1)
+	b := l.b
+	go func() { done <- b.Release(ctx, *g) }()
+	select {
+	case err := <-done:
 		return err
+	case <-ctx.Done():
 	}
-	ls.mu.Lock()
-	ls.lastErr = err
-	ls.mu.Unlock()
-	return err
-}
-
-// lose marks the lease lost with reason and cancels its context. It does
-// nothing if the lease already ended.
-func (ls *Lease) lose(reason error) {
-	ls.mu.Lock()
-	if ls.err != nil {
-		ls.mu.Unlock()
-		return
+	t := time.NewTimer(closeGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("fencedlock: release %q: backend did not return when its context ended: %w", g.Key, context.Cause(ctx))
 	}
-	ls.err = &lostError{key: ls.grant.Key, reason: reason}
-	err := ls.err
-	stopped := ls.timer != nil && ls.timer.Stop()
-	ls.mu.Unlock()
-	if stopped {
-		ls.finish() // no tick pending; one running finishes itself
-	}
-	ls.cancel(err)
-	ls.l.forget(ls)
-	ls.l.log.Warn("fencedlock: lease lost", "key", ls.grant.Key, "fence", ls.grant.Fence, "holder", ls.holder, "reason", reason)
-}
-
-// finish ends the watchdog's share of the Locker's wait group, once.
-func (ls *Lease) finish() { ls.finishOnce.Do(ls.l.wg.Done) }
-
-var errDeadline = errors.New("no renewal succeeded before the local deadline")
-
-// wakeLocked returns how long the watchdog timer should sleep from now:
-// until the next renewal or the local deadline, whichever comes first.
-// ls.mu must be held.
-func (ls *Lease) wakeLocked(now time.Time) time.Duration {
-	wake := ls.deadline
-	if ls.renews() && ls.next.Before(wake) {
-		wake = ls.next
-	}
-	return max(wake.Sub(now), 0)
-}
-
-// renews reports whether the watchdog itself sends renewals.
-func (ls *Lease) renews() bool { return ls.l.keeper == nil && !ls.l.opts.ManualRenew }
-
-// tick is the watchdog: it renews when a renewal is due and reports the
-// lease lost at the local deadline. It runs on the timer's goroutine and
-// re-arms the timer until the lease ends.
-func (ls *Lease) tick() {
-	ls.tickMu.Lock()
-	defer ls.tickMu.Unlock()
-
-	ls.mu.Lock()
-	deadline, next, lastErr, ended := ls.deadline, ls.next, ls.lastErr, ls.err != nil
-	ls.mu.Unlock()
-	if ended {
-		ls.finish()
-		return
-	}
-	if now := time.Now(); !now.Before(deadline) {
-		reason := errDeadline
-		if lastErr != nil {
-			reason = fmt.Errorf("%w: last renewal: %w", errDeadline, lastErr)
-		}
-		ls.lose(reason)
-		ls.finish()
-		return
-	} else if ls.renews() && !now.Before(next) {
-		// A renewal in flight must not outlive the deadline: the
-		// deadline is checked only between ticks.
-		rctx, cancel := context.WithDeadline(ls.ctx, deadline)
-		err := ls.renew(rctx)
-		cancel()
-		interval := ls.l.opts.RenewInterval
-		if err != nil {
-			if ls.ctx.Err() == nil && !errors.Is(err, ErrNotHeld) && ls.l.debug() {
-				ls.l.log.Debug("fencedlock: renewal failed; retrying", "key", ls.grant.Key, "err", err)
-			}
-			// Retry sooner than a full interval: the deadline is near.
-			interval = max(interval/4, time.Millisecond)
-		}
-		ls.mu.Lock()
-		ls.next = time.Now().Add(interval)
-		ls.mu.Unlock()
-	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.err != nil {
-		ls.finish()
-		return
-	}
-	ls.timer.Reset(ls.wakeLocked(time.Now()))
-}
-
-// readKeepAlive feeds a KeepAliver's renewals into the lease until the
-// backend closes the channel (after the lease's context ends, or when it
-// can no longer keep the lease alive).
-func (ls *Lease) readKeepAlive(kc <-chan Renewal) {
-	defer ls.l.wg.Done()
-	defer close(ls.kaDone)
-	for r := range kc {
-		ls.keepAlive(r)
-	}
-	if ls.ctx.Err() == nil {
-		ls.lose(errors.New("keepalive stopped"))
-	}
-}
-
-func (ls *Lease) keepAlive(r Renewal) {
-	if r.Err != nil {
-		if errors.Is(r.Err, ErrNotHeld) {
-			ls.lose(r.Err)
-			return
-		}
-		ls.mu.Lock()
-		ls.lastErr = r.Err
-		ls.mu.Unlock()
-		return
-	}
-	ls.mu.Lock()
-	if d := r.Sent.Add(r.TTL - ls.l.opts.SafetyMargin); d.After(ls.deadline) && ls.err == nil {
-		ls.deadline = d
-		// The timer sleeps until the old deadline at most; it re-arms
-		// for the new one when it fires.
-	}
-	ls.lastErr = nil
-	ls.mu.Unlock()
-}
-
-// Release stops the watchdog, cancels the lease's context (cause
-// [ErrReleased]) and deletes the key on the server if this owner still holds
-// it. It runs detached from ctx's cancellation, bounded by
-// Options.ReleaseTimeout, so a caller whose context is already cancelled
-// still releases. If the lease was lost, or Release was already called, it
-// deletes nothing and returns an error wrapping [ErrNotHeld].
-func (ls *Lease) Release(ctx context.Context) error {
-	ls.mu.Lock()
-	if ls.released {
-		ls.mu.Unlock()
-		return fmt.Errorf("fencedlock: release %q: %w: %w", ls.grant.Key, ErrNotHeld, ErrReleased)
-	}
-	ls.released = true
-	lost := ls.err
-	if lost == nil {
-		ls.err = ErrReleased
-	}
-	ls.mu.Unlock()
-
-	ls.cancel(ErrReleased) // no effect if already lost; aborts a renewal in flight
-	ls.mu.Lock()
-	stopped := ls.timer.Stop()
-	ls.mu.Unlock()
-	if stopped {
-		ls.finish()
-	}
-	// Wait for a tick in flight: after this no renewal can start (a tick
-	// that runs later finds the lease ended).
-	ls.tickMu.Lock()
-	ls.tickMu.Unlock() //nolint:staticcheck // an empty critical section is the point
-	if ls.kaDone != nil {
-		<-ls.kaDone // the backend's keepalive has stopped
-	}
-	ls.l.forget(ls)
-
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.l.opts.ReleaseTimeout)
-	defer cancel()
-	err := ls.l.b.Release(rctx, ls.grant)
-	if lost != nil {
-		// Tell the server anyway: if the loss was local (no renewal in time)
-		// the key may still be ours, and freeing it early is harmless.
-		return fmt.Errorf("fencedlock: release %q: %w: %w", ls.grant.Key, ErrNotHeld, lost)
-	}
-	if err != nil {
-		return fmt.Errorf("fencedlock: release %q: %w", ls.grant.Key, err)
-	}
-	if ls.l.debug() {
-		ls.l.log.Debug("fencedlock: released", "key", ls.grant.Key, "fence", ls.grant.Fence)
-	}
-	return nil
 }

@@ -10,7 +10,7 @@ import (
 // is a heldLock as it is.
 type fencedClient struct {
 	l           *fencedlock.Locker
-	closeClient func()
+	closeClient func() // closes the backend, then its client
 }
 
 func (f *fencedClient) acquire(ctx context.Context, key string) (heldLock, error) {

@@ -867,8 +867,10 @@ func testClose(t *testing.T, e *env) {
 		t.Fatalf("Release by another backend after one was closed: %v", err)
 	}
 
-	// A Locker's Close releases its leases and closes its backend.
-	l := fencedlock.New(e.backend(t), e.lockerOpts(nil))
+	// A Locker's Close releases its leases and leaves its backend open:
+	// whoever created the backend closes it.
+	lb := e.backend(t)
+	l := fencedlock.New(lb, e.lockerOpts(nil))
 	ls, err := l.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
@@ -887,6 +889,15 @@ func testClose(t *testing.T, e *env) {
 	}
 	if _, err := l.TryAcquire(e.ctx, key); !errors.Is(err, fencedlock.ErrClosed) {
 		t.Fatalf("TryAcquire on a closed Locker: %v, want ErrClosed", err)
+	}
+	l2 := fencedlock.New(lb, e.lockerOpts(nil))
+	defer l2.Close()
+	ls2, err := l2.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire on the backend of a closed Locker: %v", err)
+	}
+	if err := ls2.Release(e.ctx); err != nil {
+		t.Fatalf("Release on the backend of a closed Locker: %v", err)
 	}
 }
 

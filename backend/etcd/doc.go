@@ -6,6 +6,7 @@
 // constructor differs from the other backends:
 //
 //	b, err := etcd.New(client, etcd.Options{})   // client is a *clientv3.Client
+//	defer b.Close()                              // Locker.Close does not close b
 //	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
 //
 // # Keys

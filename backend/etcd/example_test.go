@@ -27,6 +27,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer b.Close() // whoever creates the backend closes it: Locker.Close does not
 	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
 	defer locker.Close()
 

@@ -30,6 +30,7 @@ func ExampleBackend_FencedSet() {
 	if err != nil {
 		panic(err)
 	}
+	defer b.Close() // after locker.Close: a Locker does not close its backend
 	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
 	defer locker.Close()
 	ctx := context.Background()

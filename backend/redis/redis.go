@@ -35,7 +35,9 @@ var (
 	// ErrCorrupt is wrapped by errors about a lock or fence key holding a
 	// value fencedlock did not write: another type (WRONGTYPE), a fence
 	// counter that is not a decimal counter, a lock without a TTL. Nothing
-	// was changed on the server.
+	// was changed on the server. The errors of Acquire, Renew and Release
+	// that wrap it also wrap [fencedlock.ErrPermanent], as do ACL and
+	// authentication refusals (NOPERM, NOAUTH, WRONGPASS).
 	ErrCorrupt = errors.New("redis: key holds a value fencedlock did not write")
 	// ErrReplication is wrapped by the error of an Acquire whose lock was
 	// acknowledged by fewer than Options.WaitReplicas replicas within
@@ -356,11 +358,25 @@ func wrap(op, key string, err error) error {
 			return fmt.Errorf("redis: %s %q: %w (use another lock name; see MaxFence): %w", op, key, ErrFenceExhausted, err)
 		}
 		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, corruptCode) {
-			return fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)
+			return permanentError{fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)}
+		}
+		// ACL and authentication refusals last until an operator acts.
+		for _, code := range []string{"NOPERM", "NOAUTH", "WRONGPASS"} {
+			if strings.Contains(msg, code) {
+				return permanentError{fmt.Errorf("redis: %s %q: %w", op, key, err)}
+			}
 		}
 	}
 	return fmt.Errorf("redis: %s %q: %w", op, key, err)
 }
+
+// permanentError marks an error no retry can fix: it also wraps
+// [fencedlock.ErrPermanent], without changing the message, so that the
+// Locker gives up at once instead of retrying until its context ends.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string   { return e.err.Error() }
+func (e permanentError) Unwrap() []error { return []error{e.err, fencedlock.ErrPermanent} }
 
 // Acquire makes one attempt to take req.Key: one round trip running
 // scripts/acquire.lua (SET NX PX, then INCR of the fence counter). If

@@ -478,6 +478,7 @@ func TestSameCodeAsOtherBackends(t *testing.T) {
 		l := fencedlock.New(b, fencedlock.Options{TTL: ttl})
 		count, last, err := useLock(ctxFor(t, time.Minute), l, 4, 5)
 		l.Close()
+		b.Close() // a Locker does not close its backend
 		if err != nil || count != 20 || last == 0 {
 			t.Fatalf("%s: useLock: count %d, last fence %d, err %v; want 20 increments", c.name, count, last, err)
 		}
@@ -566,6 +567,9 @@ func TestTTLRoundedUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(); err != nil { // a Locker does not close its backend
 			t.Fatal(err)
 		}
 		if _, err := cli.Get(ctx, "k"); err != nil {

@@ -162,7 +162,8 @@ func TestHostileInput(t *testing.T) {
 	})
 
 	t.Run("binary keys", func(t *testing.T) {
-		// Its own Locker and backend: Locker.Close closes the backend.
+		// Its own Locker and backend (closed in cleanup: Locker.Close
+		// does not close it).
 		b := newBackend(t, c, redis.Options{})
 		l := fencedlock.New(b, fencedlock.Options{TTL: 5 * time.Second})
 		defer l.Close()

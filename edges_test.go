@@ -1,0 +1,369 @@
+package fencedlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/memory"
+)
+
+// appliedThenFailed is a backend whose first Acquire takes the key on the
+// store and then reports a failure, as when the connection resets after
+// the server applied the request: the outcome is unknown to the caller.
+type appliedThenFailed struct {
+	*memory.Backend
+	mu     sync.Mutex
+	failed bool
+}
+
+var errReset = errors.New("connection reset by peer")
+
+func (b *appliedThenFailed) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+	g, err := b.Backend.Acquire(ctx, req)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil && !b.failed {
+		b.failed = true
+		return fencedlock.Grant{}, fmt.Errorf("fake: acquire: %w", errReset)
+	}
+	return g, err
+}
+
+// TestNoOrphanAfterUnknownOutcome: an attempt that may have taken the key
+// (applied, then failed) is cleaned up on every exit of Acquire: when its
+// context's deadline passes, when it is cancelled, and when the Locker is
+// closed, all during the wait that follows the failure.
+func TestNoOrphanAfterUnknownOutcome(t *testing.T) {
+	cases := []struct {
+		name string
+		end  func(ctx context.Context, l *fencedlock.Locker) (context.Context, func())
+		want error
+	}{
+		{"deadline", func(ctx context.Context, _ *fencedlock.Locker) (context.Context, func()) {
+			return context.WithTimeout(ctx, time.Second)
+		}, context.DeadlineExceeded},
+		{"cancel", func(ctx context.Context, _ *fencedlock.Locker) (context.Context, func()) {
+			ctx, cancel := context.WithCancel(ctx)
+			t := time.AfterFunc(time.Second, cancel)
+			return ctx, func() { t.Stop(); cancel() }
+		}, context.Canceled},
+		{"Close", func(ctx context.Context, l *fencedlock.Locker) (context.Context, func()) {
+			t := time.AfterFunc(time.Second, func() { l.Close() })
+			return ctx, func() { t.Stop() }
+		}, fencedlock.ErrClosed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.NewStore()
+				b := &appliedThenFailed{Backend: store.Backend()}
+				defer b.Close()
+				l := fencedlock.New(b, fencedlock.Options{TTL: time.Minute})
+				defer l.Close()
+				ctx, stop := c.end(t.Context(), l)
+				defer stop()
+				start := time.Now()
+				_, err := l.Acquire(ctx, "k")
+				if !errors.Is(err, c.want) {
+					t.Fatalf("Acquire: %v, want %v", err, c.want)
+				}
+				if d := time.Since(start); d != time.Second {
+					t.Fatalf("Acquire returned after %v, want 1s", d)
+				}
+				info, err := store.Backend().Inspect(t.Context(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.Held {
+					t.Fatalf("orphan lock: key held (TTL %v left) after Acquire gave up", info.TTL)
+				}
+			})
+		})
+	}
+}
+
+// TestPermanentErrors: an error no retry can fix ends Acquire at once, with
+// the reason; a wait that ends on its context carries the last backend
+// error; a renewal failing permanently loses the lease at once.
+func TestPermanentErrors(t *testing.T) {
+	errPerm := fmt.Errorf("fake: lock key has no TTL: %w", fencedlock.ErrPermanent)
+	t.Run("acquire", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake()
+			f.acquireFn = func(context.Context, fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+				return fencedlock.Grant{}, errPerm
+			}
+			l := fencedlock.New(f, fencedlock.Options{TTL: time.Second})
+			defer l.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := l.Acquire(ctx, "k")
+			if !errors.Is(err, errPerm) || !errors.Is(err, fencedlock.ErrPermanent) {
+				t.Fatalf("Acquire: %v, want the permanent error", err)
+			}
+			if d := time.Since(start); d != 0 {
+				t.Fatalf("Acquire retried a permanent error for %v", d)
+			}
+			if n := len(f.acquires); n != 1 {
+				t.Fatalf("%d attempts, want 1", n)
+			}
+		})
+	})
+	t.Run("wait carries the last error", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake()
+			errDown := errors.New("connection refused")
+			f.acquireFn = func(context.Context, fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+				return fencedlock.Grant{}, errDown
+			}
+			l := fencedlock.New(f, fencedlock.Options{TTL: time.Second})
+			defer l.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			_, err := l.Acquire(ctx, "k")
+			if !errors.Is(err, fencedlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errDown) {
+				t.Fatalf("Acquire: %v, want ErrNotAcquired, DeadlineExceeded and the backend's error", err)
+			}
+		})
+	})
+	t.Run("renew", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake()
+			f.renewFn = func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error) {
+				return 0, errPerm
+			}
+			l := fencedlock.New(f, fencedlock.Options{TTL: 3 * time.Second})
+			defer l.Close()
+			start := time.Now()
+			ls, err := l.TryAcquire(t.Context(), "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-ls.Done()
+			if d := time.Since(start); d != time.Second {
+				t.Fatalf("lost after %v, want 1s (the first renewal)", d)
+			}
+			if err := ls.Err(); !errors.Is(err, fencedlock.ErrLeaseLost) || !errors.Is(err, errPerm) {
+				t.Fatalf("Err %v", err)
+			}
+		})
+	})
+}
+
+// TestRenewAfterLoss: a manual renewal whose reply comes after the lease
+// was reported lost does not revive it: Renew fails with ErrLeaseLost, and
+// the key, which the late renewal extended on the server, is released.
+func TestRenewAfterLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		f := &fake{Backend: store.Backend()}
+		l := fencedlock.New(f, fencedlock.Options{TTL: 3 * time.Second, ManualRenew: true})
+		defer l.Close()
+		ls, err := l.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sent at 2s, applied at 2.8s: after the local deadline (2.699s),
+		// before the server's expiry (3s).
+		f.renewFn = func(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+			time.Sleep(800 * time.Millisecond)
+			return f.Backend.Renew(ctx, g, ttl)
+		}
+		time.Sleep(2 * time.Second)
+		err = ls.Renew(t.Context())
+		if !errors.Is(ls.Err(), fencedlock.ErrLeaseLost) {
+			t.Fatalf("lease not lost at its deadline: %v", ls.Err())
+		}
+		if !errors.Is(err, fencedlock.ErrLeaseLost) {
+			t.Fatalf("Renew after loss: %v, want ErrLeaseLost", err)
+		}
+		if info, _ := store.Backend().Inspect(t.Context(), "k"); info.Held {
+			t.Fatalf("key held for %v more by a lease reported lost", info.TTL)
+		}
+		if err := ls.Renew(t.Context()); !errors.Is(err, fencedlock.ErrLeaseLost) {
+			t.Fatalf("second Renew: %v, want ErrLeaseLost", err)
+		}
+	})
+}
+
+// TestDoReportsLossWithFnError: when the lease is lost while fn runs, Do's
+// error wraps ErrLeaseLost even if fn returned its context's error.
+func TestDoReportsLossWithFnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		l := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
+		defer l.Close()
+		err := l.Do(t.Context(), "k", func(ctx context.Context, _ *fencedlock.Lease) error {
+			store.Invalidate("k")
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		if !errors.Is(err, fencedlock.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do: %v, want ErrLeaseLost joined with fn's context.Canceled", err)
+		}
+	})
+}
+
+// TestLockersShareBackend: two Lockers over one Backend (two TTLs); closing
+// one releases its leases and leaves the backend, which it did not create,
+// to the other.
+func TestLockersShareBackend(t *testing.T) {
+	b := memory.New()
+	defer b.Close()
+	short := fencedlock.New(b, fencedlock.Options{TTL: time.Second})
+	long := fencedlock.New(b, fencedlock.Options{TTL: time.Minute})
+	defer long.Close()
+	ls, err := short.TryAcquire(t.Context(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := short.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(ls.Err(), fencedlock.ErrReleased) {
+		t.Fatalf("lease after its Locker's Close: %v", ls.Err())
+	}
+	ls2, err := long.TryAcquire(t.Context(), "b")
+	if err != nil {
+		t.Fatalf("the other Locker after one was closed: %v", err)
+	}
+	if err := ls2.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReleaseBoundedWhenRenewalStuck: a renewal in flight that does not
+// return when cancelled (a client dialling a new connection to a stopped
+// server ignores cancellation) does not hold up Release or Close beyond
+// ReleaseTimeout; the key is released all the same.
+func TestReleaseBoundedWhenRenewalStuck(t *testing.T) {
+	const releaseTimeout = 500 * time.Millisecond
+	stuck := func(f *fake) {
+		f.renewFn = func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error) {
+			time.Sleep(5 * time.Second) // ignores its context
+			return 0, errors.New("dial timeout")
+		}
+	}
+	t.Run("Release", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake()
+			stuck(f)
+			l := fencedlock.New(f, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
+			defer l.Close()
+			ls, err := l.TryAcquire(t.Context(), "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2*time.Second + 200*time.Millisecond) // the renewal at 2s is stuck
+			start := time.Now()
+			if err := ls.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(start); d > releaseTimeout {
+				t.Fatalf("Release took %v, want at most ReleaseTimeout %v", d, releaseTimeout)
+			}
+			if info, _ := f.Backend.Inspect(t.Context(), "k"); info.Held {
+				t.Fatal("key still held after Release")
+			}
+			time.Sleep(5 * time.Second) // let the stuck renewal return
+		})
+	})
+	t.Run("Close", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFake()
+			stuck(f)
+			l := fencedlock.New(f, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
+			for _, k := range []string{"a", "b", "c"} {
+				if _, err := l.TryAcquire(t.Context(), k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(2*time.Second + 200*time.Millisecond)
+			start := time.Now()
+			err := l.Close()
+			if d := time.Since(start); d > releaseTimeout+50*time.Millisecond {
+				t.Fatalf("Close took %v, want about ReleaseTimeout %v", d, releaseTimeout)
+			}
+			if err == nil {
+				t.Fatal("Close reported nothing about the renewals still running")
+			}
+			for _, k := range []string{"a", "b", "c"} {
+				if info, _ := f.Backend.Inspect(t.Context(), k); info.Held {
+					t.Fatalf("%q still held after Close", k)
+				}
+			}
+			time.Sleep(5 * time.Second) // let the stuck renewals return
+		})
+	})
+}
+
+// dialling is a backend whose Renew, like a rueidis request dialling a new
+// connection to a stopped server, ignores its context for 5s, and whose
+// Release waits behind that dial, ignoring its context too.
+type dialling struct {
+	*memory.Backend
+	mu   sync.Mutex
+	dial chan struct{} // closed when the dial ends
+}
+
+func (b *dialling) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+	b.mu.Lock()
+	b.dial = make(chan struct{})
+	dial := b.dial
+	b.mu.Unlock()
+	time.Sleep(5 * time.Second)
+	close(dial)
+	return 0, errors.New("dial timeout")
+}
+
+func (b *dialling) Release(ctx context.Context, g fencedlock.Grant) error {
+	b.mu.Lock()
+	dial := b.dial
+	b.mu.Unlock()
+	if dial != nil {
+		<-dial
+	}
+	return b.Backend.Release(ctx, g)
+}
+
+// TestReleaseBoundedWhenBackendStuck: backend calls that do not return
+// when their context ends (a Release held behind a renewal that is
+// dialling) do not hold Lease.Release or Close past ReleaseTimeout plus
+// 20ms; they report it.
+func TestReleaseBoundedWhenBackendStuck(t *testing.T) {
+	const releaseTimeout = 500 * time.Millisecond
+	for _, via := range []string{"Release", "Close"} {
+		t.Run(via, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := &dialling{Backend: memory.New()}
+				l := fencedlock.New(b, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
+				ls, err := l.TryAcquire(t.Context(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2*time.Second + 200*time.Millisecond) // the renewal at 2s is dialling
+				start := time.Now()
+				if via == "Release" {
+					err = ls.Release(t.Context())
+				} else {
+					err = l.Close()
+				}
+				if d := time.Since(start); d > releaseTimeout+20*time.Millisecond {
+					t.Fatalf("%s took %v, want at most ReleaseTimeout %v + 20ms", via, d, releaseTimeout)
+				}
+				if err == nil {
+					t.Fatalf("%s reported success although the release did not get through", via)
+				}
+				l.Close()
+				time.Sleep(5 * time.Second) // let the stuck calls return
+			})
+		})
+	}
+}

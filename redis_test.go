@@ -1,0 +1,146 @@
+package fencedlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// These tests run the Locker against a real redis-server: the failures they
+// pin down are interactions with the server and its client.
+
+func redisBackend(t *testing.T, c rueidis.Client) *redis.Backend {
+	t.Helper()
+	b, err := redis.New(c, redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// TestRedisPermanentErrors: a lock key without a TTL, a lock key of another
+// type and missing ACL permissions end Acquire at once with the reason
+// (ErrPermanent), instead of retrying until the context ends.
+func TestRedisPermanentErrors(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithConfig("user limited on >secret ~other:* &* +@all"))
+	c := srv.Client(t, nil)
+	b := redisBackend(t, c)
+	limited := redisBackend(t, srv.Client(t, func(o *rueidis.ClientOption) {
+		o.Username, o.Password = "limited", "secret"
+	}))
+	do := func(args ...string) {
+		t.Helper()
+		if err := c.Do(t.Context(), c.B().Arbitrary(args...).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name  string
+		b     fencedlock.Backend
+		setup func(lockKey string)
+		want  error
+	}{
+		{"lock without TTL", b, func(k string) { do("SET", k, "someone") }, redis.ErrCorrupt},
+		{"lock of another type", b, func(k string) { do("LPUSH", k, "x") }, redis.ErrCorrupt},
+		{"no permission", limited, func(string) {}, fencedlock.ErrPermanent},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			key := "perm-" + c.name
+			c.setup(b.LockKey(key))
+			l := fencedlock.New(c.b, fencedlock.Options{TTL: time.Second})
+			defer l.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := l.Acquire(ctx, key)
+			took := time.Since(start)
+			t.Logf("Acquire returned after %v: %v", took, err)
+			if !errors.Is(err, c.want) || !errors.Is(err, fencedlock.ErrPermanent) {
+				t.Fatalf("Acquire: %v, want %v and ErrPermanent", err, c.want)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire waited for its context: %v", err)
+			}
+		})
+	}
+}
+
+// TestRedisReleaseBoundedOnStoppedServer: with the server stopped (SIGSTOP)
+// and renewals in flight, Release and Close (of many leases) return within
+// ReleaseTimeout: the renewal in flight is cancelled, not waited for, and
+// Close releases its leases together.
+func TestRedisReleaseBoundedOnStoppedServer(t *testing.T) {
+	const (
+		ttl            = 6 * time.Second // renewals at 2s, deadline at 5.4s
+		releaseTimeout = 500 * time.Millisecond
+		// slack covers scheduling on a loaded two-core machine; the
+		// figures measured are logged.
+		slack = 250 * time.Millisecond
+	)
+	setup := func(t *testing.T, n int) (*fencedlock.Locker, []*fencedlock.Lease, *redistest.Server) {
+		srv := redistest.Start(t)
+		t.Cleanup(srv.Resume) // before the server's own cleanup stops it
+		b := redisBackend(t, srv.Client(t, nil))
+		l := fencedlock.New(b, fencedlock.Options{TTL: ttl, ReleaseTimeout: releaseTimeout})
+		leases := make([]*fencedlock.Lease, n)
+		for i := range leases {
+			ls, err := l.TryAcquire(t.Context(), "bounded-"+string(rune('a'+i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			leases[i] = ls
+		}
+		srv.Pause()
+		// Past the first renewal (TTL/3): the renewals are in flight,
+		// unanswered, until the local deadline.
+		time.Sleep(ttl/3 + 200*time.Millisecond)
+		return l, leases, srv
+	}
+	t.Run("Release", func(t *testing.T) {
+		l, leases, _ := setup(t, 1)
+		defer l.Close()
+		start := time.Now()
+		err := leases[0].Release(t.Context())
+		took := time.Since(start)
+		t.Logf("Release with the server stopped and a renewal in flight: %v (ReleaseTimeout %v): %v", took, releaseTimeout, err)
+		if err == nil {
+			t.Fatal("Release reported success from a stopped server")
+		}
+		if took > releaseTimeout+slack {
+			t.Fatalf("Release took %v, want at most ReleaseTimeout %v (+%v)", took, releaseTimeout, slack)
+		}
+	})
+	t.Run("Close", func(t *testing.T) {
+		const n = 10
+		l, leases, _ := setup(t, n)
+		start := time.Now()
+		err := l.Close()
+		took := time.Since(start)
+		t.Logf("Close of %d leases with the server stopped: %v (ReleaseTimeout %v)", n, took, releaseTimeout)
+		if err == nil {
+			t.Fatal("Close reported success from a stopped server")
+		}
+		if took > releaseTimeout+slack {
+			t.Fatalf("Close took %v, want at most ReleaseTimeout %v (+%v)", took, releaseTimeout, slack)
+		}
+		var wg sync.WaitGroup
+		for _, ls := range leases {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-ls.Done()
+			}()
+		}
+		wg.Wait()
+	})
+}
