@@ -3,6 +3,7 @@ package fencedlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -46,17 +47,19 @@ func TestRedisPermanentErrors(t *testing.T) {
 	cases := []struct {
 		name  string
 		b     fencedlock.Backend
-		setup func(lockKey string)
+		setup func(key string)
 		want  error
 	}{
-		{"lock without TTL", b, func(k string) { do("SET", k, "someone") }, redis.ErrCorrupt},
-		{"lock of another type", b, func(k string) { do("LPUSH", k, "x") }, redis.ErrCorrupt},
+		{"lock without TTL", b, func(k string) { do("SET", b.LockKey(k), "someone") }, redis.ErrCorrupt},
+		{"lock of another type", b, func(k string) { do("LPUSH", b.LockKey(k), "x") }, redis.ErrCorrupt},
 		{"no permission", limited, func(string) {}, fencedlock.ErrPermanent},
+		{"fence counter exhausted", b, func(k string) { do("SET", b.FenceKey(k), strconv.FormatUint(uint64(redis.MaxFence), 10)) }, redis.ErrFenceExhausted},
+		{"fence counter with a TTL", b, func(k string) { do("SET", b.FenceKey(k), "7", "EX", "3600") }, redis.ErrCorrupt},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			key := "perm-" + c.name
-			c.setup(b.LockKey(key))
+			c.setup(key)
 			l := fencedlock.New(c.b, fencedlock.Options{TTL: time.Second})
 			defer l.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)

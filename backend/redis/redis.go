@@ -46,7 +46,8 @@ var (
 	// ErrFenceExhausted is wrapped by the error of an Acquire of a free
 	// lock whose fence counter is at [MaxFence]: the scripts cannot grant a
 	// greater fence exactly, so the lock cannot be taken again under its
-	// name. Nothing was changed. No retry helps; see [MaxFence].
+	// name. Nothing was changed. No retry helps, so it also wraps
+	// [fencedlock.ErrPermanent]: Acquire returns it at once. See [MaxFence].
 	ErrFenceExhausted = errors.New("redis: fence counter exhausted")
 	// ErrEvictionPolicy is wrapped by the error of [New] when a server's
 	// maxmemory-policy is not noeviction: such a server may evict a held
@@ -355,7 +356,8 @@ func wrap(op, key string, err error) error {
 		// wrap script errors, so look for it anywhere.
 		msg := re.Error()
 		if strings.Contains(msg, exhaustedCode) {
-			return fmt.Errorf("redis: %s %q: %w (use another lock name; see MaxFence): %w", op, key, ErrFenceExhausted, err)
+			// No retry can fix it: only an operator (another lock name).
+			return permanentError{fmt.Errorf("redis: %s %q: %w (use another lock name; see MaxFence): %w", op, key, ErrFenceExhausted, err)}
 		}
 		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, corruptCode) {
 			return permanentError{fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)}
