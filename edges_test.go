@@ -367,3 +367,63 @@ func TestReleaseBoundedWhenBackendStuck(t *testing.T) {
 		})
 	}
 }
+
+// slowRenew is a backend whose Renew ignores its context and answers
+// after delay (with success or failure), like a client stuck dialling or a
+// reply that arrives late.
+type slowRenew struct {
+	*memory.Backend
+	delay time.Duration
+	fail  bool
+}
+
+func (b *slowRenew) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+	time.Sleep(b.delay)
+	if b.fail {
+		return 0, errors.New("dial timeout")
+	}
+	return b.Backend.Renew(context.Background(), g, ttl)
+}
+
+// TestLostAtDeadlineWhileRenewalStuck: the local deadline is kept even
+// when the watchdog's renewal is stuck in a backend call that ignores its
+// context: Done closes and Err reports the loss at the deadline itself,
+// not when the call returns. A renewal that then succeeds late does not
+// bring the lease back, and the key it extended is released.
+func TestLostAtDeadlineWhileRenewalStuck(t *testing.T) {
+	for _, fail := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fail=%v", fail), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := memory.New()
+				b := &slowRenew{Backend: mem, delay: 5 * time.Second, fail: fail}
+				l := fencedlock.New(b, fencedlock.Options{TTL: 3 * time.Second})
+				defer l.Close()
+				start := time.Now()
+				ls, err := l.TryAcquire(t.Context(), "k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				deadline := ls.Deadline()
+				select {
+				case <-ls.Done():
+				case <-time.After(10 * time.Second):
+					t.Fatal("lease not reported lost")
+				}
+				if got, want := time.Since(start), deadline.Sub(start); got != want {
+					t.Fatalf("lost at %v, want at the local deadline %v", got, want)
+				}
+				if err := ls.Err(); !errors.Is(err, fencedlock.ErrLeaseLost) {
+					t.Fatalf("Err = %v, want ErrLeaseLost", err)
+				}
+				time.Sleep(5 * time.Second) // the stuck renewal returns
+				synctest.Wait()
+				if err := ls.Err(); !errors.Is(err, fencedlock.ErrLeaseLost) {
+					t.Fatalf("after the late renewal: Err = %v, want ErrLeaseLost", err)
+				}
+				if info, err := mem.Inspect(t.Context(), "k"); err != nil || info.Held {
+					t.Fatalf("key after a late renewal of a lost lease: %+v %v, want free", info, err)
+				}
+			})
+		})
+	}
+}

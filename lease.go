@@ -70,11 +70,20 @@ func (ls *Lease) Context() context.Context { return ls.ctx }
 func (ls *Lease) Done() <-chan struct{} { return ls.ctx.Done() }
 
 // Err returns nil while the lease is held, then an error wrapping
-// [ErrLeaseLost] (and the reason) or [ErrReleased].
+// [ErrLeaseLost] (and the reason) or [ErrReleased]. It reads the clock
+// itself: past the local deadline it reports the loss even if the watchdog
+// has not run yet (a descheduled process, a late timer).
 func (ls *Lease) Err() error {
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return ls.err
+	err, deadline, lastErr := ls.err, ls.deadline, ls.lastErr
+	ls.mu.Unlock()
+	if err == nil && !time.Now().Before(deadline) {
+		ls.lose(deadlineReason(lastErr))
+		ls.mu.Lock()
+		err = ls.err
+		ls.mu.Unlock()
+	}
+	return err
 }
 
 // Deadline returns the local deadline: the moment the lease is reported
@@ -147,6 +156,17 @@ func (ls *Lease) renew(ctx context.Context) error {
 	sent := time.Now()
 	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.l.opts.TTL)
 	ls.mu.Lock()
+	if ls.err == nil && !time.Now().Before(ls.deadline) {
+		// The reply came after the local deadline: the holder may have
+		// been told nothing while the key could expire. Lost is lost.
+		lastErr := ls.lastErr
+		if err != nil && ctx.Err() == nil {
+			lastErr = err
+		}
+		ls.mu.Unlock()
+		ls.lose(deadlineReason(lastErr))
+		ls.mu.Lock()
+	}
 	ended := ls.err
 	if ended == nil {
 		if err == nil {
@@ -188,6 +208,15 @@ func (ls *Lease) renew(ctx context.Context) error {
 
 var errDeadline = errors.New("no renewal succeeded before the local deadline")
 
+// deadlineReason is the loss reason at the local deadline, with the last
+// renewal's error if one failed.
+func deadlineReason(lastErr error) error {
+	if lastErr != nil {
+		return fmt.Errorf("%w: last renewal: %w", errDeadline, lastErr)
+	}
+	return errDeadline
+}
+
 // wakeLocked returns how long the watchdog timer should sleep from now:
 // until the next renewal or the local deadline, whichever comes first.
 // ls.mu must be held.
@@ -217,19 +246,22 @@ func (ls *Lease) tick() {
 	ls.mu.Unlock()
 
 	if now := time.Now(); !now.Before(deadline) {
-		reason := errDeadline
-		if lastErr != nil {
-			reason = fmt.Errorf("%w: last renewal: %w", errDeadline, lastErr)
-		}
-		ls.lose(reason)
+		ls.lose(deadlineReason(lastErr))
 	} else if ls.renews() && !now.Before(next) {
-		// A renewal in flight must not outlive the deadline (checked only
-		// between ticks) nor the lease (its end cancels ls.ctx). The
-		// deadline is a timer, not a context deadline: some clients
-		// (rueidis) enforce a context's deadline on the connection and then
-		// ignore its cancellation, so Release could not abort the request.
+		// A renewal in flight must not outlive the deadline nor the lease
+		// (its end cancels ls.ctx). At the deadline the lease is lost
+		// there and then, whether or not the backend call returns when
+		// its context ends; losing it cancels the call. The deadline is a
+		// timer, not a context deadline: some clients (rueidis) enforce a
+		// context's deadline on the connection and then ignore its
+		// cancellation, so Release could not abort the request.
 		rctx, cancel := context.WithCancel(ls.ctx)
-		t := time.AfterFunc(deadline.Sub(now), cancel)
+		t := time.AfterFunc(deadline.Sub(now), func() {
+			ls.mu.Lock()
+			lastErr := ls.lastErr
+			ls.mu.Unlock()
+			ls.lose(deadlineReason(lastErr))
+		})
 		err := ls.renew(rctx)
 		t.Stop()
 		cancel()
@@ -315,6 +347,14 @@ func (ls *Lease) keepAlive(r Renewal) {
 		return
 	}
 	ls.mu.Lock()
+	if ls.err == nil && !time.Now().Before(ls.deadline) {
+		// Confirmed after the local deadline (the watchdog is late): the
+		// lease was lost at the deadline and stays lost.
+		lastErr := ls.lastErr
+		ls.mu.Unlock()
+		ls.lose(deadlineReason(lastErr))
+		return
+	}
 	if d := r.Sent.Add(r.TTL - ls.l.opts.SafetyMargin); d.After(ls.deadline) && ls.err == nil {
 		ls.deadline = d
 		// The timer sleeps until the old deadline at most; it re-arms
