@@ -119,7 +119,7 @@ func TestCommandIgnoringSIGTERMIsKilled(t *testing.T) {
 	srv, url := redisServer(t)
 	dir := t.TempDir()
 	const grace = 500 * time.Millisecond
-	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "600ms", "--grace", grace.String(), "job", "--",
+	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "3s", "--grace", grace.String(), "job", "--",
 		"/bin/sh", "-c", `trap '' TERM; echo $$ > `+dir+`/pid; while :; do sleep 0.05; done`)
 	pgid, err := strconv.Atoi(strings.TrimSpace(clitest.WaitFile(t, dir+"/pid", 10*time.Second)))
 	if err != nil {

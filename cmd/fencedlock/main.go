@@ -159,6 +159,8 @@ func (e *env) main(ctx context.Context, args []string) int {
 		return e.demo(ctx, args[1:])
 	case workerCommand:
 		return e.worker(ctx, args[1:])
+	case supervisorCommand:
+		return e.supervise(args[1:])
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			return e.main(ctx, []string{args[1], "-help"})

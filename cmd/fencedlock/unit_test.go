@@ -34,7 +34,8 @@ func memEnv(store *memory.Store, vars map[string]string) (*env, *clitest.SyncBuf
 			b := store.Backend()
 			return b, func() { _ = b.Close() }, nil
 		},
-		self: func() (string, error) { return "", errors.New("no self in unit tests") },
+		// run's supervisor is this package's binary, built by TestMain.
+		self: func() (string, error) { return bin.Path, nil },
 	}
 	return e, &out, &errb
 }
