@@ -20,22 +20,51 @@ import (
 const runHeader = `Usage: fencedlock run [flags] KEY -- COMMAND [ARGS...]
 
 Acquire the lock KEY, run COMMAND while holding it, release it when COMMAND
-exits, and exit with COMMAND's exit code. The lease is renewed in the
+and every process it started have ended, and exit with COMMAND's exit code.
+The -- between KEY and COMMAND is required. The lease is renewed in the
 background while COMMAND runs. COMMAND runs in its own process group with
-these variables added to its environment:
+these variables added to its environment (and FENCEDLOCK_REDIS, _ETCD and
+_ETCD_* removed from it: they may hold credentials):
 
   FENCEDLOCK_KEY     the lock name
   FENCEDLOCK_FENCE   the fencing token: pass it to the resource you write, which
                      must reject a token older than one it has already accepted
   FENCEDLOCK_HOLDER  the holder id (not secret; the owner token is never exposed)
 
-If the lease is lost while COMMAND runs (the key was deleted, the server is
-unreachable for longer than the lease allows, another owner took it), COMMAND's
-process group gets SIGTERM, then SIGKILL after --grace, and fencedlock exits
-with 76. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to fencedlock are forwarded to
-COMMAND's process group; the lock is released after COMMAND exits. Flags must
-come before KEY. Because COMMAND has its own process group, it cannot read
-from the terminal; a terminal's Ctrl-C reaches it through fencedlock.
+The guarantee: no process of COMMAND's tree runs after the lease's local
+deadline (which lies --ttl/10 before the server can give KEY to another
+holder), whatever happens to the fencedlock process: SIGKILL, the OOM
+killer, SIGSTOP, Ctrl-Z, a hung network. A small supervisor (this binary,
+re-executed in a process group of its own, with no network) sits between
+fencedlock and COMMAND; on Linux it is a child subreaper, so every orphaned
+descendant (setsid, a double fork) stays under it. fencedlock sends it the
+new deadline after every renewal; it acts on its own clock:
+
+  - no extension arrives (fencedlock stopped or its renewals fail): every
+    process of the tree gets SIGTERM min(--grace, --ttl/4) + --ttl/10 before
+    the deadline, and SIGKILL --ttl/10 before it;
+  - the lease is lost (key deleted or taken), or fencedlock dies: SIGTERM
+    at once, SIGKILL after --grace or --ttl/10 before the deadline,
+    whichever comes first;
+  - COMMAND exits while processes it started still run (sh -c 'job &'):
+    those get SIGTERM, then SIGKILL after --grace, before the lock is
+    released.
+
+In the first two cases fencedlock exits 76. SIGINT, SIGTERM, SIGHUP and
+SIGQUIT sent to fencedlock are forwarded to COMMAND's process group. Flags
+must come before KEY. Because COMMAND has its own process group, it cannot
+read from the terminal; a terminal's Ctrl-C reaches it through fencedlock,
+and Ctrl-Z stops fencedlock only, so the lease runs out and COMMAND is
+terminated as above.
+
+What still escapes: work handed to a process outside the tree (a daemon
+asked over a socket: systemd-run, at, docker run, a tmux or screen server,
+ssh to another machine); everything, if the supervisor itself is killed by
+pid (its direct child then gets SIGKILL, fencedlock the process group); and
+on systems other than Linux, a descendant that left COMMAND's process group
+(no subreaper, no /proc), with the deadline read from the wall clock. The
+timing needs the supervisor to get the CPU within --ttl/10 of its timer.
+A resource that must never see a stale write should check FENCEDLOCK_FENCE.
 `
 
 const runFooter = backendHelp + `
@@ -50,7 +79,7 @@ Examples:
   fencedlock run --etcd https://10.0.0.1:2379 --cacert ca.pem --cert me.pem --key me-key.pem \
       orders -- sh -c 'echo "fence $FENCEDLOCK_FENCE"; ./process-orders --fence "$FENCEDLOCK_FENCE"'
 
-` + exitCodeHelp
+` + runExitCodes
 
 type runFlags struct {
 	backend backendConfig
@@ -68,7 +97,7 @@ func (e *env) run(ctx context.Context, args []string) int {
 	fs.DurationVar(&f.ttl, "ttl", fencedlock.DefaultTTL, "lease `duration` on the server; renewed every TTL/3 while COMMAND runs. A crashed fencedlock keeps the lock this long")
 	fs.DurationVar(&f.wait, "wait", 0, "give up (exit 75) if the lock is not acquired within this `duration`; 0 waits as long as it takes")
 	fs.BoolVar(&f.try, "try", false, "make one attempt; exit 75 at once if the lock is held")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after the lease is lost, `time` between SIGTERM and SIGKILL to COMMAND's process group")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "`time` between SIGTERM and SIGKILL to COMMAND's tree; bounded by the lease's local deadline (see above)")
 	fs.BoolVar(&f.quiet, "q", false, "quiet: no progress messages on standard error (errors are still printed)")
 	if code, stop := e.parse(fs, args); stop {
 		return code
@@ -78,16 +107,21 @@ func (e *env) run(ctx context.Context, args []string) int {
 		return e.usageError("run", "missing KEY and COMMAND")
 	}
 	key, rest := rest[0], rest[1:]
-	if len(rest) > 0 && rest[0] == "--" {
+	switch {
+	case len(rest) == 0:
+		return e.usageError("run", "missing COMMAND after KEY %q", key)
+	case rest[0] == "--":
 		rest = rest[1:]
-	} else if len(rest) > 0 && len(rest[0]) > 1 && rest[0][0] == '-' {
+	case len(rest[0]) > 1 && rest[0][0] == '-':
 		return e.usageError("run", "%q after KEY: flags must come before KEY, and COMMAND after --", rest[0])
+	default:
+		return e.usageError("run", "%q after KEY %q: want -- between KEY and COMMAND (fencedlock run [flags] KEY -- COMMAND [ARGS])", rest[0], key)
 	}
 	if len(rest) == 0 {
 		return e.usageError("run", "missing COMMAND after KEY %q", key)
 	}
 	if err := fencedlock.ValidateKey(key); err != nil {
-		return e.usageError("run", "%v", err)
+		return e.usageError("run", "%s", errText(err))
 	}
 	if f.ttl < fencedlock.MinTTL || f.ttl > fencedlock.MaxTTL {
 		return e.usageError("run", "--ttl %v out of range [%v, %v]", f.ttl, fencedlock.MinTTL, fencedlock.MaxTTL)
@@ -192,18 +226,18 @@ func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b fencedlo
 // otherwise.
 func (e *env) openError(cmd string, err error) int {
 	if errors.Is(err, fencedlock.ErrInvalid) {
-		return e.usageError(cmd, "%v", err)
+		return e.usageError(cmd, "%s", errText(err))
 	}
-	fmt.Fprintf(e.stderr, "fencedlock %s: %v\n", cmd, err)
+	fmt.Fprintf(e.stderr, "fencedlock %s: %s\n", cmd, errText(err))
 	return exitBackend
 }
 
 func (e *env) lockError(err error, f *runFlags) int {
 	if errors.Is(err, fencedlock.ErrInvalid) {
-		fmt.Fprintf(e.stderr, "fencedlock run: %v\n", err)
+		fmt.Fprintf(e.stderr, "fencedlock run: %s\n", errText(err))
 		return exitUsage
 	}
-	fmt.Fprintf(e.stderr, "fencedlock run: %v\n(check that the server at %s is reachable and the credentials are right)\n", err, f.backend.describe())
+	fmt.Fprintf(e.stderr, "fencedlock run: %s\n(check that the server at %s is reachable and the credentials are right)\n", errText(err), f.backend.describe())
 	return exitBackend
 }
 
@@ -334,6 +368,15 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 					selfTerm = m.arg
 				}
 			}
+			if pgid != 0 && ws == nil {
+				// The supervisor was killed: what is left of the tree is
+				// not under it any more; kill the group at least.
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				fmt.Fprintf(e.stderr, "fencedlock run: the supervisor of %q died (%v); sent SIGKILL to process group %d; descendants that left it may still run; exiting %d\n",
+					argv[0], sup.ProcessState, pgid, exitLeaseLost)
+				_ = lease.Release(context.Background())
+				return exitLeaseLost
+			}
 			return e.commandEnded(lease, f, argv, ws, startErr, selfTerm, p)
 		}
 	}
@@ -409,7 +452,7 @@ func errText(err error) string {
 
 func (e *env) release(lease *fencedlock.Lease, p *progress) {
 	if err := lease.Release(context.Background()); err != nil {
-		fmt.Fprintf(e.stderr, "fencedlock run: releasing %q: %v (the lock expires on its own within %v)\n", lease.Key(), err, roundDuration(lease.TTL()))
+		fmt.Fprintf(e.stderr, "fencedlock run: releasing %q: %s (the lock expires on its own within %v)\n", lease.Key(), errText(err), roundDuration(lease.TTL()))
 	}
 }
 

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -149,8 +150,9 @@ func (e *env) supervise(args []string) int {
 	s.report("P %d", pid)
 
 	for {
-		s.reap()
-		if s.exited && !s.hasTree() {
+		// Deadlines first: the look at /proc and the reaping can wait.
+		s.act(sharedNow())
+		if noChildren := s.reap(); s.exited && !s.hasTree(noChildren) {
 			s.reapAll()
 			if s.terming {
 				left := time.Duration(s.deadline - sharedNow())
@@ -158,15 +160,9 @@ func (e *env) supervise(args []string) int {
 			}
 			return exitOK
 		}
+		s.act(sharedNow())
 		now := sharedNow()
 		killAt := s.deadline - int64(s.killLead)
-		switch {
-		case !s.terming && now >= killAt-int64(s.termLead):
-			s.terminate(fmt.Sprintf("no lease extension from fencedlock (stopped, killed, or its renewals failing); local deadline %s in %v",
-				wallClock(s.deadline), roundDuration(time.Duration(s.deadline-now))), true)
-		case s.terming && now >= min(s.termStart+int64(s.grace), killAt):
-			s.kill()
-		}
 		wait := time.Duration(killAt - int64(s.termLead) - now)
 		if s.terming {
 			wait = time.Duration(min(s.termStart+int64(s.grace), killAt) - now)
@@ -183,9 +179,7 @@ func (e *env) supervise(args []string) int {
 			switch {
 			case m.eof:
 				msgs = nil
-				if !s.exited || s.hasTree() {
-					s.terminate("fencedlock exited while "+strconv.Quote(s.name)+" ran", true)
-				}
+				s.terminate("fencedlock exited while "+strconv.Quote(s.name)+" ran", true)
 			case m.kind == 'D':
 				s.setDeadline(m.arg)
 			case m.kind == 'T':
@@ -198,6 +192,18 @@ func (e *env) supervise(args []string) int {
 		case <-timer.C:
 		}
 		timer.Stop()
+	}
+}
+
+// act sends SIGTERM or SIGKILL to the tree if their time has come.
+func (s *supervisor) act(now int64) {
+	killAt := s.deadline - int64(s.killLead)
+	switch {
+	case !s.terming && now >= killAt-int64(s.termLead):
+		s.terminate(fmt.Sprintf("no lease extension from fencedlock (stopped, killed, or its renewals failing); local deadline %s in %v",
+			wallClock(s.deadline), roundDuration(time.Duration(s.deadline-now))), true)
+	case s.terming && now >= min(s.termStart+int64(s.grace), killAt):
+		s.kill()
 	}
 }
 
@@ -271,32 +277,38 @@ func (s *supervisor) signal(pids []int, sig syscall.Signal) {
 // where the system cannot show them; signal covers COMMAND's group too).
 func (s *supervisor) tree() []int { return descendants(os.Getpid()) }
 
-// hasTree reports whether a process of the tree is alive.
-func (s *supervisor) hasTree() bool {
-	if len(descendants(os.Getpid())) > 0 {
+// hasTree reports whether a process of the tree may be alive, given
+// whether the supervisor has no child left. As a subreaper (Linux), no
+// child means no descendant; elsewhere COMMAND's group must be empty too.
+func (s *supervisor) hasTree(noChildren bool) bool {
+	if !noChildren {
 		return true
 	}
-	return syscall.Kill(-s.pid, 0) == nil
+	return !subreaper && syscall.Kill(-s.pid, 0) == nil
 }
 
-// reap collects exited children without blocking; COMMAND's status goes
-// to run, and its exit ends the tree's protection: what it left running is
-// terminated.
-func (s *supervisor) reap() {
+// reap collects exited children without blocking and reports whether
+// none is left. COMMAND's status goes to run, and its exit ends the
+// tree's protection: what it left running is terminated.
+func (s *supervisor) reap() (noChildren bool) {
 	for i := 0; i < 10000; i++ {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.ECHILD) {
+			noChildren = true
+		}
 		if pid <= 0 || err != nil {
-			return
+			break
 		}
 		if pid == s.pid && !s.exited {
 			s.exited = true
 			s.report("E %d", uint32(ws))
-			if s.hasTree() {
-				s.terminate(strconv.Quote(s.name)+" exited", false)
-			}
 		}
 	}
+	if s.exited && s.hasTree(noChildren) {
+		s.terminate(strconv.Quote(s.name)+" exited", false)
+	}
+	return noChildren
 }
 
 // reapAll waits for the zombies left, so that the supervisor exits last.

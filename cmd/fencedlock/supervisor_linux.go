@@ -15,6 +15,9 @@ const (
 	clockBoottime       = 7  // CLOCK_BOOTTIME
 )
 
+// subreaper tells whether setSubreaper works here.
+const subreaper = true
+
 // setSubreaper makes the calling process a child subreaper: orphaned
 // descendants are reparented to it instead of to init.
 func setSubreaper() {

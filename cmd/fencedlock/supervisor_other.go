@@ -4,6 +4,9 @@ package main
 
 import "time"
 
+// subreaper tells whether setSubreaper works here.
+const subreaper = false
+
 // setSubreaper does nothing: child subreapers are Linux only, so an
 // orphan of COMMAND's tree that left its process group escapes.
 func setSubreaper() {}
