@@ -363,3 +363,42 @@ func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode strin
 	}
 	return max(0, after), deadAt.Sub(deadline)
 }
+
+// TestRunSupervisorKilled: if the supervisor itself is killed, fencedlock
+// kills COMMAND's process group, says so, and exits 76.
+func TestRunSupervisorKilled(t *testing.T) {
+	_, url := redisServer(t)
+	dir := t.TempDir()
+	w := watchTree(t, "supkill")
+	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "5s", "supkill", "--", "/bin/sh", "-c",
+		`echo $$ > `+dir+`/pid; sleep 30 & wait`)
+	t.Cleanup(w.killAll)
+	pid, err := strconv.Atoi(strings.TrimSpace(clitest.WaitFile(t, dir+"/pid", 10*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	sup, _ := strconv.Atoi(f[1])
+	if sup == p.Cmd.Process.Pid || sup <= 1 {
+		t.Fatalf("COMMAND's parent is %d, not a supervisor between it and fencedlock %d", sup, p.Cmd.Process.Pid)
+	}
+	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code := p.Wait(10 * time.Second)
+	if code != exitLeaseLost || !strings.Contains(p.Stderr.String(), "supervisor of \"/bin/sh\" died") {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitLeaseLost, p.Stderr)
+	}
+	for i := 0; i < 200; i++ {
+		if _, alive, _, _ := w.state(); alive == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, alive, _, _ := w.state()
+	t.Errorf("%d processes of COMMAND's process group alive 2s after the supervisor was killed", alive)
+}
