@@ -59,9 +59,10 @@ terminated as above.
 
 What still escapes: work handed to a process outside the tree (a daemon
 asked over a socket: systemd-run, at, docker run, a tmux or screen server,
-ssh to another machine); everything, if the supervisor itself is killed by
-pid (its direct child then gets SIGKILL, fencedlock the process group); and
-on systems other than Linux, a descendant that left COMMAND's process group
+ssh to another machine); descendants that left COMMAND's process group, if
+the supervisor itself is killed by pid (COMMAND gets SIGKILL as its parent
+dies, and fencedlock kills the process group and exits 76); and on systems
+other than Linux, a descendant that left COMMAND's process group
 (no subreaper, no /proc), with the deadline read from the wall clock. The
 timing needs the supervisor to get the CPU within --ttl/10 of its timer.
 A resource that must never see a stale write should check FENCEDLOCK_FENCE.
@@ -314,12 +315,14 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 		ws       *syscall.WaitStatus
 		startErr string
 		selfTerm string // why the supervisor terminated the tree on its own
+		pending  []os.Signal
 		leaseEnd = lease.Done()
 	)
 	for {
 		select {
 		case sig := <-sigs:
 			if pgid == 0 {
+				pending = append(pending, sig) // forwarded once COMMAND runs
 				continue
 			}
 			p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
@@ -341,6 +344,11 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 				status = nil
 			case m.kind == 'P':
 				pgid, _ = strconv.Atoi(m.arg)
+				for _, sig := range pending {
+					p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
+					_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+				}
+				pending = nil
 			case m.kind == 'X':
 				startErr = m.arg
 			case m.kind == 'E':
