@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -80,6 +81,12 @@ func (c *backendConfig) resolve(getenv func(string) string) error {
 	case c.redisURL != "" && c.etcd != "":
 		return fmt.Errorf("both --redis and --etcd given (possibly from FENCEDLOCK_REDIS / FENCEDLOCK_ETCD): choose one")
 	}
+	if c.redisURL != "" {
+		// A malformed URL is a usage error, found before any connection.
+		if _, err := redisOptions(c.redisURL); err != nil {
+			return err
+		}
+	}
 	if c.redisURL != "" && (c.cacert != "" || c.cert != "" || c.key != "" || c.user != "" || c.password != "") {
 		return fmt.Errorf("--cacert, --cert, --key, --user and --password are for etcd; for Redis put credentials in the URL (redis://user:password@host:port, rediss:// for TLS)")
 	}
@@ -111,31 +118,25 @@ func (c *backendConfig) describe() string {
 	return "etcd " + strings.Join(c.endpoints(), ",")
 }
 
-// redactURL hides the password of a URL.
+// redactURL hides the password of a URL. A URL that does not parse with
+// its user information (a password holding "/", "?" or "#" that is not
+// percent-encoded ends the host part early) loses everything before its
+// last "@".
 func redactURL(s string) string {
-	i := strings.Index(s, "://")
-	if i < 0 {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if u, err := url.Parse(s); ok && err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			return u.Redacted()
+		}
 		return s
 	}
-	rest := s[i+3:]
-	at := strings.LastIndex(rest[:hostEnd(rest)], "@")
-	if at < 0 {
-		return s
+	if i := strings.LastIndex(rest, "@"); ok && i >= 0 {
+		return scheme + "://xxxxx" + rest[i:]
 	}
-	userinfo := rest[:at]
-	if c := strings.Index(userinfo, ":"); c >= 0 {
-		userinfo = userinfo[:c] + ":xxxxx"
+	if i := strings.LastIndex(s, "@"); !ok && i >= 0 {
+		return "xxxxx" + s[i:]
 	}
-	return s[:i+3] + userinfo + rest[at:]
-}
-
-// hostEnd returns the end of the authority part of rest (before path or
-// query).
-func hostEnd(rest string) int {
-	if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-		return j
-	}
-	return len(rest)
+	return s
 }
 
 // openContext bounds how long opening a backend may take.

@@ -119,7 +119,7 @@ func TestCommandIgnoringSIGTERMIsKilled(t *testing.T) {
 	srv, url := redisServer(t)
 	dir := t.TempDir()
 	const grace = 500 * time.Millisecond
-	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "600ms", "--grace", grace.String(), "job", "--",
+	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "3s", "--grace", grace.String(), "job", "--",
 		"/bin/sh", "-c", `trap '' TERM; echo $$ > `+dir+`/pid; while :; do sleep 0.05; done`)
 	pgid, err := strconv.Atoi(strings.TrimSpace(clitest.WaitFile(t, dir+"/pid", 10*time.Second)))
 	if err != nil {
@@ -208,7 +208,7 @@ func TestExitCodes(t *testing.T) {
 		{"no backend", []string{"run", "k", "--", "true"}, nil, exitUsage, "give --redis URL or --etcd ENDPOINTS"},
 		{"server unreachable", []string{"run", "--redis", "redis://127.0.0.1:1", "k", "--", "true"}, nil, exitBackend, "is the server running"},
 		{"wrong password", []string{"run", "--redis", "redis://locker:wrong@" + srv.Addr, "k", "--", "true"}, nil, exitBackend, "credentials"},
-		{"bad URL", []string{"inspect", "--redis", "http://x:secretpw@h", "k"}, nil, exitBackend, "invalid URL scheme"},
+		{"bad URL", []string{"inspect", "--redis", "http://x:secretpw@h", "k"}, nil, exitUsage, "invalid URL scheme"},
 		{"bad key prefix", []string{"inspect", "--redis", url, "--key-prefix", "a{b", "k"}, nil, exitUsage, "KeyPrefix"},
 	}
 	for _, tc := range cases {
@@ -288,7 +288,7 @@ func TestInspect(t *testing.T) {
 
 	release(t, holder)
 	code, p = bin.Run(t, env, "inspect", "--json", "orders")
-	if code != 0 || !strings.Contains(p.Stdout.String(), `"held":false`) || !strings.Contains(p.Stdout.String(), `"fence":`+fence) {
+	if code != exitFailure || !strings.Contains(p.Stdout.String(), `"held":false`) || !strings.Contains(p.Stdout.String(), `"fence":`+fence) {
 		t.Errorf("inspect after release: exit %d: %s %s", code, p.Stdout, p.Stderr)
 	}
 }
@@ -371,4 +371,27 @@ func TestDemo(t *testing.T) {
 			t.Errorf("exit %d, want %d; stderr:\n%s", code, exitUsage, p.Stderr)
 		}
 	})
+}
+
+// TestRunChildEnvHasNoCredentials: COMMAND's environment lacks the backend
+// configuration (the URL holds the password).
+func TestRunChildEnvHasNoCredentials(t *testing.T) {
+	_, url := redisServer(t)
+	dir := t.TempDir()
+	code, p := bin.Run(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "k", "--", "/bin/sh", "-c", "env > "+dir+"/env")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, p.Stderr)
+	}
+	env, err := os.ReadFile(dir + "/env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"s3cret", "FENCEDLOCK_REDIS"} {
+		if strings.Contains(string(env), bad) {
+			t.Errorf("COMMAND's environment contains %q:\n%s", bad, env)
+		}
+	}
+	if !strings.Contains(string(env), "FENCEDLOCK_FENCE=1") {
+		t.Errorf("COMMAND's environment lacks FENCEDLOCK_FENCE:\n%s", env)
+	}
 }

@@ -60,7 +60,7 @@ Examples:
   fencedlock demo --redis redis://default:secret@127.0.0.1:6379 --ttl 2s
   fencedlock demo --etcd http://127.0.0.1:2379
 
-` + exitCodeHelp
+` + demoExitCodes
 
 type demoFlags struct {
 	backend  backendConfig

@@ -25,7 +25,7 @@ Examples:
 JSON output (--json): {"key":"orders","held":true,"holder":"3f2a9c0e1b7d4a65","ttl_ms":8123,"fence":42}
 ("holder" and "ttl_ms" are omitted when the lock is free; "fence" is 0 if no lease was ever granted).
 
-` + exitCodeHelp
+` + inspectExitCodes
 
 // inspectOutput is the --json form of inspect.
 type inspectOutput struct {
@@ -52,7 +52,7 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	}
 	key := fs.Arg(0)
 	if err := fencedlock.ValidateKey(key); err != nil {
-		return e.usageError("inspect", "%v", err)
+		return e.usageError("inspect", "%s", errText(err))
 	}
 	if err := cfg.resolve(e.getenv); err != nil {
 		return e.usageError("inspect", "%v", err)
@@ -71,7 +71,7 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	defer cancel()
 	info, err := in.Inspect(ictx, key)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "fencedlock inspect: %v\n(check that the server at %s is reachable and the credentials are right)\n", err, cfg.describe())
+		fmt.Fprintf(e.stderr, "fencedlock inspect: %s\n(check that the server at %s is reachable and the credentials are right)\n", errText(err), cfg.describe())
 		return exitBackend
 	}
 	out := inspectOutput{Key: key, Held: info.Held, Fence: uint64(info.Fence)}
@@ -85,7 +85,7 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 			fmt.Fprintf(e.stderr, "fencedlock inspect: %v\n", err)
 			return exitFailure
 		}
-		return exitOK
+		return heldCode(info.Held)
 	}
 	fmt.Fprintf(e.stdout, "key:     %q\n", key)
 	if info.Held {
@@ -98,5 +98,13 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	} else {
 		fmt.Fprintf(e.stdout, "fence:   %v (last granted)\n", info.Fence)
 	}
-	return exitOK
+	return heldCode(info.Held)
+}
+
+// heldCode is inspect's exit code: 0 held, 1 free, as test(1) answers.
+func heldCode(held bool) int {
+	if held {
+		return exitOK
+	}
+	return exitFailure
 }

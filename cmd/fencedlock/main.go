@@ -12,16 +12,27 @@
 // # run
 //
 // run acquires KEY (waiting as long as --wait allows, or not at all with
-// --try), starts COMMAND in its own process group with FENCEDLOCK_KEY,
-// FENCEDLOCK_FENCE and FENCEDLOCK_HOLDER in its environment, renews the
-// lease while COMMAND runs, releases it when COMMAND exits, and exits with
-// COMMAND's code. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the
-// process group. If the lease is lost (the key was deleted or taken, or no
-// renewal succeeded before the local deadline, which lies before the
-// server's expiry), the group gets SIGTERM, then SIGKILL after --grace, and
-// run exits 76, as consul lock does (etcdctl lock leaves the command
-// running). Terminating the command is the best a lock can do; a resource
-// that must never see a stale write should check FENCEDLOCK_FENCE.
+// --try), starts COMMAND (given after a required --) under a supervisor,
+// in its own process group with FENCEDLOCK_KEY, FENCEDLOCK_FENCE and
+// FENCEDLOCK_HOLDER in its environment (and the backend's variables, which
+// may hold credentials, removed), renews the lease while COMMAND runs,
+// releases it when COMMAND and every process it started have ended, and
+// exits with COMMAND's code. SIGINT, SIGTERM, SIGHUP and SIGQUIT are
+// forwarded to the process group.
+//
+// Its invariant: no process of COMMAND's tree runs after the lease's local
+// deadline, whatever happens to the fencedlock process (SIGKILL, SIGSTOP,
+// Ctrl-Z, OOM kill, a hung network). The supervisor, re-executed from this
+// binary in a process group of its own and a child subreaper on Linux,
+// holds a dead man's switch: fencedlock sends it the new deadline after
+// each renewal, and if none comes it sends SIGTERM to every descendant
+// min(--grace, TTL/4) + TTL/10 before the deadline and SIGKILL TTL/10
+// before it; a lost lease or a dead fencedlock start the same at once.
+// run then exits 76, as consul lock does (etcdctl lock leaves the command
+// running). See "fencedlock run -help" and docs/cli-run.md for the details
+// and what still escapes. Terminating the command is the best a lock can
+// do; a resource that must never see a stale write should check
+// FENCEDLOCK_FENCE.
 //
 // # demo
 //
@@ -52,15 +63,16 @@
 //
 // # Exit codes
 //
-//	0        success; for run: the command exited 0
+//	0        success; for run: the command exited 0; for inspect: the key is held
 //	N        for run: the command's own exit code
 //	64       usage error (bad flag, key or TTL)
 //	69       backend error (cannot reach or use the server)
 //	75       lock not acquired (held by another: --try, --wait expired, or interrupted while waiting)
-//	76       run: the lease was lost while the command ran; the command was terminated
-//	         (SIGTERM to its process group, SIGKILL after --grace)
+//	76       run: the lease was lost (or about to be) while the command ran; its whole tree
+//	         was terminated (SIGTERM, then SIGKILL by the lease's local deadline)
 //	126      run: the command could not be started; 127: not found
 //	128+N    run: the command was killed by signal N
+//	1        inspect: the key is free (0: held)
 //	1        demo: the outcome was unsafe (a stale write was accepted) or the scenario failed
 //
 // A command that itself exits with 64, 69, 75 or 76 makes those codes
@@ -77,6 +89,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/fencedlock/fencedlock"
@@ -95,15 +108,40 @@ const (
 )
 
 const exitCodeHelp = `Exit codes:
-  0        success (run: the command exited 0)
-  N        run: the command's own exit code
-  64       usage error (bad flag, key or TTL)
+  0        success (run: COMMAND exited 0; inspect: the key is held)
+  1        inspect: the key is free; demo: the outcome was unsafe or the scenario failed
+  N        run: COMMAND's own exit code
+  64       usage error (bad flag, key, TTL or URL; run: missing --)
+  69       backend error (cannot reach or use the server)
+  75       run: lock not acquired (held by another: --try, --wait expired, or interrupted while waiting)
+  76       run: the lease was lost (or about to be) while COMMAND ran; its whole tree was terminated
+  126/127  run: COMMAND could not be started / was not found
+  128+N    run: COMMAND was killed by signal N
+`
+
+const runExitCodes = `Exit codes:
+  0        COMMAND exited 0
+  N        COMMAND's own exit code
+  64       usage error (bad flag, key, TTL or URL; missing --)
   69       backend error (cannot reach or use the server)
   75       lock not acquired (held by another: --try, --wait expired, or interrupted while waiting)
-  76       run: the lease was lost while the command ran; the command was terminated
-           (SIGTERM to its process group, SIGKILL after --grace)
-  126/127  run: the command could not be started / was not found
-  128+N    run: the command was killed by signal N
+  76       the lease was lost (or about to be) while COMMAND ran; its whole tree was terminated
+  126/127  COMMAND could not be started / was not found
+  128+N    COMMAND was killed by signal N
+`
+
+const inspectExitCodes = `Exit codes (as test(1): usable in "if fencedlock inspect KEY; then ..."):
+  0        the key is held
+  1        the key is free
+  64       usage error (bad flag, key or URL)
+  69       backend error (cannot reach or use the server)
+`
+
+const demoExitCodes = `Exit codes:
+  0        the outcome was safe: the server rejected the stale write
+  1        the outcome was unsafe (a stale write was accepted), or the scenario failed
+  64       usage error (bad flag or URL)
+  69       backend error (cannot reach or use the server)
 `
 
 const mainUsage = `fencedlock: distributed locks with fencing tokens, on Redis or etcd.
@@ -111,7 +149,8 @@ const mainUsage = `fencedlock: distributed locks with fencing tokens, on Redis o
 Usage:
   fencedlock demo [flags]                       the paused-holder story, with real processes (embedded Redis by default)
   fencedlock run [flags] KEY -- COMMAND [ARGS]  run COMMAND while holding KEY; terminate it if the lease is lost
-  fencedlock inspect [flags] KEY                is KEY held, by which holder, for how long, and its last fence
+  fencedlock inspect [flags] KEY                is KEY held (exit 0) or free (1), by which holder, for how long, its last fence
+  fencedlock --version                          the module version of this binary
 
 Run "fencedlock COMMAND -help" for the flags and examples of a command.
 
@@ -159,6 +198,11 @@ func (e *env) main(ctx context.Context, args []string) int {
 		return e.demo(ctx, args[1:])
 	case workerCommand:
 		return e.worker(ctx, args[1:])
+	case supervisorCommand:
+		return e.supervise(args[1:])
+	case "--version", "-version", "version":
+		fmt.Fprintf(e.stdout, "fencedlock %s\n", version())
+		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			return e.main(ctx, []string{args[1], "-help"})
@@ -168,6 +212,36 @@ func (e *env) main(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(e.stderr, "fencedlock: unknown command %q; the commands are demo, run and inspect (see fencedlock -help)\n", args[0])
 	return exitUsage
+}
+
+// version is the module version of this binary from its build
+// information: a release tag when installed with go install
+// module@version, "(devel)" in a build from a checkout, with the VCS
+// revision when the build recorded it.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		v += " (" + rev[:min(12, len(rev))] + dirty + ")"
+	}
+	return v + " " + bi.GoVersion
 }
 
 // newFlagSet returns a flag set that prints usage (header, flags, then

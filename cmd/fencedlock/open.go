@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -35,10 +36,24 @@ func openBackend(ctx context.Context, c backendConfig) (fencedlock.Backend, func
 
 // redisOptions turns a URL into rueidis options (see backendHelp for the
 // forms).
-func redisOptions(url string) (rueidis.ClientOption, error) {
-	opt, err := rueidis.ParseURL(url)
+func redisOptions(raw string) (rueidis.ClientOption, error) {
+	const want = "want redis://[user:password@]host:port[/db], rediss://..., or unix:///path; percent-encode / ? # @ in a password"
+	// The errors of url.Parse and rueidis quote the URL, password and
+	// all: none of their text is shown but what is scrubbed.
+	u, err := url.Parse(raw)
 	if err != nil {
-		return opt, fmt.Errorf("--redis %s: %w (want redis://[user:password@]host:port[/db], rediss://..., or unix:///path)", redactURL(url), err)
+		return rueidis.ClientOption{}, fmt.Errorf("--redis %s: malformed URL (%s)", redactURL(raw), want)
+	}
+	if u.User == nil && strings.Contains(raw, "@") {
+		return rueidis.ClientOption{}, fmt.Errorf("--redis %s: malformed URL: \"@\" outside user:password@ (%s)", redactURL(raw), want)
+	}
+	opt, err := rueidis.ParseURL(raw)
+	if err != nil {
+		msg := strings.ReplaceAll(err.Error(), raw, redactURL(raw))
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+		return opt, fmt.Errorf("--redis %s: %s (%s)", redactURL(raw), msg, want)
 	}
 	// fencedlock reads nothing that a client-side cache could serve, and
 	// some servers (and miniredis) lack CLIENT TRACKING.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,22 +20,52 @@ import (
 const runHeader = `Usage: fencedlock run [flags] KEY -- COMMAND [ARGS...]
 
 Acquire the lock KEY, run COMMAND while holding it, release it when COMMAND
-exits, and exit with COMMAND's exit code. The lease is renewed in the
+and every process it started have ended, and exit with COMMAND's exit code.
+The -- between KEY and COMMAND is required. The lease is renewed in the
 background while COMMAND runs. COMMAND runs in its own process group with
-these variables added to its environment:
+these variables added to its environment (and FENCEDLOCK_REDIS, _ETCD and
+_ETCD_* removed from it: they may hold credentials):
 
   FENCEDLOCK_KEY     the lock name
   FENCEDLOCK_FENCE   the fencing token: pass it to the resource you write, which
                      must reject a token older than one it has already accepted
   FENCEDLOCK_HOLDER  the holder id (not secret; the owner token is never exposed)
 
-If the lease is lost while COMMAND runs (the key was deleted, the server is
-unreachable for longer than the lease allows, another owner took it), COMMAND's
-process group gets SIGTERM, then SIGKILL after --grace, and fencedlock exits
-with 76. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to fencedlock are forwarded to
-COMMAND's process group; the lock is released after COMMAND exits. Flags must
-come before KEY. Because COMMAND has its own process group, it cannot read
-from the terminal; a terminal's Ctrl-C reaches it through fencedlock.
+The guarantee: no process of COMMAND's tree runs after the lease's local
+deadline (which lies --ttl/10 before the server can give KEY to another
+holder), whatever happens to the fencedlock process: SIGKILL, the OOM
+killer, SIGSTOP, Ctrl-Z, a hung network. A small supervisor (this binary,
+re-executed in a process group of its own, with no network) sits between
+fencedlock and COMMAND; on Linux it is a child subreaper, so every orphaned
+descendant (setsid, a double fork) stays under it. fencedlock sends it the
+new deadline after every renewal; it acts on its own clock:
+
+  - no extension arrives (fencedlock stopped or its renewals fail): every
+    process of the tree gets SIGTERM min(--grace, --ttl/4) + --ttl/10 before
+    the deadline, and SIGKILL --ttl/10 before it;
+  - the lease is lost (key deleted or taken), or fencedlock dies: SIGTERM
+    at once, SIGKILL after --grace or --ttl/10 before the deadline,
+    whichever comes first;
+  - COMMAND exits while processes it started still run (sh -c 'job &'):
+    those get SIGTERM, then SIGKILL after --grace, before the lock is
+    released.
+
+In the first two cases fencedlock exits 76. SIGINT, SIGTERM, SIGHUP and
+SIGQUIT sent to fencedlock are forwarded to COMMAND's process group. Flags
+must come before KEY. Because COMMAND has its own process group, it cannot
+read from the terminal; a terminal's Ctrl-C reaches it through fencedlock,
+and Ctrl-Z stops fencedlock only, so the lease runs out and COMMAND is
+terminated as above.
+
+What still escapes: work handed to a process outside the tree (a daemon
+asked over a socket: systemd-run, at, docker run, a tmux or screen server,
+ssh to another machine); descendants that left COMMAND's process group, if
+the supervisor itself is killed by pid (COMMAND gets SIGKILL as its parent
+dies, and fencedlock kills the process group and exits 76); and on systems
+other than Linux, a descendant that left COMMAND's process group
+(no subreaper, no /proc), with the deadline read from the wall clock. The
+timing needs the supervisor to get the CPU within --ttl/10 of its timer.
+A resource that must never see a stale write should check FENCEDLOCK_FENCE.
 `
 
 const runFooter = backendHelp + `
@@ -49,7 +80,7 @@ Examples:
   fencedlock run --etcd https://10.0.0.1:2379 --cacert ca.pem --cert me.pem --key me-key.pem \
       orders -- sh -c 'echo "fence $FENCEDLOCK_FENCE"; ./process-orders --fence "$FENCEDLOCK_FENCE"'
 
-` + exitCodeHelp
+` + runExitCodes
 
 type runFlags struct {
 	backend backendConfig
@@ -67,7 +98,7 @@ func (e *env) run(ctx context.Context, args []string) int {
 	fs.DurationVar(&f.ttl, "ttl", fencedlock.DefaultTTL, "lease `duration` on the server; renewed every TTL/3 while COMMAND runs. A crashed fencedlock keeps the lock this long")
 	fs.DurationVar(&f.wait, "wait", 0, "give up (exit 75) if the lock is not acquired within this `duration`; 0 waits as long as it takes")
 	fs.BoolVar(&f.try, "try", false, "make one attempt; exit 75 at once if the lock is held")
-	fs.DurationVar(&f.grace, "grace", 10*time.Second, "after the lease is lost, `time` between SIGTERM and SIGKILL to COMMAND's process group")
+	fs.DurationVar(&f.grace, "grace", 10*time.Second, "`time` between SIGTERM and SIGKILL to COMMAND's tree; bounded by the lease's local deadline (see above)")
 	fs.BoolVar(&f.quiet, "q", false, "quiet: no progress messages on standard error (errors are still printed)")
 	if code, stop := e.parse(fs, args); stop {
 		return code
@@ -77,16 +108,21 @@ func (e *env) run(ctx context.Context, args []string) int {
 		return e.usageError("run", "missing KEY and COMMAND")
 	}
 	key, rest := rest[0], rest[1:]
-	if len(rest) > 0 && rest[0] == "--" {
+	switch {
+	case len(rest) == 0:
+		return e.usageError("run", "missing COMMAND after KEY %q", key)
+	case rest[0] == "--":
 		rest = rest[1:]
-	} else if len(rest) > 0 && len(rest[0]) > 1 && rest[0][0] == '-' {
+	case len(rest[0]) > 1 && rest[0][0] == '-':
 		return e.usageError("run", "%q after KEY: flags must come before KEY, and COMMAND after --", rest[0])
+	default:
+		return e.usageError("run", "%q after KEY %q: want -- between KEY and COMMAND (fencedlock run [flags] KEY -- COMMAND [ARGS])", rest[0], key)
 	}
 	if len(rest) == 0 {
 		return e.usageError("run", "missing COMMAND after KEY %q", key)
 	}
 	if err := fencedlock.ValidateKey(key); err != nil {
-		return e.usageError("run", "%v", err)
+		return e.usageError("run", "%s", errText(err))
 	}
 	if f.ttl < fencedlock.MinTTL || f.ttl > fencedlock.MaxTTL {
 		return e.usageError("run", "--ttl %v out of range [%v, %v]", f.ttl, fencedlock.MinTTL, fencedlock.MaxTTL)
@@ -129,7 +165,7 @@ func (e *env) run(ctx context.Context, args []string) int {
 	default:
 	}
 	p.printf("acquired %q: fence %v, holder %s, lease %v", key, lease.Fence(), lease.Holder(), roundDuration(lease.TTL()))
-	return e.supervise(lease, &f, rest, sigs, p)
+	return e.runCommand(lease, &f, rest, sigs, p)
 }
 
 // acquire takes the lock as the flags say. It returns the lease, or nil and
@@ -191,134 +227,255 @@ func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b fencedlo
 // otherwise.
 func (e *env) openError(cmd string, err error) int {
 	if errors.Is(err, fencedlock.ErrInvalid) {
-		return e.usageError(cmd, "%v", err)
+		return e.usageError(cmd, "%s", errText(err))
 	}
-	fmt.Fprintf(e.stderr, "fencedlock %s: %v\n", cmd, err)
+	fmt.Fprintf(e.stderr, "fencedlock %s: %s\n", cmd, errText(err))
 	return exitBackend
 }
 
 func (e *env) lockError(err error, f *runFlags) int {
 	if errors.Is(err, fencedlock.ErrInvalid) {
-		fmt.Fprintf(e.stderr, "fencedlock run: %v\n", err)
+		fmt.Fprintf(e.stderr, "fencedlock run: %s\n", errText(err))
 		return exitUsage
 	}
-	fmt.Fprintf(e.stderr, "fencedlock run: %v\n(check that the server at %s is reachable and the credentials are right)\n", err, f.backend.describe())
+	fmt.Fprintf(e.stderr, "fencedlock run: %s\n(check that the server at %s is reachable and the credentials are right)\n", errText(err), f.backend.describe())
 	return exitBackend
 }
 
-// supervise runs the command while lease is held. It returns the exit code.
-func (e *env) supervise(lease *fencedlock.Lease, f *runFlags, argv []string, sigs <-chan os.Signal, p *progress) int {
-	key := lease.Key()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
-	cmd.Env = append(os.Environ(),
-		"FENCEDLOCK_KEY="+key,
-		"FENCEDLOCK_FENCE="+lease.Fence().String(),
-		"FENCEDLOCK_HOLDER="+lease.Holder(),
-	)
-	cmd.SysProcAttr = childSysProcAttr()
-	if err := cmd.Start(); err != nil {
-		e.release(lease, p)
-		fmt.Fprintf(e.stderr, "fencedlock run: cannot start %q: %v\n", argv[0], err)
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			return exitNotFound
+// runCommand runs the command under a supervisor (see supervisorCommand)
+// while lease is held, and returns the exit code.
+func (e *env) runCommand(lease *fencedlock.Lease, f *runFlags, argv []string, sigs <-chan os.Signal, p *progress) int {
+	path, err := exec.LookPath(argv[0])
+	if err == nil {
+		var self string
+		if self, err = e.self(); err == nil {
+			return e.superviseCommand(lease, f, self, path, argv, sigs, p)
 		}
-		return exitCannotExec
 	}
-	pgid := cmd.Process.Pid // Setpgid: the child leads its own group
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	e.release(lease, p)
+	fmt.Fprintf(e.stderr, "fencedlock run: cannot start %q: %v\n", argv[0], err)
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return exitNotFound
+	}
+	return exitCannotExec
+}
 
+// superviseCommand starts the supervisor, which starts the command; feeds
+// it the lease's deadlines, forwards signals and reports the end.
+func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path string, argv []string, sigs <-chan os.Signal, p *progress) int {
+	key := lease.Key()
+	termLead, killLead := min(f.grace, f.ttl/4), max(f.ttl/10, time.Millisecond)
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return e.startError(lease, p, argv, err)
+	}
+	defer ctlW.Close()
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		return e.startError(lease, p, argv, err)
+	}
+	defer stR.Close()
+	args := []string{supervisorCommand,
+		"-grace", f.grace.String(), "-term-lead", termLead.String(), "-kill-lead", killLead.String(), "-name", argv[0],
+		"-env", "FENCEDLOCK_KEY=" + key,
+		"-env", "FENCEDLOCK_FENCE=" + lease.Fence().String(),
+		"-env", "FENCEDLOCK_HOLDER=" + lease.Holder(),
+		"--", path}
+	sup := exec.Command(self, append(args, argv...)...)
+	sup.Stdin, sup.Stdout, sup.Stderr = e.stdin, e.stdout, e.stderr
+	sup.Env = childEnv(os.Environ())
+	sup.ExtraFiles = []*os.File{ctlR, stW}
+	// Its own process group: a Ctrl-Z or a signal to fencedlock's group
+	// does not reach it.
+	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sent := lease.Deadline()
+	// The first deadline waits in the pipe: the command starts only once
+	// the supervisor has it.
+	if _, err := fmt.Fprintf(ctlW, "D %d\n", sharedDeadline(sent)); err != nil {
+		ctlR.Close()
+		stW.Close()
+		return e.startError(lease, p, argv, err)
+	}
+	err = sup.Start()
+	ctlR.Close()
+	stW.Close()
+	if err != nil {
+		return e.startError(lease, p, argv, err)
+	}
+	status := make(chan supervisorMsg, 16)
+	go readMessages(stR, status)
+	exited := make(chan error, 1)
+	go func() { exited <- sup.Wait() }()
+
+	poll := time.NewTicker(min(f.ttl/20, 50*time.Millisecond))
+	defer poll.Stop()
 	var (
-		lost     bool
-		lostAt   time.Time
-		killT    *time.Timer
-		killC    <-chan time.Time
+		pgid     int
+		ws       *syscall.WaitStatus
+		startErr string
+		selfTerm string // why the supervisor terminated the tree on its own
+		pending  []os.Signal
 		leaseEnd = lease.Done()
 	)
 	for {
 		select {
 		case sig := <-sigs:
+			if pgid == 0 {
+				pending = append(pending, sig) // forwarded once COMMAND runs
+				continue
+			}
 			p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
 			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+		case <-poll.C:
+			if d := lease.Deadline(); d.After(sent) && lease.Err() == nil {
+				sent = d
+				_, _ = fmt.Fprintf(ctlW, "D %d\n", sharedDeadline(d))
+			}
 		case <-leaseEnd:
 			leaseEnd = nil
-			lost, lostAt = true, time.Now()
-			fmt.Fprintf(e.stderr, "fencedlock run: %v; sending SIGTERM to %q (process group %d), SIGKILL in %v\n",
-				context.Cause(lease.Context()), argv[0], pgid, f.grace)
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			killT = time.NewTimer(f.grace)
-			killC = killT.C
-		case <-killC:
-			killC = nil
-			fmt.Fprintf(e.stderr, "fencedlock run: %q still running %v after SIGTERM; sending SIGKILL to process group %d\n", argv[0], f.grace, pgid)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		case werr := <-exited:
-			if killT != nil {
-				killT.Stop()
+			if errors.Is(lease.Err(), fencedlock.ErrLeaseLost) {
+				fmt.Fprintf(e.stderr, "fencedlock run: %s\n", errText(lease.Err()))
+				_, _ = fmt.Fprintf(ctlW, "T lease lost\n")
 			}
-			code := exitCode(cmd.ProcessState, werr)
-			if !lost && lease.Err() != nil {
-				// Lost in the same instant the command exited: it may
-				// have run its end unprotected; say so.
-				lost, lostAt = true, time.Now()
+		case m := <-status:
+			switch {
+			case m.eof:
+				status = nil
+			case m.kind == 'P':
+				pgid, _ = strconv.Atoi(m.arg)
+				for _, sig := range pending {
+					p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
+					_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+				}
+				pending = nil
+			case m.kind == 'X':
+				startErr = m.arg
+			case m.kind == 'E':
+				n, _ := strconv.ParseUint(m.arg, 10, 32)
+				w := syscall.WaitStatus(n)
+				ws = &w
+			case m.kind == 'T':
+				selfTerm = m.arg
 			}
-			if lost {
-				e.reapGroup(pgid, f.grace, lostAt)
-				fmt.Fprintf(e.stderr, "fencedlock run: %q ended (%s) %v after the lease on %q was lost; exiting %d\n",
-					argv[0], describeExit(cmd.ProcessState), roundDuration(time.Since(lostAt)), key, exitLeaseLost)
-				_ = lease.Release(context.Background()) // deletes nothing unless the loss was only local
+		case <-exited:
+			// The supervisor exits when no process of the tree is left;
+			// read what it said last.
+			for status != nil {
+				m := <-status
+				switch {
+				case m.eof:
+					status = nil
+				case m.kind == 'X':
+					startErr = m.arg
+				case m.kind == 'E':
+					n, _ := strconv.ParseUint(m.arg, 10, 32)
+					w := syscall.WaitStatus(n)
+					ws = &w
+				case m.kind == 'T':
+					selfTerm = m.arg
+				}
+			}
+			if pgid != 0 && ws == nil {
+				// The supervisor was killed: what is left of the tree is
+				// not under it any more; kill the group at least.
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				fmt.Fprintf(e.stderr, "fencedlock run: the supervisor of %q died (%v); sent SIGKILL to process group %d; descendants that left it may still run; exiting %d\n",
+					argv[0], sup.ProcessState, pgid, exitLeaseLost)
+				_ = lease.Release(context.Background())
 				return exitLeaseLost
 			}
-			e.release(lease, p)
-			p.printf("%q exited (%s); released %q", argv[0], describeExit(cmd.ProcessState), key)
-			return code
+			return e.commandEnded(lease, f, argv, ws, startErr, selfTerm, p)
 		}
 	}
 }
 
-// reapGroup makes sure nothing of the command's process group outlives a
-// lost lease: it waits for the group to empty until grace after the loss,
-// then kills what is left.
-func (e *env) reapGroup(pgid int, grace time.Duration, lostAt time.Time) {
-	deadline := lostAt.Add(grace)
-	for i := 0; ; i++ {
-		if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
-			return
+// commandEnded releases the lock once the whole tree is gone and returns
+// run's exit code.
+func (e *env) commandEnded(lease *fencedlock.Lease, f *runFlags, argv []string, ws *syscall.WaitStatus, startErr, selfTerm string, p *progress) int {
+	key := lease.Key()
+	if ws == nil {
+		e.release(lease, p)
+		if startErr == "" {
+			startErr = "the supervisor ended without starting it"
 		}
-		if !time.Now().Before(deadline) || i > 100000 {
-			fmt.Fprintf(e.stderr, "fencedlock run: process group %d still has processes after the lease was lost; sending SIGKILL\n", pgid)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			return
-		}
-		time.Sleep(min(20*time.Millisecond, time.Until(deadline)+time.Millisecond))
+		fmt.Fprintf(e.stderr, "fencedlock run: cannot start %q: %s\n", argv[0], startErr)
+		return exitCannotExec
 	}
+	if selfTerm != "" && lease.Err() == nil {
+		// The supervisor acted before the local deadline; see whether the
+		// lease is lost there (a late renewal may still save it).
+		select {
+		case <-lease.Done():
+			if errors.Is(lease.Err(), fencedlock.ErrLeaseLost) {
+				fmt.Fprintf(e.stderr, "fencedlock run: %s\n", errText(lease.Err()))
+			}
+		case <-time.After(time.Until(lease.Deadline()) + f.ttl/10):
+		}
+	}
+	if selfTerm != "" || errors.Is(lease.Err(), fencedlock.ErrLeaseLost) {
+		fmt.Fprintf(e.stderr, "fencedlock run: %q ended (%s) as the lease on %q was lost or about to be; no process of it is left; exiting %d\n",
+			argv[0], describeExit(*ws), key, exitLeaseLost)
+		_ = lease.Release(context.Background()) // deletes nothing unless the loss was only local
+		return exitLeaseLost
+	}
+	e.release(lease, p)
+	p.printf("%q exited (%s); released %q", argv[0], describeExit(*ws), key)
+	return exitCode(*ws)
+}
+
+func (e *env) startError(lease *fencedlock.Lease, p *progress, argv []string, err error) int {
+	e.release(lease, p)
+	fmt.Fprintf(e.stderr, "fencedlock run: cannot start %q: %v\n", argv[0], err)
+	return exitCannotExec
+}
+
+// sharedDeadline converts d to sharedNow's clock. The clock is read first,
+// so the result errs early.
+func sharedDeadline(d time.Time) int64 {
+	now := sharedNow()
+	return now + int64(time.Until(d))
+}
+
+// childEnv is env without the backend's configuration, which holds
+// credentials COMMAND must not see.
+func childEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "FENCEDLOCK_REDIS" || name == "FENCEDLOCK_ETCD" || strings.HasPrefix(name, "FENCEDLOCK_ETCD_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// errText is err's message without the "fencedlock: " prefixes of the
+// library's errors, which would stack behind "fencedlock run: ".
+func errText(err error) string {
+	s := strings.TrimPrefix(err.Error(), "fencedlock: ")
+	return strings.ReplaceAll(s, ": fencedlock: ", ": ")
 }
 
 func (e *env) release(lease *fencedlock.Lease, p *progress) {
 	if err := lease.Release(context.Background()); err != nil {
-		fmt.Fprintf(e.stderr, "fencedlock run: releasing %q: %v (the lock expires on its own within %v)\n", lease.Key(), err, roundDuration(lease.TTL()))
+		fmt.Fprintf(e.stderr, "fencedlock run: releasing %q: %s (the lock expires on its own within %v)\n", lease.Key(), errText(err), roundDuration(lease.TTL()))
 	}
 }
 
 // exitCode maps the command's end to fencedlock's exit code: its own code,
 // or 128+N when killed by signal N (as shells do).
-func exitCode(ps *os.ProcessState, err error) int {
-	if ps == nil {
-		return exitCannotExec
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+func exitCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
-	return ps.ExitCode()
+	return ws.ExitStatus()
 }
 
-func describeExit(ps *os.ProcessState) string {
-	if ps == nil {
-		return "unknown status"
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+func describeExit(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
 		return fmt.Sprintf("killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
 	}
-	return "exit code " + strconv.Itoa(ps.ExitCode())
+	return "exit code " + strconv.Itoa(ws.ExitStatus())
 }

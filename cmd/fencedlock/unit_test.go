@@ -34,7 +34,8 @@ func memEnv(store *memory.Store, vars map[string]string) (*env, *clitest.SyncBuf
 			b := store.Backend()
 			return b, func() { _ = b.Close() }, nil
 		},
-		self: func() (string, error) { return "", errors.New("no self in unit tests") },
+		// run's supervisor is this package's binary, built by TestMain.
+		self: func() (string, error) { return bin.Path, nil },
 	}
 	return e, &out, &errb
 }
@@ -94,7 +95,7 @@ func TestHelp(t *testing.T) {
 			if code := e.main(context.Background(), []string{cmd, flag}); code != exitOK {
 				t.Errorf("%s %s: exit code %d, want 0", cmd, flag, code)
 			}
-			for _, want := range []string{"Usage: fencedlock " + cmd, "Examples:", "Exit codes:", "-redis", "76"} {
+			for _, want := range []string{"Usage: fencedlock " + cmd, "Examples:", "Exit codes", "-redis", "69"} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("%s %s: help lacks %q:\n%s", cmd, flag, want, out)
 				}
@@ -327,8 +328,8 @@ func TestInspectOutput(t *testing.T) {
 	store := memory.NewStore()
 	ctx := context.Background()
 	e, out, errb := memEnv(store, nil)
-	if code := e.main(ctx, []string{"inspect", "k"}); code != 0 {
-		t.Fatalf("exit %d: %s", code, errb)
+	if code := e.main(ctx, []string{"inspect", "k"}); code != exitFailure {
+		t.Fatalf("exit %d, want 1 (free): %s", code, errb)
 	}
 	if !strings.Contains(out.String(), "held:    no") || !strings.Contains(out.String(), "none granted yet") {
 		t.Errorf("free key:\n%s", out)
@@ -474,4 +475,103 @@ func (r *recordingBackend) Acquire(ctx context.Context, req fencedlock.AcquireRe
 		r.mu.Unlock()
 	}
 	return g, err
+}
+
+// TestIssue13Usage: `--` is required between KEY and COMMAND, a malformed
+// Redis URL is a usage error whose message shows no password (also one
+// with / ? # in it), and library errors do not stack their prefixes.
+func TestIssue13Usage(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"run without --", []string{"run", "k", "echo", "hi"}, `want -- between KEY and COMMAND`},
+		{"bad scheme", []string{"inspect", "--redis", "http://u:topsecret@h:1", "k"}, "--redis http://u:xxxxx@h:1"},
+		{"password with slash", []string{"inspect", "--redis", "redis://u:top/secret@h:1", "k"}, "--redis redis://xxxxx@h:1"},
+		{"password with question mark", []string{"inspect", "--redis", "redis://u:top?secret@h:1", "k"}, "--redis redis://xxxxx@h:1"},
+		{"password with hash", []string{"inspect", "--redis", "redis://u:top#secret@h:1", "k"}, "--redis redis://xxxxx@h:1"},
+		{"numeric password with slash", []string{"run", "--redis", "redis://u:12/34@h:1", "k", "--", "true"}, "--redis redis://xxxxx@h:1"},
+		{"bad port", []string{"inspect", "--redis", "redis://u:topsecret@h:port", "k"}, "--redis redis://xxxxx@h:port"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _, errb := memEnv(memory.NewStore(), map[string]string{})
+			code := e.main(context.Background(), tc.args)
+			if code != exitUsage {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitUsage, errb)
+			}
+			if !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("stderr does not say %q:\n%s", tc.want, errb)
+			}
+			for _, secret := range []string{"secret", "12", "34"} {
+				if strings.Contains(errb.String(), secret) && !strings.Contains(tc.want, secret) {
+					t.Errorf("stderr shows (part of) the password %q:\n%s", secret, errb)
+				}
+			}
+		})
+	}
+	if got := errText(errors.New(`fencedlock: lease on "k" lost: fencedlock/redis: renew "k": fencedlock: not held`)); got != `lease on "k" lost: fencedlock/redis: renew "k": not held` {
+		t.Errorf("errText = %q", got)
+	}
+}
+
+// TestIssue13LeaseLostMessage: the loss is reported once, without a
+// stacked "fencedlock: " prefix.
+func TestIssue13LeaseLostMessage(t *testing.T) {
+	store := memory.NewStore()
+	e, _, errb := memEnv(store, nil)
+	done := make(chan int, 1)
+	go func() {
+		done <- e.main(context.Background(), append([]string{"run", "--ttl", "300ms", "--grace", "1s", "k"}, shell(`exec sleep 30`)...))
+	}()
+	waitHeld(t, store, "k")
+	store.Invalidate("k")
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run did not end; stderr:\n%s", errb)
+	}
+	if strings.Contains(errb.String(), "fencedlock run: fencedlock:") || strings.Count(errb.String(), "fencedlock: ") > 1 {
+		t.Errorf("stacked prefixes:\n%s", errb)
+	}
+}
+
+// TestIssue13InspectAndHelp: inspect exits 0 when held and 1 when free;
+// each command's help lists only its own exit codes; --version prints
+// the module version.
+func TestIssue13InspectAndHelp(t *testing.T) {
+	store := memory.NewStore()
+	e, _, errb := memEnv(store, nil)
+	if code := e.main(context.Background(), []string{"inspect", "k"}); code != exitFailure {
+		t.Errorf("inspect of a free key: exit %d, want 1; stderr:\n%s", code, errb)
+	}
+	holdMemKey(t, store, "k")
+	e, _, errb = memEnv(store, nil)
+	if code := e.main(context.Background(), []string{"inspect", "--json", "k"}); code != exitOK {
+		t.Errorf("inspect of a held key: exit %d, want 0; stderr:\n%s", code, errb)
+	}
+	for cmd, tc := range map[string]struct{ want, not []string }{
+		"run":     {[]string{"75", "76", "126", "128+N"}, []string{"demo:"}},
+		"inspect": {[]string{"0        the key is held", "1        the key is free", "64", "69"}, []string{"76", "75", "126"}},
+		"demo":    {[]string{"1        the outcome was unsafe", "64"}, []string{"76", "75", "126"}},
+	} {
+		e, out, _ := memEnv(store, nil)
+		e.main(context.Background(), []string{cmd, "-h"})
+		codes := out.String()[max(0, strings.Index(out.String(), "Exit codes")):]
+		for _, w := range tc.want {
+			if !strings.Contains(codes, w) {
+				t.Errorf("%s -h: exit codes lack %q:\n%s", cmd, w, codes)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(codes, w) {
+				t.Errorf("%s -h: exit codes list %q, not one of its own:\n%s", cmd, w, codes)
+			}
+		}
+	}
+	e, out, _ := memEnv(store, nil)
+	if code := e.main(context.Background(), []string{"--version"}); code != exitOK || !strings.HasPrefix(out.String(), "fencedlock ") {
+		t.Errorf("--version: exit %d, output %q", code, out)
+	}
 }

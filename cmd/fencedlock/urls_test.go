@@ -62,7 +62,7 @@ func checkURL(t *testing.T, url string, env []string, fence func() string) {
 		t.Fatalf("run through %s: exit %d, stderr:\n%s", url, code, p.Stderr)
 	}
 	code, p = bin.Run(t, env, "inspect", "--json", "job")
-	if code != 0 || !strings.Contains(p.Stdout.String(), `"held":false`) || !strings.Contains(p.Stdout.String(), `"fence":1`) {
+	if code != exitFailure || !strings.Contains(p.Stdout.String(), `"held":false`) || !strings.Contains(p.Stdout.String(), `"fence":1`) {
 		t.Errorf("inspect through %s: exit %d, %s %s", url, code, p.Stdout, p.Stderr)
 	}
 	if got := fence(); got != "1" {

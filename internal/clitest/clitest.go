@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -78,7 +79,16 @@ type Proc struct {
 // still running when the test ends is killed, with its process group.
 func (b *Bin) Start(t *testing.T, env []string, args ...string) *Proc {
 	t.Helper()
+	return b.StartWith(t, env, nil, args...)
+}
+
+// StartWith is Start with the process attributes attr (nil for none), e.g.
+// a process group of its own, so that a test can signal the binary's
+// group as a terminal signals its foreground job.
+func (b *Bin) StartWith(t *testing.T, env []string, attr *syscall.SysProcAttr, args ...string) *Proc {
+	t.Helper()
 	cmd := exec.Command(b.Path, args...)
+	cmd.SysProcAttr = attr
 	for _, kv := range os.Environ() {
 		if b.EnvPrefix == "" || !strings.HasPrefix(kv, b.EnvPrefix) {
 			cmd.Env = append(cmd.Env, kv)

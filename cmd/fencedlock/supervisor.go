@@ -1,0 +1,341 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The supervisor is a hidden command of this binary that run re-executes
+// between itself and COMMAND:
+//
+//	fencedlock ─ supervisor (own process group, child subreaper on Linux) ─ COMMAND (own process group) ─ ...
+//
+// It needs no network, so nothing that happens to the fencedlock process
+// (SIGKILL, SIGSTOP, Ctrl-Z, OOM kill, a hung connection) stops it. It
+// holds a dead man's switch on the lease's local deadline: run sends it
+// the new deadline after every renewal, and the supervisor itself makes
+// sure that no process of COMMAND's tree runs after the last deadline it
+// was sent. With D that deadline, T the --ttl and G the --grace:
+//
+//	killAt = D - killLead            killLead = T/20 (room for SIGKILL to land)
+//	termAt = killAt - termLead       termLead = min(G, T/4)
+//
+// At termAt every process of the tree gets SIGTERM, at killAt SIGKILL; a
+// renewal moves D (and both instants) later unless termination has begun.
+// In a healthy run D is never nearer than about T/2 (a renewal every T/3,
+// D = T - T/10 after it), so termAt is not reached. The same happens at
+// once, with SIGKILL at min(now+G, killAt), when run says the lease is
+// lost, when the control pipe closes (fencedlock died), when the supervisor
+// gets SIGTERM, and when COMMAND exits while processes it started still
+// run. The supervisor exits when no process of the tree is left.
+//
+// "The tree" is COMMAND's process group plus every process descending
+// from the supervisor: on Linux it is a child subreaper, so orphans
+// (including setsid'd and double-forked daemons) are reparented to it
+// rather than to init, and /proc shows them.
+//
+// Protocol, one line per message. On fd 3, run to supervisor:
+//
+//	D <ns>      the lease's local deadline, in nanoseconds of sharedNow's clock
+//	T <reason>  the lease is lost: terminate now
+//
+// On fd 4, supervisor to run:
+//
+//	P <pid>     COMMAND started with this pid (and process group)
+//	X <msg>     COMMAND could not be started
+//	E <status>  COMMAND exited with this wait status
+//	T <reason>  the supervisor began terminating the tree on its own
+const supervisorCommand = "__fencedlock_supervisor"
+
+// supervisorMsg is a message on the control pipe; eof means the pipe
+// closed or failed.
+type supervisorMsg struct {
+	kind byte
+	arg  string
+	eof  bool
+}
+
+// readMessages sends the lines of r on c, then an eof message.
+func readMessages(r io.Reader, c chan<- supervisorMsg) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		c <- supervisorMsg{kind: line[0], arg: strings.TrimSpace(line[1:])}
+	}
+	c <- supervisorMsg{eof: true}
+}
+
+type supervisor struct {
+	stderr             io.Writer
+	status             io.Writer
+	name               string // COMMAND for messages
+	grace              time.Duration
+	termLead, killLead time.Duration
+
+	pid       int   // COMMAND's pid and process group, once started
+	deadline  int64 // last deadline received, sharedNow's clock
+	exited    bool  // COMMAND was reaped
+	terming   bool  // SIGTERM sent to the tree
+	termStart int64
+	killSent  bool
+	termed    []int // the tree when SIGTERM was sent
+}
+
+// supervise is the supervisor's main; see the comment on supervisorCommand.
+func (e *env) supervise(args []string) int {
+	s := &supervisor{stderr: e.stderr}
+	var envs stringList
+	fs := flag.NewFlagSet(supervisorCommand, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.DurationVar(&s.grace, "grace", 10*time.Second, "")
+	fs.DurationVar(&s.termLead, "term-lead", time.Second, "")
+	fs.DurationVar(&s.killLead, "kill-lead", 100*time.Millisecond, "")
+	fs.StringVar(&s.name, "name", "", "")
+	fs.Var(&envs, "env", "")
+	if err := fs.Parse(args); err != nil || fs.NArg() < 2 {
+		fmt.Fprintf(e.stderr, "fencedlock: %s is run by fencedlock run, not by hand\n", supervisorCommand)
+		return exitUsage
+	}
+	path, argv := fs.Arg(0), fs.Args()[1:]
+
+	// Caught, not ignored: an ignored signal stays ignored in COMMAND.
+	// SIGINT, SIGHUP and SIGQUIT reach COMMAND through run; Ctrl-Z must
+	// not stop the supervisor.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGPIPE)
+	setSubreaper()
+
+	ctl, status := os.NewFile(3, "control"), os.NewFile(4, "status")
+	if ctl == nil || status == nil {
+		fmt.Fprintf(e.stderr, "fencedlock: %s is run by fencedlock run, not by hand\n", supervisorCommand)
+		return exitUsage
+	}
+	syscall.CloseOnExec(3)
+	syscall.CloseOnExec(4)
+	s.status = status
+	msgs := make(chan supervisorMsg, 16)
+	go readMessages(ctl, msgs)
+
+	// The first deadline comes before COMMAND starts; no deadline (run
+	// died) means COMMAND never starts.
+	first := <-msgs
+	if first.eof || first.kind != 'D' || !s.setDeadline(first.arg) {
+		return exitFailure
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   append(os.Environ(), envs...),
+		Files: []uintptr{0, 1, 2},
+		Sys:   childSysProcAttr(),
+	})
+	if err != nil {
+		s.report("X %v", err)
+		return exitCannotExec
+	}
+	s.pid = pid
+	s.report("P %d", pid)
+
+	for {
+		// Deadlines first: the look at /proc and the reaping can wait.
+		s.act(sharedNow())
+		if noChildren := s.reap(); s.exited && !s.hasTree(noChildren) {
+			s.reapAll()
+			if s.terming {
+				left := time.Duration(s.deadline - sharedNow())
+				fmt.Fprintf(s.stderr, "fencedlock run: no process of %q is left, %s the local deadline\n", s.name, beforeAfter(left))
+			}
+			return exitOK
+		}
+		s.act(sharedNow())
+		now := sharedNow()
+		killAt := s.deadline - int64(s.killLead)
+		wait := time.Duration(killAt - int64(s.termLead) - now)
+		if s.terming {
+			wait = time.Duration(min(s.termStart+int64(s.grace), killAt) - now)
+		}
+		if s.killSent {
+			wait = 5 * time.Millisecond
+		}
+		// Bounded, so that the clock is read again: on Linux it counts
+		// time suspended, which timers do not.
+		wait = min(max(wait, 0), 100*time.Millisecond)
+		timer := time.NewTimer(wait)
+		select {
+		case m := <-msgs:
+			switch {
+			case m.eof:
+				msgs = nil
+				s.terminate("fencedlock exited while "+strconv.Quote(s.name)+" ran", true)
+			case m.kind == 'D':
+				s.setDeadline(m.arg)
+			case m.kind == 'T':
+				s.terminate(m.arg, false)
+			}
+		case sig := <-sigs:
+			if sig == syscall.SIGTERM {
+				s.terminate("the supervisor got SIGTERM", true)
+			}
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// act sends SIGTERM or SIGKILL to the tree if their time has come.
+func (s *supervisor) act(now int64) {
+	killAt := s.deadline - int64(s.killLead)
+	switch {
+	case !s.terming && now >= killAt-int64(s.termLead):
+		s.terminate(fmt.Sprintf("no lease extension from fencedlock (stopped, killed, or its renewals failing); local deadline %s in %v",
+			wallClock(s.deadline), roundDuration(time.Duration(s.deadline-now))), true)
+	case s.terming && now >= min(s.termStart+int64(s.grace), killAt):
+		s.kill()
+	}
+}
+
+// setDeadline records a deadline message; a deadline only moves later.
+func (s *supervisor) setDeadline(arg string) bool {
+	d, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil {
+		return false
+	}
+	s.deadline = max(s.deadline, d)
+	return true
+}
+
+// report sends a message to run; run may be gone.
+func (s *supervisor) report(format string, args ...any) {
+	_, _ = fmt.Fprintf(s.status, format+"\n", args...)
+}
+
+// terminate sends SIGTERM to the tree once, saying why; own tells whether
+// the supervisor decided it (run is told) or run asked for it.
+func (s *supervisor) terminate(why string, own bool) {
+	if s.terming {
+		return
+	}
+	s.terming, s.termStart = true, sharedNow()
+	killAt := min(s.termStart+int64(s.grace), s.deadline-int64(s.killLead))
+	if own {
+		s.report("T %s", why)
+	}
+	pids := s.tree()
+	s.termed = pids
+	what := strconv.Quote(s.name)
+	if s.exited {
+		what = "what " + what + " left running"
+	}
+	fmt.Fprintf(s.stderr, "fencedlock run: %s: sending SIGTERM to %d processes of %s (process group %d and its descendants), SIGKILL in %v\n",
+		why, len(pids), what, s.pid, roundDuration(time.Duration(killAt-s.termStart)))
+	s.signal(pids, syscall.SIGTERM)
+}
+
+// kill sends SIGKILL to the tree until none of it is left, a bounded
+// number of rounds (a process forking while the tree is killed adds one).
+func (s *supervisor) kill() {
+	// The group and the processes known from SIGTERM first, at once;
+	// then whatever a fresh look at /proc finds.
+	pids := s.termed
+	if !s.killSent {
+		s.killSent = true
+		s.signal(pids, syscall.SIGKILL)
+		left := time.Duration(s.deadline - sharedNow())
+		pids = s.tree()
+		fmt.Fprintf(s.stderr, "fencedlock run: sending SIGKILL to %q and its descendants, %s the local deadline %s; %d processes left to kill\n",
+			s.name, beforeAfter(left), wallClock(s.deadline), len(pids))
+	}
+	for i := 0; i < 100; i++ {
+		s.signal(pids, syscall.SIGKILL)
+		if pids = s.tree(); len(pids) == 0 {
+			return
+		}
+	}
+}
+
+func (s *supervisor) signal(pids []int, sig syscall.Signal) {
+	_ = syscall.Kill(-s.pid, sig)
+	for _, p := range pids {
+		_ = syscall.Kill(p, sig)
+	}
+}
+
+// tree returns the live processes descending from the supervisor (none
+// where the system cannot show them; signal covers COMMAND's group too).
+func (s *supervisor) tree() []int { return descendants(os.Getpid()) }
+
+// hasTree reports whether a process of the tree may be alive, given
+// whether the supervisor has no child left. As a subreaper (Linux), no
+// child means no descendant; elsewhere COMMAND's group must be empty too.
+func (s *supervisor) hasTree(noChildren bool) bool {
+	if !noChildren {
+		return true
+	}
+	return !subreaper && syscall.Kill(-s.pid, 0) == nil
+}
+
+// reap collects exited children without blocking and reports whether
+// none is left. COMMAND's status goes to run, and its exit ends the
+// tree's protection: what it left running is terminated.
+func (s *supervisor) reap() (noChildren bool) {
+	for i := 0; i < 10000; i++ {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if errors.Is(err, syscall.ECHILD) {
+			noChildren = true
+		}
+		if pid <= 0 || err != nil {
+			break
+		}
+		if pid == s.pid && !s.exited {
+			s.exited = true
+			s.report("E %d", uint32(ws))
+		}
+	}
+	if s.exited && s.hasTree(noChildren) {
+		s.terminate(strconv.Quote(s.name)+" exited", false)
+	}
+	return noChildren
+}
+
+// reapAll waits for the zombies left, so that the supervisor exits last.
+func (s *supervisor) reapAll() {
+	for i := 0; i < 10000; i++ {
+		var ws syscall.WaitStatus
+		if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+			return
+		}
+	}
+}
+
+// beforeAfter says "120ms before" for left > 0, "3ms after" otherwise.
+func beforeAfter(left time.Duration) string {
+	if left > 0 {
+		return roundDuration(left).String() + " before"
+	}
+	return roundDuration(-left).String() + " after"
+}
+
+// wallClock formats an instant of sharedNow's clock as wall-clock time.
+func wallClock(t int64) string {
+	return time.Now().Add(time.Duration(t - sharedNow())).UTC().Format(time.RFC3339Nano)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }

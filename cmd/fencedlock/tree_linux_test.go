@@ -1,0 +1,404 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	redisb "github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/internal/clitest"
+)
+
+// treeRuns is the number of runs of each case of TestRunTreeNeverOutlivesLease.
+// CI runs 3; the figures in the report come from -tree-runs=20.
+var treeRuns = flag.Int("tree-runs", 3, "runs of each case of TestRunTreeNeverOutlivesLease")
+
+// treeTTL is the --ttl of those runs. The supervisor's SIGKILL is due
+// TTL/10 before the local deadline; the latest wake-up of the supervisor
+// measured on the loaded 2-core test machine was ~160ms after its timer,
+// so CI runs with 2s (a 200ms lead). -tree-ttl=1s was measured too.
+var treeTTL = flag.Duration("tree-ttl", 2*time.Second, "--ttl of the runs of TestRunTreeNeverOutlivesLease")
+
+// treeWatch follows, by scanning /proc, every process whose environment
+// holds marker (FENCEDLOCK_KEY=key: the variable run gives COMMAND, which
+// every process of COMMAND's tree inherits), and records when one was last
+// seen alive. A zombie counts as dead.
+type treeWatch struct {
+	marker []byte
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu        sync.Mutex
+	examined  map[int]bool
+	tracked   map[int]bool      // pid -> alive at the last look
+	died      map[int]time.Time // pid -> first look that found it dead
+	lastAlive time.Time         // when a tracked process was last seen alive
+	deadAt    time.Time         // first look at which none was alive, after lastAlive
+}
+
+func watchTree(t *testing.T, key string) *treeWatch {
+	w := &treeWatch{
+		marker:   []byte("FENCEDLOCK_KEY=" + key + "\x00"),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		examined: map[int]bool{},
+		tracked:  map[int]bool{},
+		died:     map[int]time.Time{},
+	}
+	go w.loop()
+	return w
+}
+
+// killAll stops the watch and kills the processes it tracked: one that
+// outlived its lease (the defect the test looks for) must not outlive the
+// test, nor hold the output pipes of the run that started it.
+func (w *treeWatch) killAll() {
+	w.close()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for pid, alive := range w.tracked {
+		if alive {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func (w *treeWatch) close() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+func (w *treeWatch) loop() {
+	defer close(w.done)
+	for i := 0; i < 1_000_000; i++ { // bounded: ~2ms a scan, the tests end long before
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		w.scan()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (w *treeWatch) scan() {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || w.examined[pid] {
+			continue
+		}
+		w.examined[pid] = true
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err == nil && bytes.Contains(append([]byte{0}, env...), append([]byte{0}, w.marker...)) {
+			w.tracked[pid] = true
+		}
+	}
+	alive := 0
+	for pid, was := range w.tracked {
+		if !was {
+			continue
+		}
+		if procAlive(pid) {
+			alive++
+			w.lastAlive = time.Now()
+		} else {
+			w.tracked[pid] = false
+			w.died[pid] = time.Now()
+		}
+	}
+	if alive == 0 && len(w.tracked) > 0 && !w.lastAlive.IsZero() && !w.deadAt.After(w.lastAlive) {
+		w.deadAt = time.Now()
+	}
+}
+
+// procAlive reports whether pid exists and is not a zombie.
+func procAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	j := strings.LastIndexByte(s, ')')
+	if j < 0 || j+3 > len(s) {
+		return false
+	}
+	st := s[j+2]
+	return st != 'Z' && st != 'X'
+}
+
+// state returns the number of processes seen, the number alive now, when
+// one was last seen alive and when none was first seen alive after that.
+func (w *treeWatch) state() (seen, alive int, lastAlive, deadAt time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, a := range w.tracked {
+		if a {
+			alive++
+		}
+	}
+	return len(w.tracked), alive, w.lastAlive, w.deadAt
+}
+
+// treeScripts writes the three levels of the command's tree into dir: l1
+// starts l2 in the background; l2 starts l3 through setsid (a new session
+// and process group) and, like l3, ignores SIGTERM. Each writes its pid to
+// dir/pN. With exit, l1 exits 0 once l3 runs instead of waiting.
+func treeScripts(t *testing.T, dir string, exit bool) string {
+	t.Helper()
+	l1end := `wait`
+	if exit {
+		l1end = `while [ ! -s ` + dir + `/p3 ]; do sleep 0.01; done; exit 0`
+	}
+	files := map[string]string{
+		"l3.sh": `echo $$ > ` + dir + `/p3; trap '' TERM; while :; do sleep 0.05; done`,
+		"l2.sh": `echo $$ > ` + dir + `/p2; setsid /bin/sh ` + dir + `/l3.sh & trap '' TERM; while :; do sleep 0.05; done`,
+		"l1.sh": `echo $$ > ` + dir + `/p1; /bin/sh ` + dir + `/l2.sh & ` + l1end,
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "l1.sh")
+}
+
+var deadlineRE = regexp.MustCompile(`local deadline ([0-9T:.Z-]+)`)
+
+// TestRunTreeNeverOutlivesLease is the invariant of run: no process of
+// COMMAND's tree runs after the lease's local deadline, whatever happens
+// to the fencedlock process. For each way fencedlock can stop renewing
+// (SIGKILL, SIGSTOP, SIGTSTP to its process group as a terminal's Ctrl-Z
+// sends it) and for a COMMAND that exits leaving a background process,
+// COMMAND is a tree of three levels with a setsid grandchild that ignores
+// SIGTERM; another process polls the key with TryAcquire, and /proc is
+// scanned for the first tree's processes. When the poller acquires, no
+// process of the first tree may be alive; when fencedlock stopped
+// renewing, the tree must have died before the local deadline that run
+// reported.
+func TestRunTreeNeverOutlivesLease(t *testing.T) {
+	srv, url := redisServer(t)
+	client := srv.Client(t, nil)
+	b, err := redisb.New(client, redisb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, grace := *treeTTL, 300*time.Millisecond
+	poller := fencedlock.New(b, fencedlock.Options{TTL: 5 * time.Second})
+	t.Cleanup(func() { _ = poller.Close() })
+
+	for _, mode := range []string{"SIGKILL", "SIGSTOP", "SIGTSTP", "normal exit"} {
+		t.Run(mode, func(t *testing.T) {
+			var worstAfter, worstDeath, bestDeath time.Duration
+			bestDeath = time.Hour
+			worstDeath = -time.Hour
+			for i := 0; i < *treeRuns; i++ {
+				after, death := runTreeOnce(t, url, poller, mode, i, ttl, grace)
+				worstAfter = max(worstAfter, after)
+				worstDeath = max(worstDeath, death)
+				bestDeath = min(bestDeath, death)
+				if t.Failed() {
+					return
+				}
+			}
+			if mode == "normal exit" {
+				t.Logf("%s, %d runs: the last process of the tree died between %v and %v after COMMAND exited; largest overlap with the next holder %v",
+					mode, *treeRuns, bestDeath.Round(time.Millisecond), worstDeath.Round(time.Millisecond), worstAfter)
+				return
+			}
+			t.Logf("%s, %d runs: largest time a process of the first tree was alive after the lease's local deadline: %v; the last process died between %v and %v relative to the deadline (negative: before it)",
+				mode, *treeRuns, worstAfter, bestDeath.Round(time.Millisecond), worstDeath.Round(time.Millisecond))
+		})
+	}
+}
+
+// runTreeOnce runs one case of TestRunTreeNeverOutlivesLease. It returns
+// how long the tree was seen alive after the local deadline (normal exit:
+// after the poller acquired), and when its last process was first seen
+// dead relative to the deadline (normal exit: relative to COMMAND's exit).
+func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode string, i int, ttl, grace time.Duration) (after, death time.Duration) {
+	t.Helper()
+	key := fmt.Sprintf("tree-%s-%d", strings.ReplaceAll(mode, " ", "-"), i)
+	dir := t.TempDir()
+	script := treeScripts(t, dir, mode == "normal exit")
+	w := watchTree(t, key)
+	a := bin.StartWith(t, []string{"FENCEDLOCK_REDIS=" + url}, &syscall.SysProcAttr{Setpgid: true},
+		"run", "--ttl", ttl.String(), "--grace", grace.String(), key, "--", "/bin/sh", script)
+	t.Cleanup(w.killAll) // before the cleanup of StartWith, which waits for the output pipes
+	clitest.WaitFile(t, dir+"/p3", 10*time.Second)
+	treeUp := time.Now() // normal exit: l1 exits within 10ms of this
+	for j := 0; mode != "normal exit"; j++ {
+		seen, alive, _, _ := w.state()
+		if alive >= 3 {
+			break
+		}
+		if j == 1000 {
+			t.Fatalf("run %d: %d processes of the tree alive (%d seen) 1s after it started, want 3 levels at least", i, alive, seen)
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	var stopAt time.Time
+	if mode != "normal exit" {
+		// Let some renewals happen, then stop fencedlock at a random point
+		// of the renewal cycle.
+		time.Sleep(ttl + rand.N(ttl/3))
+		stopAt = time.Now()
+		var err error
+		switch mode {
+		case "SIGKILL":
+			err = syscall.Kill(a.Cmd.Process.Pid, syscall.SIGKILL)
+		case "SIGSTOP":
+			err = syscall.Kill(a.Cmd.Process.Pid, syscall.SIGSTOP)
+		case "SIGTSTP":
+			err = syscall.Kill(-a.Cmd.Process.Pid, syscall.SIGTSTP)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The poller, in this process: TryAcquire every 5ms, 10s at most.
+	var acqStart time.Time
+	var lease *fencedlock.Lease
+	for j := 0; j < 2000; j++ {
+		start := time.Now()
+		l, err := poller.TryAcquire(context.Background(), key)
+		if err == nil {
+			acqStart, lease = start, l
+			break
+		}
+		if !errors.Is(err, fencedlock.ErrNotAcquired) {
+			t.Fatalf("poller: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if lease == nil {
+		t.Fatalf("run %d: the poller did not acquire %q within 10s; stderr of the first run:\n%s", i, key, a.Stderr)
+	}
+	defer func() { _ = lease.Release(context.Background()) }()
+	// Let the watcher see whatever of the first tree still runs.
+	time.Sleep(200 * time.Millisecond)
+	w.close()
+	seen, alive, lastAlive, deadAt := w.state()
+
+	if alive > 0 || lastAlive.After(acqStart) {
+		t.Errorf("run %d (%s): %d processes of the first tree still alive when the poller acquired %q (seen alive %v after its attempt began); stderr of the first run:\n%s",
+			i, mode, alive, key, lastAlive.Sub(acqStart), a.Stderr)
+		return 0, 0
+	}
+	if mode == "normal exit" {
+		code := a.Wait(10 * time.Second)
+		if code != 0 {
+			t.Errorf("run %d: exit %d, want COMMAND's 0; stderr:\n%s", i, code, a.Stderr)
+		}
+		p1, err := strconv.Atoi(strings.TrimSpace(clitest.WaitFile(t, dir+"/p1", time.Second)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.mu.Lock()
+		p1died := w.died[p1]
+		w.mu.Unlock()
+		if p1died.IsZero() {
+			p1died = treeUp
+		}
+		return max(0, lastAlive.Sub(acqStart)), deadAt.Sub(p1died)
+	}
+
+	m := deadlineRE.FindStringSubmatch(a.Stderr.String())
+	if m == nil {
+		t.Errorf("run %d (%s): the first run did not report its local deadline; stderr:\n%s", i, mode, a.Stderr)
+		return 0, 0
+	}
+	deadline, err := time.Parse(time.RFC3339Nano, m[1])
+	if err != nil {
+		t.Fatalf("deadline %q: %v", m[1], err)
+	}
+	// An independent bound: the last renewal was sent before fencedlock
+	// stopped, so its local deadline is before stopAt+TTL.
+	if deadline.After(stopAt.Add(ttl)) {
+		t.Errorf("run %d: reported local deadline %v is %v after fencedlock stopped, more than the TTL %v", i, deadline, deadline.Sub(stopAt), ttl)
+	}
+	after = lastAlive.Sub(deadline)
+	if after > 0 {
+		t.Errorf("run %d (%s): a process of the first tree was seen alive %v after the lease's local deadline; stderr:\n%s", i, mode, after, a.Stderr)
+	}
+	if seen < 3 {
+		t.Errorf("run %d: only %d processes of the tree seen", i, seen)
+	}
+	if mode != "SIGKILL" {
+		// Resumed, fencedlock reports the loss and exits 76 without
+		// touching the poller's lease.
+		_ = syscall.Kill(a.Cmd.Process.Pid, syscall.SIGCONT)
+		if code := a.Wait(10 * time.Second); code != exitLeaseLost {
+			t.Errorf("run %d: resumed fencedlock exited %d, want %d; stderr:\n%s", i, code, exitLeaseLost, a.Stderr)
+		}
+		if err := lease.Err(); err != nil {
+			t.Errorf("run %d: the poller's lease ended when the first run resumed: %v", i, err)
+		}
+	}
+	return max(0, after), deadAt.Sub(deadline)
+}
+
+// TestRunSupervisorKilled: if the supervisor itself is killed, fencedlock
+// kills COMMAND's process group, says so, and exits 76.
+func TestRunSupervisorKilled(t *testing.T) {
+	_, url := redisServer(t)
+	dir := t.TempDir()
+	w := watchTree(t, "supkill")
+	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "5s", "supkill", "--", "/bin/sh", "-c",
+		`echo $$ > `+dir+`/pid; sleep 30 & wait`)
+	t.Cleanup(w.killAll)
+	pid, err := strconv.Atoi(strings.TrimSpace(clitest.WaitFile(t, dir+"/pid", 10*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	sup, _ := strconv.Atoi(f[1])
+	if sup == p.Cmd.Process.Pid || sup <= 1 {
+		t.Fatalf("COMMAND's parent is %d, not a supervisor between it and fencedlock %d", sup, p.Cmd.Process.Pid)
+	}
+	if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code := p.Wait(10 * time.Second)
+	if code != exitLeaseLost || !strings.Contains(p.Stderr.String(), "supervisor of \"/bin/sh\" died") {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitLeaseLost, p.Stderr)
+	}
+	for i := 0; i < 200; i++ {
+		if _, alive, _, _ := w.state(); alive == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, alive, _, _ := w.state()
+	t.Errorf("%d processes of COMMAND's process group alive 2s after the supervisor was killed", alive)
+}
