@@ -233,7 +233,7 @@ func (d *demo) play(ctx context.Context) error {
 	if state, ok := procState(A.pid(), time.Second); ok && state == "T" {
 		d.tl.say("demo", "A's process state is %q (stopped): no renewals from now on", state)
 	} else if ok {
-		return fmt.Errorf("A's process state is %q after SIGSTOP, not stopped (T)", state)
+		return fmt.Errorf("process state of A is %q after SIGSTOP, not stopped (T)", state)
 	}
 
 	B, err := d.startWorker("B", roleWriter)
