@@ -22,6 +22,9 @@ type backendConfig struct {
 	user      string
 	password  string
 	keyPrefix string
+	// allowEvicting accepts a Redis whose maxmemory-policy may evict lock
+	// keys and fence counters (redis.Options.AllowEvictingPolicy).
+	allowEvicting bool
 }
 
 const backendHelp = `
@@ -52,6 +55,7 @@ func addBackendFlags(fs *flag.FlagSet, c *backendConfig) {
 	fs.StringVar(&c.user, "user", "", "etcd: user `name` (or $FENCEDLOCK_ETCD_USER)")
 	fs.StringVar(&c.password, "password", "", "etcd: `password` (or $FENCEDLOCK_ETCD_PASSWORD)")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "`prefix` added to every lock key on the server (or $FENCEDLOCK_KEY_PREFIX)")
+	fs.BoolVar(&c.allowEvicting, "allow-evicting-policy", false, "Redis: run even if the server's maxmemory-policy may evict lock keys and fence counters\n(two holders at once, fences restarting at 1); without it such a server is refused")
 }
 
 var errNoBackend = errors.New("no backend")

@@ -395,3 +395,21 @@ func TestRunChildEnvHasNoCredentials(t *testing.T) {
 		t.Errorf("COMMAND's environment lacks FENCEDLOCK_FENCE:\n%s", env)
 	}
 }
+
+// TestEvictingPolicy: against a Redis whose maxmemory-policy may evict the
+// lock keys or their fence counters, commands refuse to run (backend error,
+// naming the policy and the flag) unless --allow-evicting-policy is given.
+func TestEvictingPolicy(t *testing.T) {
+	s := redistest.Start(t, redistest.WithConfig("maxmemory 64mb", "maxmemory-policy allkeys-lru"))
+	env := []string{"FENCEDLOCK_REDIS=redis://" + s.Addr}
+	code, p := bin.Run(t, env, "inspect", "k")
+	if code != exitBackend || !strings.Contains(p.Stderr.String(), "allkeys-lru") || !strings.Contains(p.Stderr.String(), "--allow-evicting-policy") {
+		t.Fatalf("inspect on allkeys-lru: exit %d, stderr %q; want %d naming the policy and the flag", code, p.Stderr, exitBackend)
+	}
+	dir := t.TempDir()
+	code, p = bin.Run(t, env, "run", "--allow-evicting-policy", "k", "--", "/bin/sh", "-c", "echo ran > "+dir+"/ran")
+	if code != 0 {
+		t.Fatalf("run --allow-evicting-policy: exit %d: %s", code, p.Stderr)
+	}
+	clitest.WaitFile(t, dir+"/ran", time.Second)
+}

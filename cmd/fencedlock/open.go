@@ -83,7 +83,11 @@ func dialRedis(c backendConfig) (rueidis.Client, *redisb.Backend, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to %s: %w (is the server running, and are the address and credentials right?)", c.describe(), err)
 	}
-	b, err := redisb.New(client, redisb.Options{KeyPrefix: c.keyPrefix})
+	b, err := redisb.New(client, redisb.Options{KeyPrefix: c.keyPrefix, AllowEvictingPolicy: c.allowEvicting})
+	if errors.Is(err, redisb.ErrEvictionPolicy) {
+		client.Close()
+		return nil, nil, fmt.Errorf("%w (--allow-evicting-policy to run anyway)", err)
+	}
 	if err != nil {
 		client.Close()
 		return nil, nil, err
