@@ -106,7 +106,7 @@ func lastError(out, property string) string {
 		if strings.HasPrefix(l, "=== ") || strings.HasPrefix(l, "--- ") {
 			break
 		}
-		if l != "" {
+		if l != "" && !strings.Contains(l, "scheduling lateness: max") {
 			last = l
 		}
 	}

@@ -132,6 +132,22 @@ type GuardMaker interface {
 	NewGuard(ctx context.Context) (Guard, error)
 }
 
+// Delayer is implemented by harnesses that can put latency between a
+// backend and the store. The SentIsSendTime property uses it to check that
+// [fencedlock.Grant.Sent] and [fencedlock.Renewal.Sent] are when a request
+// was sent, not when its response arrived: a backend that takes the time
+// after the round trip overstates its lease by the response's delay, so its
+// holder's local deadline falls after the store has already let another
+// owner in. Without a Delayer that check runs with no added latency and
+// cannot tell the two apart (see GUIDE.md). [DelayReads] delays a
+// net.Conn, for backends whose client takes a dial function.
+type Delayer interface {
+	// NewDelayedBackend is NewBackend for a backend whose responses from
+	// the store reach it delay after the store sent them. Its requests
+	// may travel at the normal speed.
+	NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error)
+}
+
 // memGuard is the default Guard: a fencing.Guard in front of a string.
 type memGuard struct {
 	g     fencing.Guard
@@ -189,7 +205,12 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 					name, 10*time.Second, cfg.Timeout, buf[:n]))
 			})
 			defer watchdog.Stop()
-			e := &env{h: h, cfg: cfg, ttl: cfg.MinTTL, hold: min(20*cfg.MinTTL, fencedlock.MaxTTL), ctx: ctx, prefix: "conformance/" + p.name + "/" + randHex(6) + "/"}
+			lag := startLagMonitor()
+			e := &env{h: h, cfg: cfg, ttl: cfg.MinTTL, hold: min(20*cfg.MinTTL, fencedlock.MaxTTL), ctx: ctx, prefix: "conformance/" + p.name + "/" + randHex(6) + "/", lag: lag}
+			defer func() {
+				lag.stop()
+				t.Logf("scheduling lateness: max %v", lag.max().Round(time.Millisecond))
+			}()
 			p.fn(t, e)
 		})
 	}
@@ -204,6 +225,55 @@ type env struct {
 	ctx    context.Context
 	prefix string // unique per run
 	n      int
+	lag    *lagMonitor
+}
+
+// lagMonitor measures scheduling delay while a property runs: how late a
+// goroutine that sleeps lagTick wakes up. The checks bounded in time from
+// above widen their allowance by what it measured (see [env.waitDone]), so
+// that a loaded machine does not make a correct backend fail.
+type lagMonitor struct {
+	mu      sync.Mutex
+	maxLate time.Duration
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+const lagTick = 5 * time.Millisecond
+
+func startLagMonitor() *lagMonitor {
+	m := &lagMonitor{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		timer := time.NewTimer(lagTick)
+		defer timer.Stop()
+		for {
+			start := time.Now()
+			timer.Reset(lagTick)
+			select {
+			case <-m.quit:
+				return
+			case <-timer.C:
+			}
+			late := time.Since(start) - lagTick
+			m.mu.Lock()
+			m.maxLate = max(m.maxLate, late)
+			m.mu.Unlock()
+		}
+	}()
+	return m
+}
+
+// max returns the largest lateness measured so far.
+func (m *lagMonitor) max() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.maxLate
+}
+
+func (m *lagMonitor) stop() {
+	close(m.quit)
+	<-m.done
 }
 
 func randHex(n int) string {
@@ -382,8 +452,31 @@ func waitDone(done <-chan struct{}, bound time.Duration) bool {
 }
 
 // schedAllowance absorbs scheduling delays (the race detector, a loaded CI
-// machine) in the few checks bounded in time from above.
-func (e *env) schedAllowance() time.Duration { return max(500*time.Millisecond, e.ttl) }
+// machine) in the few checks bounded in time from above: a fixed part, and
+// twice the largest scheduling lateness measured so far in the property.
+func (e *env) schedAllowance() time.Duration {
+	return max(500*time.Millisecond, e.ttl) + 2*e.lag.max()
+}
+
+// waitDone waits until done is closed or bound passes, and reports whether
+// it was closed. When the scheduling lateness measured grows during the
+// wait, the bound grows by twice the increase (the goroutines that should
+// have closed done were delayed as much), once for each increase.
+func (e *env) waitDone(done <-chan struct{}, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	seen := e.lag.max()
+	for {
+		if waitDone(done, time.Until(deadline)) {
+			return true
+		}
+		now := e.lag.max()
+		if now <= seen {
+			return false
+		}
+		deadline = deadline.Add(2 * (now - seen))
+		seen = now
+	}
+}
 
 // quote prints a key readably, shortening long ones.
 func quote(key string) string {
