@@ -112,6 +112,16 @@ const (
 	// Watch's channel has no buffer and the send does not block: a wake-up
 	// while the watcher is not receiving is lost.
 	bugNotifierUnbuffered
+	// HeldError.RetryAfter is the remaining TTL in the wrong unit (1000x):
+	// waiters that trust it sleep long past the release.
+	bugRetryAfterTooLong
+	// Renew silently caps a lease at twice its first TTL from the acquire
+	// (a maximum lifetime the TTL it returns does not show): a holder that
+	// renews on time loses the key after 2 TTLs.
+	bugLeaseMaxLifetime
+	// The fence counter is kept in the lock's record, which an operator's
+	// delete (Invalidate) removes with it: the next holder gets fence 1.
+	bugFenceLostOnInvalidate
 )
 
 // refStore is the shared state: one per harness.
@@ -127,6 +137,7 @@ type refLock struct {
 	owner   string // "" while free
 	fence   fencing.Token
 	expires time.Time
+	maxLife time.Time // bugLeaseMaxLifetime: when the lease ends at the latest
 	queue   []*refWaiter
 }
 
@@ -206,6 +217,7 @@ func (s *refStore) grant(key string, l *refLock, req fencedlock.AcquireRequest, 
 		fence = local
 	}
 	l.owner, l.fence, l.expires = req.Owner, fence, now.Add(s.enforced(req.TTL))
+	l.maxLife = now.Add(2 * req.TTL)
 	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fence, TTL: req.TTL}
 }
 
@@ -272,7 +284,11 @@ func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest)
 	l := s.settle(key, now)
 	if l.owner != "" {
 		defer s.mu.Unlock()
-		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: l.expires.Sub(now)}
+		retry := l.expires.Sub(now)
+		if s.bug == bugRetryAfterTooLong {
+			retry *= 1000
+		}
+		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: retry}
 	}
 	if s.bug == bugCheckThenSet {
 		// The check above and the set below are two round trips.
@@ -333,6 +349,11 @@ func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Dur
 	case bugRenewReportsLonger:
 		l.expires = now.Add(ttl)
 		return 2 * ttl, nil
+	case bugLeaseMaxLifetime:
+		l.expires = now.Add(ttl)
+		if l.expires.After(l.maxLife) {
+			l.expires = l.maxLife
+		}
 	default:
 		l.expires = now.Add(s.enforced(ttl))
 	}
@@ -553,7 +574,7 @@ func (h *refHarness) Invalidate(_ context.Context, key string) error {
 	defer s.mu.Unlock()
 	l := s.settle(key, time.Now())
 	l.owner = ""
-	if s.bug == bugFenceResets {
+	if s.bug == bugFenceResets || s.bug == bugFenceLostOnInvalidate {
 		delete(s.fences, key)
 	}
 	return nil
@@ -687,6 +708,24 @@ var brokenVariants = []variant{
 	{"ReleaseNeedsFence", []string{"ReleaseAfterLoss"}, plain(bugReleaseNeedsFence)},
 	{"WatchLate", []string{"Notifier"}, plain(bugWatchLate)},
 	{"NotifierUnbuffered", []string{"Notifier"}, plain(bugNotifierUnbuffered)},
+	{"RetryAfterTooLong", []string{"TryAcquire"}, plain(bugRetryAfterTooLong)},
+	{"LeaseMaxLifetime", []string{"RenewKeepsLease"}, plain(bugLeaseMaxLifetime)},
+	{"FenceLostOnInvalidate", []string{"FenceIncreasing"}, plain(bugFenceLostOnInvalidate)},
+}
+
+// exclusive names the broken variants that only the properties in their
+// want list report: each is the witness that its property is needed (no
+// other property would catch the bug). TestBrokenBackendsAreReported
+// checks that the failing properties are exactly those.
+var exclusive = map[string]bool{
+	"RenewWithoutOwnerCheck": true, "GuardAcceptsOlderToken": true, "CheckThenSet": true,
+	"SilentNotifier": true, "InspectorLeaksOwner": true, "LIFOQueue": true, "KeyMangling": true,
+	"UsableAfterClose": true, "RenewAddsTTL": true, "RenewReportsLonger": true,
+	"ReleaseCheckThenDelete": true, "CancelReportsHeld": true, "GrantSentAtResponse": true,
+	"RenewalSentAtResponse": true, "WaiterLeaseNotKept": true, "CancelRaceGhost": true,
+	"KeepAliveSilent": true, "RenewRevivesExpired": true, "ReleaseExpiredOK": true,
+	"ReleaseNeedsFence": true, "WatchLate": true, "NotifierUnbuffered": true,
+	"RetryAfterTooLong": true, "LeaseMaxLifetime": true, "FenceLostOnInvalidate": true,
 }
 
 // TestReference runs the suite on the correct reference backend: as a
