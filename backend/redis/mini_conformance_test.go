@@ -33,6 +33,16 @@ func (h *miniHarness) NewBackend(ctx context.Context) (fencedlock.Backend, error
 	return New(h.client(), Options{})
 }
 
+// NewDelayedBackend makes the harness a conformance.Delayer.
+func (h *miniHarness) NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{h.m.Addr()}, DisableCache: true, DialCtxFn: delayedDial(delay)})
+	if err != nil {
+		return nil, err
+	}
+	h.t.Cleanup(c.Close)
+	return New(c, Options{})
+}
+
 func (h *miniHarness) Invalidate(ctx context.Context, key string) error {
 	h.m.Del(h.ops.LockKey(key))
 	return nil
