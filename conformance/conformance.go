@@ -354,11 +354,15 @@ func (e *env) grab(t *testing.T, b fencedlock.Backend, key string) fencedlock.Gr
 
 func (e *env) grabTTL(t *testing.T, b fencedlock.Backend, key string, ttl time.Duration) fencedlock.Grant {
 	t.Helper()
-	g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
+	req := fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl}
+	g, err := b.Acquire(e.ctx, req)
 	if err != nil {
 		t.Fatalf("Acquire(%s) of a free key: %v", quote(key), err)
 	}
 	e.checkGrant(t, g, key, ttl)
+	if g.Owner != req.Owner {
+		t.Errorf("Grant.Owner of %s is not the request's owner token", quote(key)) // not printed: a secret
+	}
 	return g
 }
 

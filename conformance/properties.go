@@ -344,6 +344,14 @@ func wantNotHeld(t *testing.T, what string, err error) {
 	}
 }
 
+// wantNotHeldOf is wantNotHeld for a call made with g, whose owner token
+// (a secret) the error must not contain.
+func wantNotHeldOf(t *testing.T, what string, g fencedlock.Grant, err error) {
+	t.Helper()
+	wantNotHeld(t, what, err)
+	noSecret(t, what+": the error", err.Error(), g.Owner)
+}
+
 // errOf returns the error of a call that also returns a value, such as
 // Backend.Renew, for [wantNotHeld].
 func errOf[T any](_ T, err error) error { return err }
@@ -404,7 +412,7 @@ func testReleaseAfterLoss(t *testing.T, e *env) {
 
 	// Lost, and the key now held by another owner.
 	gb := e.grab(t, b2, key)
-	wantNotHeld(t, "Release of a lost grant while another owner holds the key", b1.Release(e.ctx, ga))
+	wantNotHeldOf(t, "Release of a lost grant while another owner holds the key", ga, b1.Release(e.ctx, ga))
 	e.mustBeHeld(t, b2, &gb, "after a lost owner's Release")
 
 	// The Locker also releases with a Grant carrying only Key and Owner
@@ -481,7 +489,7 @@ func testRenewAfterLoss(t *testing.T, e *env) {
 	}
 
 	gb := e.grab(t, b2, key)
-	wantNotHeld(t, "Renew of a lost grant while another owner holds the key", errOf(b1.Renew(e.ctx, ga, e.ttl)))
+	wantNotHeldOf(t, "Renew of a lost grant while another owner holds the key", ga, errOf(b1.Renew(e.ctx, ga, e.ttl)))
 	e.mustBeHeld(t, b2, &gb, "after a lost owner's Renew")
 	wantNotHeld(t, "Release of a lost grant", b1.Release(e.ctx, ga))
 	if err := b2.Release(e.ctx, gb); err != nil {

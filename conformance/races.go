@@ -177,6 +177,41 @@ func testCancelledAttempt(t *testing.T, e *env) {
 		}
 	}
 	t.Logf("%d attempts on free keys cancelled within 2x the round trip (%v): %d granted, %d failed", attempts, trip, applied, cancelled)
+
+	// Renew and Release by the holder, cancelled likewise: the owner holds
+	// the key, so ErrNotHeld without the context's error is never right.
+	isCtx := func(err error) bool {
+		return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	}
+	const renewals = 20
+	for i := range renewals {
+		key := e.key("held")
+		g := e.grab(t, b, key)
+		after := time.Duration(mrand.Int64N(int64(2*trip) + 1))
+		ctx, cancel := context.WithTimeout(e.ctx, after)
+		_, err := b.Renew(ctx, g, e.hold)
+		cancel()
+		if errors.Is(err, fencedlock.ErrNotHeld) && !isCtx(err) {
+			t.Fatalf("renewal %d: Renew of a held key cancelled %v after it started returned %v: ErrNotHeld without the context's error reports \"not held\" for a key its owner holds",
+				i+1, after, err)
+		}
+		ctx, cancel = context.WithTimeout(e.ctx, time.Duration(mrand.Int64N(int64(2*trip)+1)))
+		err = b.Release(ctx, g)
+		cancel()
+		if errors.Is(err, fencedlock.ErrNotHeld) && !isCtx(err) {
+			t.Fatalf("release %d: Release of a held key cancelled mid-flight returned %v: ErrNotHeld without the context's error reports \"not held\" for a key its owner held", i+1, err)
+		}
+		if err != nil {
+			// Unknown outcome: the owner's Release again frees the key.
+			if err := b.Release(e.ctx, fencedlock.Grant{Key: key, Owner: g.Owner}); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+				t.Fatalf("release %d: Release after a cancelled one: %v", i+1, err)
+			}
+		}
+		if e.held(t, key) {
+			t.Fatalf("release %d: key held after its owner's Release (%v)", i+1, err)
+		}
+	}
+	t.Logf("%d renewals and releases of held keys cancelled within 2x the round trip", renewals)
 }
 
 func testSentIsSendTime(t *testing.T, e *env) {

@@ -122,6 +122,14 @@ const (
 	// The fence counter is kept in the lock's record, which an operator's
 	// delete (Invalidate) removes with it: the next holder gets fence 1.
 	bugFenceLostOnInvalidate
+	// A cancelled Renew whose request was applied is reported as "not
+	// held": the Locker gives up a lease its owner holds.
+	bugCancelReportsNotHeld
+	// Errors name the owner token (a secret) along with the key.
+	bugErrorLeaksOwner
+	// A held key is reported with an error that does not wrap
+	// ErrNotAcquired: the Locker treats it as a failure, not a wait.
+	bugHeldNotWrapped
 )
 
 // refStore is the shared state: one per harness.
@@ -288,6 +296,9 @@ func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest)
 		if s.bug == bugRetryAfterTooLong {
 			retry *= 1000
 		}
+		if s.bug == bugHeldNotWrapped {
+			return fencedlock.Grant{}, fmt.Errorf("ref: %q is locked", req.Key)
+		}
 		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: retry}
 	}
 	if s.bug == bugCheckThenSet {
@@ -312,6 +323,15 @@ func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest)
 	return g, nil
 }
 
+// notHeld is the error of a Renew or Release by an owner that does not
+// hold g.Key.
+func (s *refStore) notHeld(op string, g fencedlock.Grant) error {
+	if s.bug == bugErrorLeaksOwner {
+		return fmt.Errorf("ref: %s %q for owner %s: %w", op, g.Key, g.Owner, fencedlock.ErrNotHeld)
+	}
+	return fmt.Errorf("ref: %s %q: %w", op, g.Key, fencedlock.ErrNotHeld)
+}
+
 // respond waits for the response to travel back (b.delay).
 func (b *refBackend) respond() {
 	if b.delay > 0 {
@@ -319,7 +339,7 @@ func (b *refBackend) respond() {
 	}
 }
 
-func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (_ time.Duration, err error) {
 	if err := b.usable(ctx); err != nil {
 		return 0, err
 	}
@@ -341,7 +361,15 @@ func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Dur
 		l = s.settle(key, now)
 	}
 	if l.owner == "" || (l.owner != g.Owner && s.bug != bugRenewNoOwnerCheck) {
-		return 0, fmt.Errorf("ref: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return 0, s.notHeld("renew", g)
+	}
+	if s.bug == bugCancelReportsNotHeld {
+		defer func() {
+			time.Sleep(time.Millisecond) // the response travels
+			if ctx.Err() != nil {
+				err = fmt.Errorf("ref: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+			}
+		}()
 	}
 	switch s.bug {
 	case bugRenewAddsTTL:
@@ -376,7 +404,7 @@ func (b *refBackend) Release(ctx context.Context, g fencedlock.Grant) error {
 	}
 	if l.owner == "" || (l.owner != g.Owner && s.bug != bugReleaseNoOwnerCheck) ||
 		(s.bug == bugReleaseNeedsFence && l.fence != g.Fence) {
-		return fmt.Errorf("ref: release %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return s.notHeld("release", g)
 	}
 	if s.bug == bugReleaseCheckThenDelete {
 		// The check above and the delete below are two round trips.
@@ -711,6 +739,9 @@ var brokenVariants = []variant{
 	{"RetryAfterTooLong", []string{"TryAcquire"}, plain(bugRetryAfterTooLong)},
 	{"LeaseMaxLifetime", []string{"RenewKeepsLease"}, plain(bugLeaseMaxLifetime)},
 	{"FenceLostOnInvalidate", []string{"FenceIncreasing"}, plain(bugFenceLostOnInvalidate)},
+	{"CancelReportsNotHeld", []string{"CancelledAttempt"}, plain(bugCancelReportsNotHeld)},
+	{"ErrorLeaksOwner", []string{"ReleaseAfterLoss", "RenewAfterLoss"}, plain(bugErrorLeaksOwner)},
+	{"HeldNotWrapped", []string{"TryAcquire"}, plain(bugHeldNotWrapped)},
 }
 
 // exclusive names the broken variants that only the properties in their
@@ -724,8 +755,9 @@ var exclusive = map[string]bool{
 	"ReleaseCheckThenDelete": true, "CancelReportsHeld": true, "GrantSentAtResponse": true,
 	"RenewalSentAtResponse": true, "WaiterLeaseNotKept": true, "CancelRaceGhost": true,
 	"KeepAliveSilent": true, "RenewRevivesExpired": true, "ReleaseExpiredOK": true,
-	"ReleaseNeedsFence": true, "WatchLate": true, "NotifierUnbuffered": true,
+	"WatchLate": true, "NotifierUnbuffered": true,
 	"RetryAfterTooLong": true, "LeaseMaxLifetime": true, "FenceLostOnInvalidate": true,
+	"CancelReportsNotHeld": true, "ErrorLeaksOwner": true,
 }
 
 // TestReference runs the suite on the correct reference backend: as a
