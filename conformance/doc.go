@@ -63,8 +63,9 @@
 //   - RenewAfterLoss: Renew by an owner that lost the key (invalidated, or
 //     expired) returns ErrNotHeld and neither recreates the key nor touches
 //     another holder's lock.
-//   - ReleaseRacesExpiry: 72 Releases racing their lease's expiry while
-//     another owner polls never delete the new owner's lock.
+//   - ReleaseRacesExpiry: Releases racing their lease's expiry while
+//     another owner polls (72, or 24 if MinTTL is a second or more) never
+//     delete the new owner's lock.
 //   - LateRelease: a holder paused past its lease releases late and does not
 //     delete its successor's lock.
 //   - CancelledAcquire: an Acquire whose context ends returns promptly an
