@@ -79,7 +79,7 @@ func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Durati
 	sentA := time.Now()
 	ga, err := ba.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
 	if err != nil {
-		return "", false, fmt.Errorf("Acquire of a free key: %w", err)
+		return "", false, fmt.Errorf("key %s: acquire of a free key: %w", quote(key), err)
 	}
 	expiry := sentA.Add(grantTTL(ga.TTL, ttl))
 	// A releases between 3ms before and 2ms after its lease runs out.
@@ -100,7 +100,7 @@ func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Durati
 				return
 			}
 			if !errors.Is(err, fencedlock.ErrNotAcquired) {
-				bres <- bResult{err: fmt.Errorf("B's Acquire: %w", err)}
+				bres <- bResult{err: fmt.Errorf("key %s: the successor's Acquire: %w", quote(key), err)}
 				return
 			}
 		}
@@ -110,7 +110,7 @@ func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Durati
 	relErr := ba.Release(e.ctx, ga)
 	if relErr != nil && !errors.Is(relErr, fencedlock.ErrNotHeld) {
 		<-bres
-		return "", false, fmt.Errorf("A's Release: %w", relErr)
+		return "", false, fmt.Errorf("key %s: the holder's Release: %w", quote(key), relErr)
 	}
 	r := <-bres
 	if r.err != nil || !r.ok {
@@ -122,7 +122,7 @@ func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Durati
 		return fmt.Sprintf("A's Release (returned %v) racing the expiry of its lease deleted B's lock: B's Renew: %v (the owner check and the delete are not atomic)", relErr, err), true, nil
 	}
 	if err := bb.Release(e.ctx, r.g); err != nil {
-		return "", true, fmt.Errorf("B's Release: %w", err)
+		return "", true, fmt.Errorf("key %s: the successor's Release: %w", quote(key), err)
 	}
 	return "", true, nil
 }

@@ -240,7 +240,7 @@ func (e *env) directRenewKeeps(t *testing.T, ttl time.Duration) *inconclusive {
 	held := e.held(t, key)
 	if !held {
 		if limit := heldUntil(calls, probeSent); time.Now().Before(limit) {
-			t.Fatalf("key free after direct renewals, %v before the lease the last one confirmed ran out", limit.Sub(time.Now()).Round(time.Millisecond))
+			t.Fatalf("key free after direct renewals, %v before the lease the last one confirmed ran out", time.Until(limit).Round(time.Millisecond))
 		}
 		return &inconclusive{why: "key free after direct renewals that came late", late: lateness(sentA, calls[1:], ttl/3)}
 	}
