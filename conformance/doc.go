@@ -64,8 +64,9 @@
 //     expired) returns ErrNotHeld and neither recreates the key nor touches
 //     another holder's lock.
 //   - ReleaseRacesExpiry: Releases racing their lease's expiry while
-//     another owner polls (72, or 24 if MinTTL is a second or more) never
-//     delete the new owner's lock.
+//     another owner polls (rounds of 24, until 24 of them started in the
+//     last 2ms of their lease; one round if MinTTL is a second or more)
+//     never delete the new owner's lock.
 //   - LateRelease: a holder paused past its lease releases late and does not
 //     delete its successor's lock.
 //   - CancelledAcquire: an Acquire whose context ends returns promptly an
@@ -120,10 +121,10 @@
 // returned and fail only on a measured violation (a key free, or a renewal
 // refused, before the lease a confirmed request set ran out); a run in
 // which the suite's own renewals came too late to decide is retried once
-// with a TTL long enough for the lateness measured (at least 3x), and the
-// log says so. Two checks rest on stated assumptions: that the store's
-// clock runs at the rate of the test's clock (within 1%), and, for the
-// FIFO check of a WaitAcquirer, that a waiter is queued within
+// with a TTL long enough for the lateness measured (8x it, at least 3x the
+// TTL), and the log says so. Two checks rest on stated assumptions: that
+// the store's clock runs at the rate of the test's clock (within 1%), and,
+// for the FIFO check of a WaitAcquirer, that a waiter is queued within
 // Config.QueueDelay (the check retries once with 4x that delay before it
 // fails). Timing can make the suite miss a bug (a race that did not happen
 // in this run): it may give false negatives, so run it often and under

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -19,22 +20,37 @@ import (
 // reports under latency (SentIsSendTime).
 
 func testReleaseRacesExpiry(t *testing.T, e *env) {
-	const pairs = 24
+	const (
+		pairs = 24
+		// A race is close when the holder's Release starts in the last
+		// closeWindow of its lease: a Release whose owner check and
+		// delete are apart by a round trip deletes the successor's lock
+		// in such a race. The property races until it has seen
+		// wantClose close races, in at least minRounds and at most
+		// maxRounds rounds (so that a loaded machine, whose timers fire
+		// late, gets more rounds, not a pass by default).
+		closeWindow = 2 * time.Millisecond
+		wantClose   = 24
+		minRounds   = 2
+		maxRounds   = 8
+	)
 	ba, bb := e.backend(t), e.backend(t)
 	ttl := e.ttl
-	// Three rounds of a MinTTL each; one for stores with coarse expiry
-	// (MinTTL of a second or more), whose rounds take seconds.
-	rounds := 3
+	rounds, most := minRounds, maxRounds
 	if ttl >= time.Second {
-		rounds = 1
+		// Stores with coarse expiry (MinTTL of a second or more) expire
+		// keys at no precise moment, and their rounds take seconds.
+		rounds, most = 1, 1
 	}
 	var (
 		mu         sync.Mutex
 		violations []string
-		raced      int // rounds in which the successor got the key
+		took       int // races in which the successor got the key
+		closeRaces int
 		errs       []error
 	)
-	for round := range rounds {
+	round := 0
+	for ; round < most && (round < rounds || closeRaces < wantClose); round++ {
 		keys := make([]string, pairs)
 		for i := range keys {
 			keys[i] = e.key(fmt.Sprintf("race-%d-%d", round, i))
@@ -42,17 +58,20 @@ func testReleaseRacesExpiry(t *testing.T, e *env) {
 		var wg sync.WaitGroup
 		for _, key := range keys {
 			wg.Go(func() {
-				v, took, err := e.releaseRace(ba, bb, key, ttl)
+				r := e.releaseRace(ba, bb, key, ttl)
 				mu.Lock()
 				defer mu.Unlock()
-				if err != nil {
-					errs = append(errs, err)
+				if r.err != nil {
+					errs = append(errs, r.err)
 				}
-				if v != "" && len(violations) < 5 {
-					violations = append(violations, v)
+				if r.violation != "" && len(violations) < 5 {
+					violations = append(violations, r.violation)
 				}
-				if took {
-					raced++
+				if r.took {
+					took++
+				}
+				if r.early >= 0 && r.early <= closeWindow {
+					closeRaces++
 				}
 			})
 		}
@@ -61,7 +80,8 @@ func testReleaseRacesExpiry(t *testing.T, e *env) {
 			break
 		}
 	}
-	t.Logf("%d releases raced their lease's expiry while another owner polled; the successor got the key %d times", rounds*pairs, raced)
+	t.Logf("%d releases raced their lease's expiry in %d rounds while another owner polled; %d started in the last %v of the lease; the successor got the key %d times",
+		round*pairs, round, closeRaces, closeWindow, took)
 	if err := errors.Join(errs...); err != nil {
 		t.Error(err)
 	}
@@ -70,20 +90,29 @@ func testReleaseRacesExpiry(t *testing.T, e *env) {
 	}
 }
 
+// raceResult is the outcome of one releaseRace.
+type raceResult struct {
+	violation string
+	took      bool          // the successor got the key
+	early     time.Duration // how long before the lease's end the Release started (negative: after)
+	err       error
+}
+
 // releaseRace lets A's lease of ttl on key run out while B polls the key,
 // and has A release it at a random moment within a few milliseconds of
-// its expiry. If B got the key, B's lock must survive A's Release. It
-// returns a violation, whether B got the key, and any unexpected error.
-// It runs on its own goroutine and must not call t's methods.
-func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Duration) (violation string, took bool, _ error) {
+// its end. If B got the key, B's lock must survive A's Release. It runs
+// on its own goroutine and must not call t's methods.
+func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Duration) raceResult {
 	sentA := time.Now()
 	ga, err := ba.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
 	if err != nil {
-		return "", false, fmt.Errorf("key %s: acquire of a free key: %w", quote(key), err)
+		return raceResult{err: fmt.Errorf("key %s: acquire of a free key: %w", quote(key), err)}
 	}
 	expiry := sentA.Add(grantTTL(ga.TTL, ttl))
-	// A releases between 3ms before and 2ms after its lease runs out.
-	releaseAt := expiry.Add(time.Duration(mrand.Int64N(int64(5*time.Millisecond))) - 3*time.Millisecond)
+	// A releases between 2.5ms before and 0.5ms after its lease runs
+	// out. Timers fire late on a loaded machine: sleep to shortly
+	// before, then spin.
+	releaseAt := expiry.Add(time.Duration(mrand.Int64N(int64(3*time.Millisecond))) - 2500*time.Microsecond)
 	type bResult struct {
 		g   fencedlock.Grant
 		ok  bool
@@ -91,7 +120,7 @@ func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Durati
 	}
 	bres := make(chan bResult, 1)
 	go func() {
-		time.Sleep(time.Until(expiry.Add(-5 * time.Millisecond)))
+		spinUntil(expiry.Add(-5 * time.Millisecond))
 		giveUp := expiry.Add(e.cfg.ExpirySlack + e.schedAllowance())
 		for time.Now().Before(giveUp) && e.ctx.Err() == nil {
 			g, err := bb.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
@@ -103,28 +132,42 @@ func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Durati
 				bres <- bResult{err: fmt.Errorf("key %s: the successor's Acquire: %w", quote(key), err)}
 				return
 			}
+			runtime.Gosched()
 		}
 		bres <- bResult{}
 	}()
-	time.Sleep(time.Until(releaseAt))
+	spinUntil(releaseAt)
+	early := expiry.Sub(time.Now())
 	relErr := ba.Release(e.ctx, ga)
 	if relErr != nil && !errors.Is(relErr, fencedlock.ErrNotHeld) {
 		<-bres
-		return "", false, fmt.Errorf("key %s: the holder's Release: %w", quote(key), relErr)
+		return raceResult{early: early, err: fmt.Errorf("key %s: the holder's Release: %w", quote(key), relErr)}
 	}
 	r := <-bres
 	if r.err != nil || !r.ok {
-		return "", false, r.err
+		return raceResult{early: early, err: r.err}
 	}
 	// A's Release has returned and B holds a long lease: B's lock must be
 	// intact whatever the order in which the store saw the two.
 	if _, err := bb.Renew(e.ctx, r.g, e.hold); err != nil {
-		return fmt.Sprintf("A's Release (returned %v) racing the expiry of its lease deleted B's lock: B's Renew: %v (the owner check and the delete are not atomic)", relErr, err), true, nil
+		return raceResult{took: true, early: early, violation: fmt.Sprintf("A's Release (started %v before its lease's end, returned %v) deleted the lock B took meanwhile: B's Renew: %v (the owner check and the delete are not atomic)",
+			early.Round(10*time.Microsecond), relErr, err)}
 	}
 	if err := bb.Release(e.ctx, r.g); err != nil {
-		return "", true, fmt.Errorf("key %s: the successor's Release: %w", quote(key), err)
+		return raceResult{took: true, early: early, err: fmt.Errorf("key %s: the successor's Release: %w", quote(key), err)}
 	}
-	return "", true, nil
+	return raceResult{took: true, early: early}
+}
+
+// spinUntil returns at t: it sleeps until shortly before, then yields in
+// a loop, so that a late timer does not make it miss t by much.
+func spinUntil(t time.Time) {
+	if d := time.Until(t) - 2*time.Millisecond; d > 0 {
+		time.Sleep(d)
+	}
+	for time.Now().Before(t) {
+		runtime.Gosched()
+	}
 }
 
 func testCancelledAttempt(t *testing.T, e *env) {
@@ -260,15 +303,22 @@ func testSentIsSendTime(t *testing.T, e *env) {
 		}
 	}
 
-	// Grant.Sent: a paused holder's deadline from its Acquire.
+	// Grant.Sent: a paused holder's deadline from its Acquire. The store
+	// applied the request at least delay before the response came back,
+	// so the send time the deadline rests on must lie before that.
 	key := e.key("sent-acquire")
 	l := fencedlock.New(newDelayed(), e.lockerOpts(paused))
 	t.Cleanup(func() { _ = l.Close() })
 	ls, err := l.TryAcquire(e.ctx, key)
+	returned := time.Now()
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
 	ttl := grantTTL(ls.TTL(), e.ttl)
+	if sent := ls.Deadline().Add(-ttl + time.Nanosecond); sent.After(returned.Add(-delay + time.Millisecond)) {
+		t.Fatalf("Grant.Sent lies %v after the store could have applied the request (the response took %v to come back): it is not the send time",
+			sent.Sub(returned.Add(-delay)).Round(time.Millisecond), delay)
+	}
 	notBefore(key, ls.Deadline(), ttl, time.Now().Add(3*ttl+e.cfg.ExpirySlack), "Grant.Sent and Grant.TTL")
 
 	// Renew's TTL: the deadline from a renewal the Locker sent.
@@ -305,6 +355,11 @@ func testSentIsSendTime(t *testing.T, e *env) {
 			if r.Err != nil {
 				cancel()
 				t.Fatalf("KeepAlive of a held key reported %v", r.Err)
+			}
+			if limit := time.Now().Add(-delay + time.Millisecond); r.Sent.After(limit) {
+				cancel()
+				t.Fatalf("Renewal.Sent lies %v after the store could have applied the renewal (responses take %v to come back): it is not the send time",
+					r.Sent.Sub(limit.Add(-time.Millisecond)).Round(time.Millisecond), delay)
 			}
 			renewals++
 			if d := r.Sent.Add(r.TTL); d.After(dl) {

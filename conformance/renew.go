@@ -86,8 +86,8 @@ type inconclusive struct {
 }
 
 // retryTimed runs check with the lease ttl and, if it was inconclusive,
-// once more with a lease long enough for the lateness measured (at least
-// 3x). A second inconclusive run fails: the machine is too loaded to
+// once more with a lease long enough for the lateness measured (8x it, and
+// at least 3x ttl). A second inconclusive run fails: the machine is too loaded to
 // check the property at all, which the failure says.
 func (e *env) retryTimed(t *testing.T, ttl time.Duration, check func(ttl time.Duration) *inconclusive) {
 	t.Helper()
@@ -95,7 +95,7 @@ func (e *env) retryTimed(t *testing.T, ttl time.Duration, check func(ttl time.Du
 	if first == nil {
 		return
 	}
-	longer := min(max(3*ttl, 4*first.late).Round(time.Millisecond), fencedlock.MaxTTL)
+	longer := min(max(3*ttl, 8*first.late).Round(time.Millisecond), fencedlock.MaxTTL)
 	t.Logf("inconclusive with TTL %v: %s (the suite's requests were %v late; scheduling lateness max %v); not a violation: retrying once with TTL %v",
 		ttl, first.why, first.late.Round(time.Millisecond), e.lag.max().Round(time.Millisecond), longer)
 	if second := check(longer); second != nil {
@@ -325,6 +325,11 @@ func (e *env) renewThenCrash(b, other fencedlock.Backend, key string, ttl time.D
 	earliest := last.sent.Add(last.ttl - last.ttl/100 - time.Millisecond)
 	notAfter := last.returned.Add(last.ttl + e.cfg.ExpirySlack)
 	interval := max(e.ttl/25, 2*time.Millisecond)
+	// The poller must look often enough to see the key free too early or
+	// held too late: a success after a gap longer than maxGap since the
+	// previous attempt (the poller was descheduled) decides nothing.
+	maxGap := max(ttl/4, 4*interval)
+	prev := last.returned
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
 		g2, err := other.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
@@ -335,8 +340,12 @@ func (e *env) renewThenCrash(b, other fencedlock.Backend, key string, ttl time.D
 				return fmt.Sprintf("another backend took the key %v after the last renewal was sent, before the %v it returned: Renew's TTL is not the lease applied from when it was sent",
 					got.Sub(last.sent).Round(time.Millisecond), last.ttl), nil, ""
 			}
+			if gap := sent.Sub(prev); gap > maxGap {
+				return "", &inconclusive{why: fmt.Sprintf("the poller's attempts were %v apart when the key became free", gap.Round(time.Millisecond)), late: gap - interval}, ""
+			}
 			return "", nil, fmt.Sprintf("after %d renewal(s) returning %v, the key was free %v after the last one was sent", n, last.ttl, sent.Sub(last.sent).Round(time.Millisecond))
 		}
+		prev = sent
 		if !errors.Is(err, fencedlock.ErrNotAcquired) {
 			return fmt.Sprintf("Acquire: %v", err), nil, ""
 		}
