@@ -722,7 +722,7 @@ var brokenVariants = []variant{
 	{"EarlyExpiry", []string{"ExpiryWithoutRenew"}, plain(bugEarlyExpiry)},
 	{"UsableAfterClose", []string{"Close"}, plain(bugUsableAfterClose)},
 	{"RenewAddsTTL", []string{"RenewTTL"}, plain(bugRenewAddsTTL)},
-	{"RenewReportsLonger", []string{"RenewTTL", "SentIsSendTime"}, plain(bugRenewReportsLonger)},
+	{"RenewReportsLonger", []string{"RenewTTL"}, plain(bugRenewReportsLonger)},
 	{"ReleaseCheckThenDelete", []string{"ReleaseRacesExpiry"}, plain(bugReleaseCheckThenDelete)},
 	{"CancelReportsHeld", []string{"CancelledAttempt"}, plain(bugCancelReportsHeld)},
 	{"GrantSentAtResponse", []string{"SentIsSendTime"}, plain(bugGrantSentAtResponse)},
@@ -751,7 +751,7 @@ var brokenVariants = []variant{
 var exclusive = map[string]bool{
 	"RenewWithoutOwnerCheck": true, "GuardAcceptsOlderToken": true, "CheckThenSet": true,
 	"SilentNotifier": true, "InspectorLeaksOwner": true, "LIFOQueue": true, "KeyMangling": true,
-	"UsableAfterClose": true, "RenewAddsTTL": true, "RenewReportsLonger": true,
+	"UsableAfterClose": true, "RenewAddsTTL": true,
 	"ReleaseCheckThenDelete": true, "CancelReportsHeld": true, "GrantSentAtResponse": true,
 	"RenewalSentAtResponse": true, "WaiterLeaseNotKept": true, "CancelRaceGhost": true,
 	"KeepAliveSilent": true, "RenewRevivesExpired": true, "ReleaseExpiredOK": true,
