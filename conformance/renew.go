@@ -65,14 +65,15 @@ func heldUntil(calls []renewCall, before time.Time) time.Time {
 	return until
 }
 
-// lateness returns how much later than every apart the calls were sent:
-// the largest gap between consecutive sends (from start for the first),
-// less every.
+// lateness returns how late the calls, meant to be sent every apart, were:
+// the largest gap between consecutive sends (from start for the first)
+// less every, or the longest call if that is longer (a renewal delayed in
+// flight is as late as one sent late).
 func lateness(start time.Time, calls []renewCall, every time.Duration) time.Duration {
 	var late time.Duration
 	prev := start
 	for _, c := range calls {
-		late = max(late, c.sent.Sub(prev)-every)
+		late = max(late, c.sent.Sub(prev)-every, c.returned.Sub(c.sent))
 		prev = c.sent
 	}
 	return late
