@@ -316,7 +316,7 @@ func (e *env) renewThenCrash(b, other fencedlock.Backend, key string, ttl time.D
 		c.returned, c.ttl, c.err = time.Now(), grantTTL(d, ttl), err
 		if err != nil {
 			if errors.Is(err, fencedlock.ErrNotHeld) && !c.returned.Before(heldUntil(calls, c.sent)) {
-				return "", &inconclusive{why: fmt.Sprintf("renewal %d came after the lease ran out", i+1), late: c.sent.Sub(calls[len(calls)-1].sent) - gap}, ""
+				return "", &inconclusive{why: fmt.Sprintf("renewal %d came after the lease ran out", i+1), late: max(c.sent.Sub(calls[len(calls)-1].sent)-gap, c.returned.Sub(c.sent))}, ""
 			}
 			return fmt.Sprintf("Renew %d of a held key: %v", i+1, err), nil, ""
 		}
