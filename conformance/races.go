@@ -137,7 +137,7 @@ func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Durati
 		bres <- bResult{}
 	}()
 	spinUntil(releaseAt)
-	early := expiry.Sub(time.Now())
+	early := time.Until(expiry)
 	relErr := ba.Release(e.ctx, ga)
 	if relErr != nil && !errors.Is(relErr, fencedlock.ErrNotHeld) {
 		<-bres
