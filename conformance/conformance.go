@@ -420,14 +420,29 @@ func (e *env) mustBeHeld(t *testing.T, b fencedlock.Backend, g *fencedlock.Grant
 // grant, when the successful attempt was sent, and when it returned.
 func (e *env) acquireBy(t *testing.T, b fencedlock.Backend, key string, notAfter time.Time, why string) (g fencedlock.Grant, sent, got time.Time) {
 	t.Helper()
-	interval := max(e.ttl/25, 2*time.Millisecond)
+	g, sent, got, _ = e.acquireByGap(t, b, key, notAfter, why)
+	return g, sent, got
+}
+
+// pollInterval is how long acquireBy sleeps between attempts.
+func (e *env) pollInterval() time.Duration { return max(e.ttl/25, 2*time.Millisecond) }
+
+// acquireByGap is acquireBy that also returns how long before the
+// successful attempt the previous one was sent (or the call began): a long
+// gap means the poller was descheduled, and cannot tell exactly when the
+// key became free.
+func (e *env) acquireByGap(t *testing.T, b fencedlock.Backend, key string, notAfter time.Time, why string) (g fencedlock.Grant, sent, got time.Time, gap time.Duration) {
+	t.Helper()
+	interval := e.pollInterval()
+	prev := time.Now()
 	for attempt := 0; ; attempt++ {
 		sent = time.Now()
 		g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 		if err == nil {
 			e.checkGrant(t, g, key, e.hold)
-			return g, sent, time.Now()
+			return g, sent, time.Now(), sent.Sub(prev)
 		}
+		prev = sent
 		if !errors.Is(err, fencedlock.ErrNotAcquired) {
 			t.Fatalf("%s: Acquire(%s): %v", why, quote(key), err)
 		}

@@ -442,7 +442,7 @@ func (b *refBackend) Watch(ctx context.Context, key string) (<-chan struct{}, fu
 		s.mu.Unlock()
 	}
 	if s.bug == bugWatchLate {
-		time.AfterFunc(20*time.Millisecond, subscribe)
+		time.AfterFunc(500*time.Millisecond, subscribe)
 	} else {
 		subscribe()
 	}
