@@ -55,5 +55,8 @@ func TestGuideCoverageTable(t *testing.T) {
 		if !strings.Contains(guide, "`"+v.name+"`") {
 			t.Errorf("GUIDE.md's coverage table does not name the broken variant %s", v.name)
 		}
+		if only := strings.Contains(guide, "`"+v.name+"` (only)"); only != exclusive[v.name] {
+			t.Errorf("GUIDE.md marks %s (only) = %v, but TestBrokenBackendsAreReported asserts exclusive = %v", v.name, only, exclusive[v.name])
+		}
 	}
 }
