@@ -135,10 +135,22 @@ func (e *env) watchdogKeeps(t *testing.T, ttl time.Duration) *inconclusive {
 	acquired := []renewCall{{sent: sentA, returned: time.Now(), ttl: ttl}}
 	until := time.Now().Add(3*ttl + ttl/2 + e.cfg.ExpirySlack)
 	checks := 0
+	// late is the watchdog's lateness so far: that of the renewals it
+	// sent, and that of the one it should have sent by now.
+	late := func(now time.Time) time.Duration {
+		if rec == nil {
+			return e.lag.max()
+		}
+		calls := rec.record()
+		last := sentA
+		if len(calls) > 0 {
+			last = calls[len(calls)-1].sent
+		}
+		return max(lateness(sentA, calls, opts.RenewInterval), now.Sub(last)-opts.RenewInterval)
+	}
 	report := func() {
 		if rec != nil {
-			calls := rec.record()
-			t.Logf("renewal lateness: max %v (%d renewals every %v)", lateness(sentA, calls, opts.RenewInterval).Round(time.Millisecond), len(calls), opts.RenewInterval)
+			t.Logf("renewal lateness: max %v (%d renewals every %v)", late(time.Now()).Round(time.Millisecond), len(rec.record()), opts.RenewInterval)
 		}
 	}
 	for time.Now().Before(until) {
@@ -159,7 +171,7 @@ func (e *env) watchdogKeeps(t *testing.T, ttl time.Duration) *inconclusive {
 				t.Fatalf("key free after %d checks, %v before the holder's local deadline: the renewals the backend confirmed did not keep the lease",
 					checks, limit.Sub(probeGot).Round(time.Millisecond))
 			}
-			return &inconclusive{why: fmt.Sprintf("key free after %d checks, after the holder's local deadline (renewals late)", checks), late: probeSent.Sub(dl)}
+			return &inconclusive{why: fmt.Sprintf("key free after %d checks, after the holder's local deadline (renewals late)", checks), late: max(probeSent.Sub(dl), late(probeSent))}
 		}
 		checks++
 	}
