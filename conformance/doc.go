@@ -117,12 +117,14 @@
 // and its mutual exclusion check only counts leases that their holders
 // still consider valid. Leases that must not run out during a check are 20x
 // MinTTL long; only the renewal and expiry properties use MinTTL itself.
-// RenewKeepsLease and RenewTTL record when every request was sent and
-// returned and fail only on a measured violation (a key free, or a renewal
-// refused, before the lease a confirmed request set ran out); a run in
-// which the suite's own renewals came too late to decide is retried once
-// with a TTL long enough for the lateness measured (8x it, at least 3x the
-// TTL), and the log says so. Two checks rest on stated assumptions: that
+// RenewKeepsLease, RenewTTL and ExpiryWithoutRenew record when every
+// request was sent and returned and fail only on a measured violation (a
+// key free, or a renewal refused, before the lease a confirmed request set
+// ran out); a run in which the suite's own requests came too late to
+// decide (a renewal after the lease ran out, a poller descheduled across
+// the moment the key became free) is retried once with a TTL long enough
+// for the lateness measured (8x it, at least 3x the TTL), and the log says
+// so. Two checks rest on stated assumptions: that
 // the store's clock runs at the rate of the test's clock (within 1%), and,
 // for the FIFO check of a WaitAcquirer, that a waiter is queued within
 // Config.QueueDelay (the check retries once with 4x that delay before it
