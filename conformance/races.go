@@ -229,7 +229,11 @@ func testCancelledAttempt(t *testing.T, e *env) {
 			t.Fatalf("attempt %d: Release of Grant{Key, Owner} after a cancelled Acquire: %v", i+1, err)
 		}
 		if e.held(t, key) {
-			t.Fatalf("attempt %d: key held after a cancelled Acquire (%v) and its owner's Release of Grant{Key, Owner}", i+1, err)
+			// Tell the lead which way it went: a second Release that
+			// frees the key means the Acquire was applied after the
+			// first one, its request still in flight when it returned.
+			again := b.Release(e.ctx, fencedlock.Grant{Key: key, Owner: req.Owner})
+			t.Fatalf("attempt %d: key held after a cancelled Acquire (%v) and its owner's Release of Grant{Key, Owner} (a second Release: %v; nil means the Acquire's request was applied after the first Release: the backend returned while it was still in flight)", i+1, err, again)
 		}
 	}
 	t.Logf("%d attempts on free keys cancelled within 2x the round trip (%v): %d granted, %d failed", attempts, trip, applied, cancelled)
