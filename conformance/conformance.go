@@ -132,6 +132,22 @@ type GuardMaker interface {
 	NewGuard(ctx context.Context) (Guard, error)
 }
 
+// Delayer is implemented by harnesses that can put latency between a
+// backend and the store. The SentIsSendTime property uses it to check that
+// [fencedlock.Grant.Sent] and [fencedlock.Renewal.Sent] are when a request
+// was sent, not when its response arrived: a backend that takes the time
+// after the round trip overstates its lease by the response's delay, so its
+// holder's local deadline falls after the store has already let another
+// owner in. Without a Delayer that check runs with no added latency and
+// cannot tell the two apart (see GUIDE.md). [DelayReads] delays a
+// net.Conn, for backends whose client takes a dial function.
+type Delayer interface {
+	// NewDelayedBackend is NewBackend for a backend whose responses from
+	// the store reach it delay after the store sent them. Its requests
+	// may travel at the normal speed.
+	NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error)
+}
+
 // memGuard is the default Guard: a fencing.Guard in front of a string.
 type memGuard struct {
 	g     fencing.Guard
@@ -189,7 +205,12 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 					name, 10*time.Second, cfg.Timeout, buf[:n]))
 			})
 			defer watchdog.Stop()
-			e := &env{h: h, cfg: cfg, ttl: cfg.MinTTL, hold: min(20*cfg.MinTTL, fencedlock.MaxTTL), ctx: ctx, prefix: "conformance/" + p.name + "/" + randHex(6) + "/"}
+			lag := startLagMonitor()
+			e := &env{h: h, cfg: cfg, ttl: cfg.MinTTL, hold: min(20*cfg.MinTTL, fencedlock.MaxTTL), ctx: ctx, prefix: "conformance/" + p.name + "/" + randHex(6) + "/", lag: lag}
+			defer func() {
+				lag.stop()
+				t.Logf("scheduling lateness: max %v", lag.max().Round(time.Millisecond))
+			}()
 			p.fn(t, e)
 		})
 	}
@@ -204,6 +225,55 @@ type env struct {
 	ctx    context.Context
 	prefix string // unique per run
 	n      int
+	lag    *lagMonitor
+}
+
+// lagMonitor measures scheduling delay while a property runs: how late a
+// goroutine that sleeps lagTick wakes up. The checks bounded in time from
+// above widen their allowance by what it measured (see [env.waitDone]), so
+// that a loaded machine does not make a correct backend fail.
+type lagMonitor struct {
+	mu      sync.Mutex
+	maxLate time.Duration
+	quit    chan struct{}
+	done    chan struct{}
+}
+
+const lagTick = 5 * time.Millisecond
+
+func startLagMonitor() *lagMonitor {
+	m := &lagMonitor{quit: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		timer := time.NewTimer(lagTick)
+		defer timer.Stop()
+		for {
+			start := time.Now()
+			timer.Reset(lagTick)
+			select {
+			case <-m.quit:
+				return
+			case <-timer.C:
+			}
+			late := time.Since(start) - lagTick
+			m.mu.Lock()
+			m.maxLate = max(m.maxLate, late)
+			m.mu.Unlock()
+		}
+	}()
+	return m
+}
+
+// max returns the largest lateness measured so far.
+func (m *lagMonitor) max() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.maxLate
+}
+
+func (m *lagMonitor) stop() {
+	close(m.quit)
+	<-m.done
 }
 
 func randHex(n int) string {
@@ -284,11 +354,15 @@ func (e *env) grab(t *testing.T, b fencedlock.Backend, key string) fencedlock.Gr
 
 func (e *env) grabTTL(t *testing.T, b fencedlock.Backend, key string, ttl time.Duration) fencedlock.Grant {
 	t.Helper()
-	g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
+	req := fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl}
+	g, err := b.Acquire(e.ctx, req)
 	if err != nil {
 		t.Fatalf("Acquire(%s) of a free key: %v", quote(key), err)
 	}
 	e.checkGrant(t, g, key, ttl)
+	if g.Owner != req.Owner {
+		t.Errorf("Grant.Owner of %s is not the request's owner token", quote(key)) // not printed: a secret
+	}
 	return g
 }
 
@@ -346,14 +420,29 @@ func (e *env) mustBeHeld(t *testing.T, b fencedlock.Backend, g *fencedlock.Grant
 // grant, when the successful attempt was sent, and when it returned.
 func (e *env) acquireBy(t *testing.T, b fencedlock.Backend, key string, notAfter time.Time, why string) (g fencedlock.Grant, sent, got time.Time) {
 	t.Helper()
-	interval := max(e.ttl/25, 2*time.Millisecond)
+	g, sent, got, _ = e.acquireByGap(t, b, key, notAfter, why)
+	return g, sent, got
+}
+
+// pollInterval is how long acquireBy sleeps between attempts.
+func (e *env) pollInterval() time.Duration { return max(e.ttl/25, 2*time.Millisecond) }
+
+// acquireByGap is acquireBy that also returns how long before the
+// successful attempt the previous one was sent (or the call began): a long
+// gap means the poller was descheduled, and cannot tell exactly when the
+// key became free.
+func (e *env) acquireByGap(t *testing.T, b fencedlock.Backend, key string, notAfter time.Time, why string) (g fencedlock.Grant, sent, got time.Time, gap time.Duration) {
+	t.Helper()
+	interval := e.pollInterval()
+	prev := time.Now()
 	for attempt := 0; ; attempt++ {
 		sent = time.Now()
 		g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 		if err == nil {
 			e.checkGrant(t, g, key, e.hold)
-			return g, sent, time.Now()
+			return g, sent, time.Now(), sent.Sub(prev)
 		}
+		prev = sent
 		if !errors.Is(err, fencedlock.ErrNotAcquired) {
 			t.Fatalf("%s: Acquire(%s): %v", why, quote(key), err)
 		}
@@ -382,8 +471,31 @@ func waitDone(done <-chan struct{}, bound time.Duration) bool {
 }
 
 // schedAllowance absorbs scheduling delays (the race detector, a loaded CI
-// machine) in the few checks bounded in time from above.
-func (e *env) schedAllowance() time.Duration { return max(500*time.Millisecond, e.ttl) }
+// machine) in the few checks bounded in time from above: a fixed part, and
+// twice the largest scheduling lateness measured so far in the property.
+func (e *env) schedAllowance() time.Duration {
+	return max(500*time.Millisecond, e.ttl) + 2*e.lag.max()
+}
+
+// waitDone waits until done is closed or bound passes, and reports whether
+// it was closed. When the scheduling lateness measured grows during the
+// wait, the bound grows by twice the increase (the goroutines that should
+// have closed done were delayed as much), once for each increase.
+func (e *env) waitDone(done <-chan struct{}, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	seen := e.lag.max()
+	for {
+		if waitDone(done, time.Until(deadline)) {
+			return true
+		}
+		now := e.lag.max()
+		if now <= seen {
+			return false
+		}
+		deadline = deadline.Add(2 * (now - seen))
+		seen = now
+	}
+}
 
 // quote prints a key readably, shortening long ones.
 func quote(key string) string {

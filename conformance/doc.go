@@ -21,18 +21,23 @@
 // [Config]: the shortest TTL it enforces precisely (the renewal and expiry
 // properties use it; etcd needs seconds) and how late after a TTL the store
 // may still report a key held. Optionally the harness can end a lease at once
-// ([Expirer]) and provide a resource guard on the same store ([GuardMaker]);
-// without one the suite guards an in-process value with [fencing.Guard].
+// ([Expirer]), provide a resource guard on the same store ([GuardMaker];
+// without one the suite guards an in-process value with [fencing.Guard]),
+// and make backends whose responses are delayed ([Delayer]; [DelayReads]
+// delays a net.Conn): without a Delayer, SentIsSendTime runs without
+// latency and cannot tell a send time from a receive time.
 //
 // # What it checks
 //
 // One subtest per property, each logging a sentence saying what it checks,
 // each with unique keys, its own deadline (Config.Timeout) and a watchdog
-// that panics with every goroutine's stack rather than hang:
+// that panics with every goroutine's stack rather than hang. GUIDE.md maps
+// every clause of the contract to the property that checks it:
 //
 //   - TryAcquire: a free key is taken with a non-zero fence; a held key
-//     fails with ErrNotAcquired, from another backend or the same one; the
-//     key is taken again after Release with a greater fence.
+//     fails with ErrNotAcquired (and a RetryAfter no longer than the
+//     holder's lease), from another backend or the same one; the key is
+//     taken again after Release with a greater fence.
 //   - MutualExclusion: 3 backends x 3 goroutines contend for one key; at no
 //     moment are two leases valid (not lost, before their local deadline),
 //     and every holder's fence is greater than the previous one's.
@@ -41,22 +46,40 @@
 //   - RenewKeepsLease: the watchdog keeps a lease past 3x its TTL, and the
 //     driver's Renew called directly keeps one past its TTL; no one else
 //     gets in meanwhile.
+//   - RenewTTL: Renew sets the lease to the TTL it returns from when it was
+//     sent (to ttl from now, not by ttl): after one renewal, or three in a
+//     row, and no more, the key stays held that long and is free within
+//     ExpirySlack after.
 //   - ExpiryWithoutRenew: an unrenewed lease lets another backend in within
 //     TTL + ExpirySlack of the holder's request, never before its TTL, and
 //     the holder sees the lease lost.
 //   - InvalidationReported: a key removed out of band ends its lease's
 //     Context (cause ErrLeaseLost) within TTL + renew interval; a manual
 //     Renew reports ErrNotHeld at once.
-//   - ReleaseAfterLoss: Release after loss, a double Release and a Release
-//     of a never-held key return ErrNotHeld and delete nothing.
-//   - RenewAfterLoss: Renew by an owner that lost the key returns ErrNotHeld
-//     and neither recreates the key nor touches another holder's lock.
+//   - ReleaseAfterLoss: Release after loss (invalidated, or expired with
+//     the key untouched since), a double Release and a Release of a
+//     never-held key return ErrNotHeld and delete nothing; the holder's
+//     Release of Grant{Key, Owner} frees the key.
+//   - RenewAfterLoss: Renew by an owner that lost the key (invalidated, or
+//     expired) returns ErrNotHeld and neither recreates the key nor touches
+//     another holder's lock.
+//   - ReleaseRacesExpiry: Releases racing their lease's expiry while
+//     another owner polls (rounds of 24, until 24 of them started in the
+//     last 2ms of their lease; one round if MinTTL is a second or more)
+//     never delete the new owner's lock.
 //   - LateRelease: a holder paused past its lease releases late and does not
 //     delete its successor's lock.
 //   - CancelledAcquire: an Acquire whose context ends returns promptly an
 //     error that is both ErrNotAcquired and the context's error, and leaves
 //     nothing behind; for a queueing backend, a cancelled waiter does not
 //     hold up the queue.
+//   - CancelledAttempt: a Backend.Acquire of a free key cancelled at a
+//     random point of its round trip returns a grant or an error that is
+//     not ErrNotAcquired without the context's error, and its owner's
+//     Release of Grant{Key, Owner} leaves the key free.
+//   - SentIsSendTime: Grant.Sent, Renewal.Sent and the TTLs reported with
+//     them never overstate a lease: with responses delayed (a Delayer),
+//     another owner never gets the key before the holder's local deadline.
 //   - PausedHolder: the paused holder's late write with its old fence is
 //     rejected by the guard with fencing.ErrStale; the same fence from
 //     another holder is rejected too.
@@ -70,14 +93,18 @@
 // Optional capabilities are found by type assertion on a backend and
 // checked when present, including their agreement with the base methods:
 //
-//   - Notifier: a release wakes a watcher, and a waiting Locker.Acquire,
-//     well before the holder's TTL, and the woken waiter can take the key.
+//   - Notifier: a release wakes a watcher (the watch is in effect when
+//     Watch returns, and a wake-up while the watcher is not receiving is
+//     kept), and a waiting Locker.Acquire, well before the holder's TTL;
+//     the woken waiter can take the key.
 //   - WaitAcquirer: AcquireWait is exclusive with Acquire, blocks while the
-//     key is held, grants a greater fence, and serves waiters in FIFO order.
+//     key is held, grants a greater fence, serves waiters in FIFO order,
+//     grants a waiter that waited longer than its TTL a live lease, and a
+//     cancel racing the grant leaves no trace.
 //   - Inspector: Inspect agrees with Acquire on whether a key is held and on
 //     its fence, and never reveals the owner token.
-//   - KeepAliver: KeepAlive keeps a key held past its TTL and reports an
-//     invalidated key.
+//   - KeepAliver: KeepAlive keeps a key held past its TTL, closes its
+//     channel when its context ends, and reports an invalidated key.
 //
 // # What a failure means
 //
@@ -85,26 +112,35 @@
 // not fail a correct backend because of slowness. Where it bounds time from
 // above it bounds what the contract bounds (an attempt sent after TTL +
 // ExpirySlack must succeed; a loss must be reported within TTL + renew
-// interval), plus an allowance for scheduling delays, and its mutual
-// exclusion check only counts leases that their holders still consider
-// valid. Leases that must not run out during a check are 20x MinTTL long;
-// only the renewal and expiry properties use MinTTL itself, and on a
-// machine too loaded to renew a MinTTL lease in time (the watchdog renews
-// every MinTTL/3) RenewKeepsLease can fail: raise MinTTL there. Two checks
-// rest on stated assumptions: that the store's clock runs
-// at the rate of the test's clock (within 1%), and, for the FIFO check of a
-// WaitAcquirer, that a waiter is queued within Config.QueueDelay (the
-// check retries once with 4x that delay before it fails). Timing
-// can make the suite miss a bug (a race that did not happen in this run):
-// it may give false negatives, so run it often and under -race.
+// interval), plus an allowance for scheduling delays that grows with the
+// scheduling lateness measured while the property runs (logged at its end),
+// and its mutual exclusion check only counts leases that their holders
+// still consider valid. Leases that must not run out during a check are 20x
+// MinTTL long; only the renewal and expiry properties use MinTTL itself.
+// RenewKeepsLease, RenewTTL and ExpiryWithoutRenew record when every
+// request was sent and returned and fail only on a measured violation (a
+// key free, or a renewal refused, before the lease a confirmed request set
+// ran out); a run in which the suite's own requests came too late to
+// decide (a renewal after the lease ran out, a poller descheduled across
+// the moment the key became free) is retried once with a TTL long enough
+// for the lateness measured (8x it, at least 3x the TTL), and the log says
+// so. Two checks rest on stated assumptions: that
+// the store's clock runs at the rate of the test's clock (within 1%), and,
+// for the FIFO check of a WaitAcquirer, that a waiter is queued within
+// Config.QueueDelay (the check retries once with 4x that delay before it
+// fails). Timing can make the suite miss a bug (a race that did not happen
+// in this run): it may give false negatives, so run it often and under
+// -race.
 //
 // The suite's own tests show it can fail: they run it on deliberately
 // broken variants of a small reference backend, each reproducing a bug
 // class of real lock libraries (release or renew without the owner check,
 // a fence that repeats or restarts after release, no TTL, a lost lease never
-// reported, a cancelled waiter left queued, a guard that accepts an older
-// token, check-then-set acquire, ...), and check that each is reported by
-// the property meant to catch it.
+// reported, a renewal that adds to the lease, a release whose check and
+// delete are two requests, a send time taken at the response, a waiter
+// granted after its lease ran out, a guard that accepts an older token,
+// check-then-set acquire, ...), and check that each is reported by the
+// property meant to catch it, and for most by that property alone.
 //
 // # Writing a backend
 //

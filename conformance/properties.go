@@ -22,12 +22,16 @@ var properties = []property{
 	{"MutualExclusion", "N backends x M goroutines contending for one key never have two valid leases at once, and each holder sees a fence greater than the previous holder's.", testMutualExclusion},
 	{"FenceIncreasing", "Fences grow strictly on one key across holders, backends, releases, out-of-band invalidations and expiries.", testFenceIncreasing},
 	{"RenewKeepsLease", "The watchdog's renewals keep a lease held past 3x its TTL, and no other backend can take the key meanwhile.", testRenewKeepsLease},
+	{"RenewTTL", "Renew sets the lease to the TTL it returns from when it was sent (to ttl from now, not by ttl): after one renewal, or three in a row, and no more, the key stays held that long and is free within ExpirySlack after.", testRenewTTL},
 	{"ExpiryWithoutRenew", "A lease that is not renewed lets another backend in within TTL + ExpirySlack, never before its TTL, and its holder sees it lost.", testExpiry},
 	{"InvalidationReported", "A key deleted or revoked out of band ends its lease's Context (cause ErrLeaseLost) within TTL + renew interval, and a manual Renew reports ErrNotHeld at once.", testInvalidationReported},
 	{"ReleaseAfterLoss", "Release after loss, a double Release and a Release of a never-held key return ErrNotHeld and delete nothing, in particular not a new holder's lock.", testReleaseAfterLoss},
 	{"RenewAfterLoss", "Renew by an owner that lost the key returns ErrNotHeld and changes nothing: it neither recreates a free key nor takes or extends another holder's lock.", testRenewAfterLoss},
+	{"ReleaseRacesExpiry", "A Release racing its lease's expiry while another owner polls the key never deletes the new owner's lock: the owner check and the delete are one atomic step.", testReleaseRacesExpiry},
 	{"LateRelease", "The late Release of a lease that expired while its holder was paused does not delete the lock of the holder that took the key after it.", testLateRelease},
 	{"CancelledAcquire", "An Acquire whose context ends returns promptly an error that is both ErrNotAcquired and the context's error, and leaves nothing behind: the key is free for a fresh backend as soon as its holder releases it.", testCancelledAcquire},
+	{"CancelledAttempt", "An Acquire of a free key whose context ends at a random point of its round trip returns a grant or an error that is not ErrNotAcquired without the context's error, and its owner's Release of Grant{Key, Owner} leaves the key free.", testCancelledAttempt},
+	{"SentIsSendTime", "Grant.Sent, Renewal.Sent and the TTLs reported with them never overstate a lease: with the responses delayed (if the harness is a Delayer), another owner never gets the key before the holder's local deadline.", testSentIsSendTime},
 	{"PausedHolder", "A holder paused past its lease writes with its old fence after the next holder wrote, and the guard rejects the write with fencing.ErrStale.", testPausedHolder},
 	{"AwkwardKeys", "Keys with slashes, Unicode, braces, a leading '}', spaces, control and invalid UTF-8 bytes, and of exactly MaxKeyLen bytes are distinct working keys; \"\" and MaxKeyLen+1 bytes fail with ErrInvalid.", testAwkwardKeys},
 	{"Close", "Close is idempotent, every call after it fails with ErrClosed, other backends keep working, and a Locker's Close releases its leases.", testClose},
@@ -244,84 +248,50 @@ func testFenceIncreasing(t *testing.T, e *env) {
 	t.Logf("fences: %s", strings.Join(history, " "))
 }
 
-func testRenewKeepsLease(t *testing.T, e *env) {
-	key := e.key("renew")
-	l := e.locker(t, e.short)
-	ls, err := l.TryAcquire(e.ctx, key)
+func testExpiry(t *testing.T, e *env) {
+	e.retryTimed(t, e.ttl, func(ttl time.Duration) *inconclusive { return e.expiry(t, ttl) })
+}
+
+// expiry checks that an unrenewed lease of ttl lets another backend in
+// within its TTL + ExpirySlack, never before its TTL. A run whose poller
+// was descheduled across the moment the key became free decides nothing.
+func (e *env) expiry(t *testing.T, requested time.Duration) *inconclusive {
+	t.Helper()
+	key := e.key("expiry")
+	l := e.locker(t, func(o *fencedlock.Options) { o.TTL, o.ManualRenew = requested, true })
+	sentA := time.Now()
+	a, err := l.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	ttl := grantTTL(ls.TTL(), e.ttl)
-	until := time.Now().Add(3*ttl + ttl/2 + e.cfg.ExpirySlack)
-	checks := 0
-	for time.Now().Before(until) {
-		time.Sleep(ttl / 3)
-		if err := ls.Err(); err != nil {
-			t.Fatalf("lease lost after %d checks although renewed: %v", checks, err)
-		}
-		if !e.held(t, key) {
-			t.Fatalf("key free after %d checks although its lease is renewed", checks)
-		}
-		checks++
-	}
-	if err := ls.Release(e.ctx); err != nil {
-		t.Fatalf("Release after renewals: %v", err)
-	}
-	if e.held(t, key) {
-		t.Fatal("key held after Release")
-	}
-
-	// The driver's Renew, called directly, extends the lease as well.
 	b := e.backend(t)
-	g := e.grabTTL(t, b, key, e.ttl)
-	until = time.Now().Add(ttl + ttl/2 + e.cfg.ExpirySlack)
-	for time.Now().Before(until) {
-		time.Sleep(ttl / 3)
-		d, err := b.Renew(e.ctx, g, e.ttl)
-		if err != nil {
-			t.Fatalf("Backend.Renew of a held key: %v", err)
-		}
-		if d != 0 && d < e.ttl {
-			t.Fatalf("Backend.Renew applied %v, less than the requested %v", d, e.ttl)
-		}
-	}
-	if !e.held(t, key) {
-		t.Fatal("key free after direct renewals")
-	}
-	if err := b.Release(e.ctx, g); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-}
-
-func testExpiry(t *testing.T, e *env) {
-	key := e.key("expiry")
-	a, sentA := e.pausedLease(t, key)
-	b := e.backend(t)
-	ttl := grantTTL(a.TTL(), e.ttl)
+	ttl := grantTTL(a.TTL(), requested)
 	// The store's clock may run at a slightly different rate than ours.
 	earliest := sentA.Add(ttl - ttl/100 - time.Millisecond)
 	if !e.held(t, key) && time.Now().Before(earliest) {
 		t.Fatalf("key free %v after TryAcquire, before its TTL of %v", time.Since(sentA).Round(time.Millisecond), ttl)
 	}
-	g, sent, got := e.acquireBy(t, b, key, sentA.Add(ttl+e.cfg.ExpirySlack), "unrenewed lease")
+	g, sent, got, gap := e.acquireByGap(t, b, key, sentA.Add(ttl+e.cfg.ExpirySlack), "unrenewed lease")
 	if got.Before(earliest) {
 		t.Fatalf("another backend took the key %v after the holder's request was sent, before its TTL of %v",
 			got.Sub(sentA).Round(time.Millisecond), ttl)
+	}
+	defer b.Release(e.ctx, g)
+	if maxGap := max(ttl/4, 4*e.pollInterval()); gap > maxGap {
+		return &inconclusive{why: fmt.Sprintf("the poller's attempts were %v apart when the key became free", gap.Round(time.Millisecond)), late: gap - e.pollInterval()}
 	}
 	t.Logf("key taken by another backend %v after the holder's acquire (TTL %v, slack %v)",
 		sent.Sub(sentA).Round(time.Millisecond), ttl, e.cfg.ExpirySlack)
 	if g.Fence <= a.Fence() {
 		t.Errorf("fence after expiry %v, want > %v", g.Fence, a.Fence())
 	}
-	if !waitDone(a.Done(), e.schedAllowance()) {
+	if !e.waitDone(a.Done(), e.schedAllowance()) {
 		t.Fatal("the expired holder's lease is not reported lost")
 	}
 	if !errors.Is(context.Cause(a.Context()), fencedlock.ErrLeaseLost) {
 		t.Fatalf("cause = %v, want ErrLeaseLost", context.Cause(a.Context()))
 	}
-	if err := b.Release(e.ctx, g); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
+	return nil
 }
 
 func testInvalidationReported(t *testing.T, e *env) {
@@ -347,7 +317,7 @@ func testInvalidationReported(t *testing.T, e *env) {
 			t.Fatalf("harness %s: %v", w.name, err)
 		}
 		bound := grantTTL(ls.TTL(), e.ttl) + renewEvery + e.cfg.ExpirySlack
-		if !waitDone(ls.Done(), bound+e.schedAllowance()) {
+		if !e.waitDone(ls.Done(), bound+e.schedAllowance()) {
 			t.Fatalf("%s: lease not reported lost %v after the key was removed (bound %v): a lease the store no longer holds is renewed as if held",
 				w.name, time.Since(t0).Round(time.Millisecond), bound)
 		}
@@ -389,9 +359,37 @@ func wantNotHeld(t *testing.T, what string, err error) {
 	}
 }
 
+// wantNotHeldOf is wantNotHeld for a call made with g, whose owner token
+// (a secret) the error must not contain.
+func wantNotHeldOf(t *testing.T, what string, g fencedlock.Grant, err error) {
+	t.Helper()
+	wantNotHeld(t, what, err)
+	noSecret(t, what+": the error", err.Error(), g.Owner)
+}
+
 // errOf returns the error of a call that also returns a value, such as
 // Backend.Renew, for [wantNotHeld].
 func errOf[T any](_ T, err error) error { return err }
+
+// expired acquires key on b with a lease of MinTTL and returns the grant
+// once the store must consider it expired (its TTL and ExpirySlack have
+// passed since the request was sent, or the harness's Expirer ended it),
+// with nothing else done to the key meanwhile: no other request may touch
+// it (a store may keep an expired lock on record until then), and when.
+func (e *env) expired(t *testing.T, b fencedlock.Backend, key string) (fencedlock.Grant, time.Time) {
+	t.Helper()
+	sent := time.Now()
+	g := e.grabTTL(t, b, key, e.ttl)
+	if exp, ok := e.h.(Expirer); ok {
+		if err := exp.Expire(e.ctx, key); err != nil {
+			t.Fatalf("harness Expire: %v", err)
+		}
+		return g, time.Now()
+	}
+	at := sent.Add(grantTTL(g.TTL, e.ttl) + e.cfg.ExpirySlack + time.Millisecond)
+	time.Sleep(time.Until(at))
+	return g, at
+}
 
 // invalidate removes key's lock through the harness, as a lost lease would
 // find it, and fails t if the harness cannot.
@@ -429,7 +427,7 @@ func testReleaseAfterLoss(t *testing.T, e *env) {
 
 	// Lost, and the key now held by another owner.
 	gb := e.grab(t, b2, key)
-	wantNotHeld(t, "Release of a lost grant while another owner holds the key", b1.Release(e.ctx, ga))
+	wantNotHeldOf(t, "Release of a lost grant while another owner holds the key", ga, b1.Release(e.ctx, ga))
 	e.mustBeHeld(t, b2, &gb, "after a lost owner's Release")
 
 	// The Locker also releases with a Grant carrying only Key and Owner
@@ -454,6 +452,18 @@ func testReleaseAfterLoss(t *testing.T, e *env) {
 	}
 	if e.held(t, key) {
 		t.Fatal("key still held after its holder's Release of Grant{Key, Owner}")
+	}
+
+	// Expired, and no one took the key since: the owner no longer holds
+	// it, whatever the store still has on record.
+	ke := e.key("release-expired")
+	ge, notBefore := e.expired(t, b1, ke)
+	if err := b1.Release(e.ctx, ge); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Release %v after the lease ran out (TTL %v + ExpirySlack %v): %v, want ErrNotHeld: the holder is told it held the key to the end",
+			time.Since(notBefore).Round(time.Millisecond), grantTTL(ge.TTL, e.ttl), e.cfg.ExpirySlack, err)
+	}
+	if e.held(t, ke) {
+		t.Fatal("key held after an expired owner's Release")
 	}
 
 	// Through a Locker.
@@ -485,8 +495,16 @@ func testRenewAfterLoss(t *testing.T, e *env) {
 		t.Fatal("Renew of a lost grant recreated the key")
 	}
 
+	// Expired, and no one took the key since.
+	ke := e.key("renew-expired")
+	ge, _ := e.expired(t, b1, ke)
+	wantNotHeld(t, "Renew after the lease ran out (TTL + ExpirySlack)", errOf(b1.Renew(e.ctx, ge, e.hold)))
+	if e.held(t, ke) {
+		t.Fatal("Renew of an expired lease revived it: the key is held again")
+	}
+
 	gb := e.grab(t, b2, key)
-	wantNotHeld(t, "Renew of a lost grant while another owner holds the key", errOf(b1.Renew(e.ctx, ga, e.ttl)))
+	wantNotHeldOf(t, "Renew of a lost grant while another owner holds the key", ga, errOf(b1.Renew(e.ctx, ga, e.ttl)))
 	e.mustBeHeld(t, b2, &gb, "after a lost owner's Renew")
 	wantNotHeld(t, "Release of a lost grant", b1.Release(e.ctx, ga))
 	if err := b2.Release(e.ctx, gb); err != nil {
@@ -716,7 +734,7 @@ func testPausedHolder(t *testing.T, e *env) {
 	if v, err := guard.Read(e.ctx); err != nil || v != "B2" {
 		t.Fatalf("guarded value %q (%v), want %q", v, err, "B2")
 	}
-	if !waitDone(a.Done(), e.schedAllowance()) {
+	if !e.waitDone(a.Done(), e.schedAllowance()) {
 		t.Fatal("the paused holder's lease is not reported lost")
 	}
 	if err := b.Release(e.ctx); err != nil {
@@ -926,10 +944,18 @@ func testNotifier(t *testing.T, e *env) {
 		t.Fatalf("watcher not woken %v after the release (the holder's TTL was %v)", wake, e.hold)
 	}
 	g2 := e.grab(t, b2, key) // agreement: the woken watcher can take the key
-	stop()
+	// A wake-up while the watcher is not receiving is kept (a buffer of
+	// one), not dropped.
 	if err := b2.Release(e.ctx, g2); err != nil {
-		t.Fatalf("Release after stop: %v", err)
+		t.Fatalf("Release: %v", err)
 	}
+	select {
+	case <-ch:
+	case <-time.After(wake):
+		stop()
+		t.Fatalf("a release while the watcher was not receiving left no pending wake-up %v after it (the channel must have a buffer of one)", wake)
+	}
+	stop()
 
 	// A Locker's waiting Acquire is woken by the release too.
 	key = e.key("notify-locker")
@@ -1055,6 +1081,147 @@ func testWaitAcquirer(t *testing.T, e *env) {
 		t.Logf("waiters granted in order %v with starts %v apart; trying again with %v", order, delay, 4*delay)
 		delay *= 4
 	}
+	e.waitPastTTL(t)
+	e.cancelRacesGrant(t)
+}
+
+// waitPastTTL checks that a waiter that waits longer than its own TTL is
+// granted a live lease (etcd #11456): its key is held, it can renew it,
+// and its Grant's Sent and TTL do not say that the lease already ran out.
+func (e *env) waitPastTTL(t *testing.T) {
+	t.Helper()
+	key := e.key("wait-past-ttl")
+	hb, wb := e.backend(t), e.backend(t)
+	h := e.grab(t, hb, key)
+	type result struct {
+		g   fencedlock.Grant
+		err error
+		at  time.Time
+	}
+	res := make(chan result, 1)
+	called := time.Now()
+	go func() {
+		g, err := wb.(fencedlock.WaitAcquirer).AcquireWait(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		res <- result{g, err, time.Now()}
+	}()
+	wait := 2*e.ttl + e.cfg.ExpirySlack // longer than the waiter's TTL
+	time.Sleep(wait)
+	if err := hb.Release(e.ctx, h); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	var r result
+	select {
+	case r = <-res:
+	case <-time.After(e.hold / 2):
+		t.Fatalf("waiter not granted the key %v after the holder released it", e.hold/2)
+	}
+	if r.err != nil {
+		t.Fatalf("AcquireWait after waiting %v (its TTL %v): %v", wait, e.ttl, r.err)
+	}
+	sent := r.g.Sent
+	if sent.IsZero() {
+		sent = called // the Locker's reckoning: the AcquireWait call
+	}
+	ttl := grantTTL(r.g.TTL, e.ttl)
+	// A lease whose own send time and TTL ended before the grant came back
+	// may have expired on the store (allowing for the scheduling lateness
+	// measured, which may have delayed the backend's renewals).
+	if end := sent.Add(ttl); end.Add(2 * e.lag.max()).Before(r.at) {
+		t.Fatalf("AcquireWait granted a lease that had run out %v before it returned (Grant.Sent %v after the call, TTL %v): a waiter whose lease expired while it waited was granted the key",
+			r.at.Sub(end).Round(time.Millisecond), sent.Sub(called).Round(time.Millisecond), ttl)
+	}
+	if !e.held(t, key) {
+		t.Fatalf("key free right after AcquireWait granted it to a waiter that waited %v (its TTL %v): its lease expired while it waited", wait, e.ttl)
+	}
+	if _, err := wb.Renew(e.ctx, r.g, e.ttl); err != nil {
+		t.Fatalf("the waiter granted after %v (its TTL %v) cannot renew: %v", wait, e.ttl, err)
+	}
+	if err := wb.Release(e.ctx, r.g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	t.Logf("a waiter that waited %v (TTL %v) was granted a live lease", wait, e.ttl)
+}
+
+// cancelRacesGrant cancels waiters at about the moment the holder releases
+// the key, in both orders, and checks that a waiter whose AcquireWait
+// returned the context's error left no trace: the key is free.
+func (e *env) cancelRacesGrant(t *testing.T) {
+	t.Helper()
+	const rounds = 24
+	hb := e.backend(t)
+	type round struct {
+		key    string
+		w      fencedlock.Backend
+		h      fencedlock.Grant
+		ctx    context.Context
+		cancel context.CancelFunc
+		res    chan error
+		g      fencedlock.Grant
+	}
+	rs := make([]*round, rounds)
+	for i := range rs {
+		r := &round{key: e.key("cancel-race"), w: e.backend(t), res: make(chan error, 1)}
+		r.h = e.grab(t, hb, r.key)
+		r.ctx, r.cancel = context.WithCancel(e.ctx)
+		rs[i] = r
+		go func() {
+			g, err := r.w.(fencedlock.WaitAcquirer).AcquireWait(r.ctx, fencedlock.AcquireRequest{Key: r.key, Owner: owner(), TTL: e.hold})
+			r.g = g
+			r.res <- err
+		}()
+	}
+	defer func() {
+		for _, r := range rs {
+			r.cancel()
+		}
+	}()
+	time.Sleep(e.cfg.QueueDelay)
+	var wg sync.WaitGroup
+	relErrs := make([]error, rounds)
+	for i, r := range rs {
+		wg.Go(func() {
+			// Mostly cancel first, then release: the grant races the
+			// waiter's leaving the queue.
+			gap := time.Duration(i%3) * time.Millisecond / 2
+			if i%4 != 3 {
+				r.cancel()
+				time.Sleep(gap)
+				relErrs[i] = hb.Release(e.ctx, r.h)
+			} else {
+				relErrs[i] = hb.Release(e.ctx, r.h)
+				time.Sleep(gap)
+				r.cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(relErrs...); err != nil {
+		t.Fatalf("the holders' Release: %v", err)
+	}
+	granted, cancelled := 0, 0
+	for i, r := range rs {
+		var err error
+		select {
+		case err = <-r.res:
+		case <-time.After(e.ttl + e.schedAllowance()):
+			t.Fatalf("round %d: AcquireWait still waiting %v after its context was cancelled", i+1, e.ttl+e.schedAllowance())
+		}
+		if err == nil {
+			granted++
+			if err := r.w.Release(e.ctx, r.g); err != nil {
+				t.Fatalf("round %d: Release of the granted waiter: %v", i+1, err)
+			}
+			continue
+		}
+		cancelled++
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: cancelled AcquireWait: %v, want an error wrapping context.Canceled", i+1, err)
+		}
+		if e.held(t, r.key) {
+			t.Fatalf("round %d: key held after the holder released it and the only waiter's AcquireWait returned %v: a cancel racing the grant left the key to no one", i+1, err)
+		}
+	}
+	t.Logf("%d cancels raced the grant: %d waiters granted, %d cancelled without a trace", rounds, granted, cancelled)
 }
 
 // fifoRound holds the key with holder, starts 4 waiters (each on its own
@@ -1200,6 +1367,19 @@ func testKeepAliver(t *testing.T, e *env) {
 	}
 	if !e.held(t, key) {
 		t.Fatalf("key free after %v of KeepAlive (%d renewals)", 2*ttl, renewals)
+	}
+	// A KeepAlive whose context ends closes its channel.
+	ctx2, cancel2 := context.WithCancel(e.ctx)
+	ch2 := ka.KeepAlive(ctx2, g)
+	cancel2()
+	closed := make(chan struct{})
+	go func() {
+		for range ch2 {
+		}
+		close(closed)
+	}()
+	if !e.waitDone(closed, ttl+e.schedAllowance()) {
+		t.Fatalf("KeepAlive channel still open %v after its context ended", ttl+e.schedAllowance())
 	}
 	e.invalidate(t, key)
 	bound := ttl + e.cfg.ExpirySlack + e.schedAllowance()

@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -61,6 +62,74 @@ const (
 	bugEarlyExpiry
 	// Close does nothing: calls after Close still reach the store.
 	bugUsableAfterClose
+	// Renew extends the lease by ttl instead of to ttl from now (EXPIRE
+	// added to the remaining TTL): a crashed holder keeps the key for the
+	// sum of its renewals.
+	bugRenewAddsTTL
+	// Renew reports twice the TTL it applies: the holder's deadline lies
+	// after the key is free.
+	bugRenewReportsLonger
+	// Release checks the owner, then deletes in a second request (GET,
+	// compare, DEL): a lease that expires in between takes the next
+	// owner's lock with it.
+	bugReleaseCheckThenDelete
+	// A cancelled Acquire whose request was applied is reported as "held"
+	// (any failure mapped to ErrNotAcquired): the Locker skips its
+	// clean-up and the key stays held for a TTL.
+	bugCancelReportsHeld
+	// Grant.Sent is taken when the response arrives, not when the request
+	// was sent: with latency the holder's deadline lies after the expiry.
+	bugGrantSentAtResponse
+	// Renewal.Sent is taken when the response arrives (KeepAlive).
+	bugRenewalSentAtResponse
+	// A waiter's lease starts when it queues and is not kept alive while
+	// it waits (etcd #11456): a waiter granted after its TTL holds a lease
+	// that already ran out.
+	bugWaiterLeaseNotKept
+	// A cancelled waiter leaves the queue without checking whether it was
+	// granted the key meanwhile: the grant stays, held by no one.
+	bugCancelRaceGhost
+	// KeepAlive reports renewals it never sends: the key expires while the
+	// holder believes it kept alive.
+	bugKeepAliveFakes
+	// KeepAlive swallows ErrNotHeld and keeps trying: a lost lease is
+	// never reported by it.
+	bugKeepAliveSilent
+	// Renew extends an expired lease still on record for its owner (no
+	// expiry check in the UPDATE's WHERE): an expired holder gets its key
+	// back.
+	bugRenewRevivesExpired
+	// Release of an expired lease still on record for its owner reports
+	// success: a holder whose critical section ran unprotected is told it
+	// held the key to the end.
+	bugReleaseExpiredOK
+	// Release compares the fence as well as the owner: the Locker's
+	// clean-up Release of Grant{Key, Owner} never frees the key.
+	bugReleaseNeedsFence
+	// Watch returns before the subscription is in effect (SUBSCRIBE sent
+	// asynchronously): a release just after Watch returns is missed.
+	bugWatchLate
+	// Watch's channel has no buffer and the send does not block: a wake-up
+	// while the watcher is not receiving is lost.
+	bugNotifierUnbuffered
+	// HeldError.RetryAfter is the remaining TTL in the wrong unit (1000x):
+	// waiters that trust it sleep long past the release.
+	bugRetryAfterTooLong
+	// Renew silently caps a lease at twice its first TTL from the acquire
+	// (a maximum lifetime the TTL it returns does not show): a holder that
+	// renews on time loses the key after 2 TTLs.
+	bugLeaseMaxLifetime
+	// The fence counter is kept in the lock's record, which an operator's
+	// delete (Invalidate) removes with it: the next holder gets fence 1.
+	bugFenceLostOnInvalidate
+	// A cancelled Renew whose request was applied is reported as "not
+	// held": the Locker gives up a lease its owner holds.
+	bugCancelReportsNotHeld
+	// Errors name the owner token (a secret) along with the key.
+	bugErrorLeaksOwner
+	// A held key is reported with an error that does not wrap
+	// ErrNotAcquired: the Locker treats it as a failure, not a wait.
+	bugHeldNotWrapped
 )
 
 // refStore is the shared state: one per harness.
@@ -76,11 +145,13 @@ type refLock struct {
 	owner   string // "" while free
 	fence   fencing.Token
 	expires time.Time
+	maxLife time.Time // bugLeaseMaxLifetime: when the lease ends at the latest
 	queue   []*refWaiter
 }
 
 type refWaiter struct {
 	req     fencedlock.AcquireRequest
+	queued  time.Time
 	granted chan fencedlock.Grant // buffered: receives the grant once
 }
 
@@ -135,7 +206,12 @@ func (s *refStore) settle(key string, now time.Time) *refLock {
 		}
 		w := l.queue[i]
 		l.queue = append(l.queue[:i:i], l.queue[i+1:]...)
-		g := s.grant(key, l, w.req, now, 0)
+		from := now // the waiter's lease is kept alive while it waits
+		if s.bug == bugWaiterLeaseNotKept {
+			from = w.queued
+		}
+		g := s.grant(key, l, w.req, from, 0)
+		g.Sent = from
 		w.granted <- g
 	}
 	return l
@@ -149,6 +225,7 @@ func (s *refStore) grant(key string, l *refLock, req fencedlock.AcquireRequest, 
 		fence = local
 	}
 	l.owner, l.fence, l.expires = req.Owner, fence, now.Add(s.enforced(req.TTL))
+	l.maxLife = now.Add(2 * req.TTL)
 	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fence, TTL: req.TTL}
 }
 
@@ -159,6 +236,8 @@ func (s *refStore) free(key string, l *refLock) {
 		delete(s.fences, key)
 	}
 	if s.bug != bugSilentNotifier {
+		// A watcher's channel may be unbuffered (bugNotifierUnbuffered):
+		// the send never blocks.
 		for ch := range s.watchers[key] {
 			select {
 			case ch <- struct{}{}:
@@ -173,6 +252,7 @@ func (s *refStore) free(key string, l *refLock) {
 // and Inspector.
 type refBackend struct {
 	s      *refStore
+	delay  time.Duration // of every response (refHarness.NewDelayedBackend)
 	mu     sync.Mutex
 	closed bool
 	local  map[string]fencing.Token // bugFenceRepeats: this client's counters
@@ -212,7 +292,14 @@ func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest)
 	l := s.settle(key, now)
 	if l.owner != "" {
 		defer s.mu.Unlock()
-		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: l.expires.Sub(now)}
+		retry := l.expires.Sub(now)
+		if s.bug == bugRetryAfterTooLong {
+			retry *= 1000
+		}
+		if s.bug == bugHeldNotWrapped {
+			return fencedlock.Grant{}, fmt.Errorf("ref: %q is locked", req.Key)
+		}
+		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: retry}
 	}
 	if s.bug == bugCheckThenSet {
 		// The check above and the set below are two round trips.
@@ -220,11 +307,39 @@ func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest)
 		time.Sleep(200 * time.Microsecond)
 		s.mu.Lock()
 	}
-	defer s.mu.Unlock()
-	return s.grant(key, l, req, now, local), nil
+	g := s.grant(key, l, req, now, local)
+	s.mu.Unlock()
+	g.Sent = now
+	b.respond()
+	if s.bug == bugGrantSentAtResponse {
+		g.Sent = time.Now()
+	}
+	if s.bug == bugCancelReportsHeld {
+		time.Sleep(time.Millisecond) // the response travels
+		if ctx.Err() != nil {
+			return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key}
+		}
+	}
+	return g, nil
 }
 
-func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+// notHeld is the error of a Renew or Release by an owner that does not
+// hold g.Key.
+func (s *refStore) notHeld(op string, g fencedlock.Grant) error {
+	if s.bug == bugErrorLeaksOwner {
+		return fmt.Errorf("ref: %s %q for owner %s: %w", op, g.Key, g.Owner, fencedlock.ErrNotHeld)
+	}
+	return fmt.Errorf("ref: %s %q: %w", op, g.Key, fencedlock.ErrNotHeld)
+}
+
+// respond waits for the response to travel back (b.delay).
+func (b *refBackend) respond() {
+	if b.delay > 0 {
+		time.Sleep(b.delay)
+	}
+}
+
+func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (_ time.Duration, err error) {
 	if err := b.usable(ctx); err != nil {
 		return 0, err
 	}
@@ -232,14 +347,44 @@ func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Dur
 	if s.bug == bugRenewAlwaysOK {
 		return ttl, nil
 	}
+	defer b.respond()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	l := s.settle(key, now)
-	if l.owner == "" || (l.owner != g.Owner && s.bug != bugRenewNoOwnerCheck) {
-		return 0, fmt.Errorf("ref: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+	var l *refLock
+	if s.bug == bugRenewRevivesExpired {
+		l = s.locks[key] // no expiry check
+		if l == nil {
+			l = s.settle(key, now)
+		}
+	} else {
+		l = s.settle(key, now)
 	}
-	l.expires = now.Add(s.enforced(ttl))
+	if l.owner == "" || (l.owner != g.Owner && s.bug != bugRenewNoOwnerCheck) {
+		return 0, s.notHeld("renew", g)
+	}
+	if s.bug == bugCancelReportsNotHeld {
+		defer func() {
+			time.Sleep(time.Millisecond) // the response travels
+			if ctx.Err() != nil {
+				err = fmt.Errorf("ref: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+			}
+		}()
+	}
+	switch s.bug {
+	case bugRenewAddsTTL:
+		l.expires = l.expires.Add(ttl)
+	case bugRenewReportsLonger:
+		l.expires = now.Add(ttl)
+		return 2 * ttl, nil
+	case bugLeaseMaxLifetime:
+		l.expires = now.Add(ttl)
+		if l.expires.After(l.maxLife) {
+			l.expires = l.maxLife
+		}
+	default:
+		l.expires = now.Add(s.enforced(ttl))
+	}
 	return ttl, nil
 }
 
@@ -248,11 +393,25 @@ func (b *refBackend) Release(ctx context.Context, g fencedlock.Grant) error {
 		return err
 	}
 	s, key := b.s, b.s.mangle(g.Key)
+	defer b.respond()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.settle(key, time.Now())
-	if l.owner == "" || (l.owner != g.Owner && s.bug != bugReleaseNoOwnerCheck) {
-		return fmt.Errorf("ref: release %q: %w", g.Key, fencedlock.ErrNotHeld)
+	var l *refLock
+	if s.bug == bugReleaseExpiredOK && s.locks[key] != nil {
+		l = s.locks[key] // no expiry check
+	} else {
+		l = s.settle(key, time.Now())
+	}
+	if l.owner == "" || (l.owner != g.Owner && s.bug != bugReleaseNoOwnerCheck) ||
+		(s.bug == bugReleaseNeedsFence && l.fence != g.Fence) {
+		return s.notHeld("release", g)
+	}
+	if s.bug == bugReleaseCheckThenDelete {
+		// The check above and the delete below are two round trips.
+		s.mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		s.mu.Lock()
+		l = s.locks[key]
 	}
 	s.free(key, l)
 	return nil
@@ -271,12 +430,22 @@ func (b *refBackend) Watch(ctx context.Context, key string) (<-chan struct{}, fu
 	}
 	s, key := b.s, b.s.mangle(key)
 	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	if s.watchers[key] == nil {
-		s.watchers[key] = make(map[chan struct{}]struct{})
+	if s.bug == bugNotifierUnbuffered {
+		ch = make(chan struct{})
 	}
-	s.watchers[key][ch] = struct{}{}
-	s.mu.Unlock()
+	subscribe := func() {
+		s.mu.Lock()
+		if s.watchers[key] == nil {
+			s.watchers[key] = make(map[chan struct{}]struct{})
+		}
+		s.watchers[key][ch] = struct{}{}
+		s.mu.Unlock()
+	}
+	if s.bug == bugWatchLate {
+		time.AfterFunc(500*time.Millisecond, subscribe)
+	} else {
+		subscribe()
+	}
 	var once sync.Once
 	return ch, func() {
 		once.Do(func() {
@@ -314,7 +483,7 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req fencedlock.Acquire
 		return fencedlock.Grant{}, err
 	}
 	s, key := b.s, b.s.mangle(req.Key)
-	w := &refWaiter{req: req, granted: make(chan fencedlock.Grant, 1)}
+	w := &refWaiter{req: req, queued: time.Now(), granted: make(chan fencedlock.Grant, 1)}
 	s.mu.Lock()
 	l := s.settle(key, time.Now())
 	l.queue = append(l.queue, w)
@@ -336,6 +505,7 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req fencedlock.Acquire
 			if s.bug == bugQueueGhost {
 				return fencedlock.Grant{}, fmt.Errorf("ref: %w", ctx.Err())
 			}
+			time.Sleep(time.Millisecond) // the request to leave the queue travels
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			for i, q := range l.queue {
@@ -344,26 +514,84 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req fencedlock.Acquire
 					break
 				}
 			}
-			select {
-			case <-w.granted: // granted meanwhile: give it back
-				s.free(key, l)
-			default:
+			if s.bug != bugCancelRaceGhost {
+				select {
+				case <-w.granted: // granted meanwhile: give it back
+					s.free(key, l)
+				default:
+				}
 			}
 			return fencedlock.Grant{}, fmt.Errorf("ref: %w", ctx.Err())
 		}
 	}
 }
 
-// refHarness is the conformance harness of the reference store.
-type refHarness struct {
-	s     *refStore
-	queue bool
+// refKeeperBackend adds a client that keeps leases alive on its own: a
+// KeepAliver.
+type refKeeperBackend struct{ *refBackend }
+
+func (b refKeeperBackend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fencedlock.Renewal {
+	out := make(chan fencedlock.Renewal, 1)
+	ttl := g.TTL
+	if ttl <= 0 {
+		ttl = conformance.DefaultTTL
+	}
+	go func() {
+		defer close(out)
+		timer := time.NewTimer(ttl / 3)
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+			sent := time.Now()
+			r := fencedlock.Renewal{Sent: sent, TTL: ttl}
+			if b.s.bug != bugKeepAliveFakes {
+				d, err := b.Renew(context.WithoutCancel(ctx), g, ttl)
+				r.TTL, r.Err = d, err
+			}
+			if b.s.bug == bugRenewalSentAtResponse {
+				r.Sent = time.Now()
+			}
+			if errors.Is(r.Err, fencedlock.ErrNotHeld) && b.s.bug == bugKeepAliveSilent {
+				timer.Reset(ttl / 3)
+				continue
+			}
+			select {
+			case out <- r:
+			case <-ctx.Done():
+				return
+			}
+			if errors.Is(r.Err, fencedlock.ErrNotHeld) {
+				return
+			}
+			timer.Reset(max(time.Until(sent.Add(ttl/3)), 0))
+		}
+	}()
+	return out
 }
 
-func (h *refHarness) NewBackend(context.Context) (fencedlock.Backend, error) {
-	b := &refBackend{s: h.s}
-	if h.queue {
+// refHarness is the conformance harness of the reference store. It is a
+// conformance.Delayer.
+type refHarness struct {
+	s     *refStore
+	queue bool // backends are WaitAcquirers
+	keep  bool // backends are KeepAlivers
+}
+
+func (h *refHarness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
+	return h.NewDelayedBackend(ctx, 0)
+}
+
+func (h *refHarness) NewDelayedBackend(_ context.Context, delay time.Duration) (fencedlock.Backend, error) {
+	b := &refBackend{s: h.s, delay: delay}
+	switch {
+	case h.queue:
 		return refQueueBackend{b}, nil
+	case h.keep:
+		return refKeeperBackend{b}, nil
 	}
 	return b, nil
 }
@@ -374,7 +602,7 @@ func (h *refHarness) Invalidate(_ context.Context, key string) error {
 	defer s.mu.Unlock()
 	l := s.settle(key, time.Now())
 	l.owner = ""
-	if s.bug == bugFenceResets {
+	if s.bug == bugFenceResets || s.bug == bugFenceLostOnInvalidate {
 		delete(s.fences, key)
 	}
 	return nil
@@ -460,6 +688,10 @@ func queued(b bug) func() conformance.Harness {
 	return func() conformance.Harness { return &refHarness{s: newRefStore(b), queue: true} }
 }
 
+func keeping(b bug) func() conformance.Harness {
+	return func() conformance.Harness { return &refHarness{s: newRefStore(b), keep: true} }
+}
+
 func guarded(broken bool) func() conformance.Harness {
 	return func() conformance.Harness {
 		return guardHarness{&refHarness{s: newRefStore(correct)}, func() conformance.Guard { return &versionGuard{broken: broken} }}
@@ -469,6 +701,7 @@ func guarded(broken bool) func() conformance.Harness {
 var correctVariants = []variant{
 	{name: "polling", make: expiring(correct)},
 	{name: "queue", make: queued(correct)},
+	{name: "keepalive", make: keeping(correct)},
 	{name: "guard", make: guarded(false)},
 }
 
@@ -488,6 +721,43 @@ var brokenVariants = []variant{
 	{"KeyMangling", []string{"AwkwardKeys"}, plain(bugKeyMangling)},
 	{"EarlyExpiry", []string{"ExpiryWithoutRenew"}, plain(bugEarlyExpiry)},
 	{"UsableAfterClose", []string{"Close"}, plain(bugUsableAfterClose)},
+	{"RenewAddsTTL", []string{"RenewTTL"}, plain(bugRenewAddsTTL)},
+	{"RenewReportsLonger", []string{"RenewTTL"}, plain(bugRenewReportsLonger)},
+	{"ReleaseCheckThenDelete", []string{"ReleaseRacesExpiry"}, plain(bugReleaseCheckThenDelete)},
+	{"CancelReportsHeld", []string{"CancelledAttempt"}, plain(bugCancelReportsHeld)},
+	{"GrantSentAtResponse", []string{"SentIsSendTime"}, plain(bugGrantSentAtResponse)},
+	{"RenewalSentAtResponse", []string{"SentIsSendTime"}, keeping(bugRenewalSentAtResponse)},
+	{"WaiterLeaseNotKept", []string{"WaitAcquirer"}, queued(bugWaiterLeaseNotKept)},
+	{"CancelRaceGhost", []string{"WaitAcquirer"}, queued(bugCancelRaceGhost)},
+	{"KeepAliveFakes", []string{"KeepAliver"}, keeping(bugKeepAliveFakes)},
+	{"KeepAliveSilent", []string{"KeepAliver"}, keeping(bugKeepAliveSilent)},
+	{"RenewRevivesExpired", []string{"RenewAfterLoss"}, plain(bugRenewRevivesExpired)},
+	{"ReleaseExpiredOK", []string{"ReleaseAfterLoss"}, plain(bugReleaseExpiredOK)},
+	{"ReleaseNeedsFence", []string{"ReleaseAfterLoss"}, plain(bugReleaseNeedsFence)},
+	{"WatchLate", []string{"Notifier"}, plain(bugWatchLate)},
+	{"NotifierUnbuffered", []string{"Notifier"}, plain(bugNotifierUnbuffered)},
+	{"RetryAfterTooLong", []string{"TryAcquire"}, plain(bugRetryAfterTooLong)},
+	{"LeaseMaxLifetime", []string{"RenewKeepsLease"}, plain(bugLeaseMaxLifetime)},
+	{"FenceLostOnInvalidate", []string{"FenceIncreasing"}, plain(bugFenceLostOnInvalidate)},
+	{"CancelReportsNotHeld", []string{"CancelledAttempt"}, plain(bugCancelReportsNotHeld)},
+	{"ErrorLeaksOwner", []string{"ReleaseAfterLoss", "RenewAfterLoss"}, plain(bugErrorLeaksOwner)},
+	{"HeldNotWrapped", []string{"TryAcquire"}, plain(bugHeldNotWrapped)},
+}
+
+// exclusive names the broken variants that only the properties in their
+// want list report: each is the witness that its property is needed (no
+// other property would catch the bug). TestBrokenBackendsAreReported
+// checks that the failing properties are exactly those.
+var exclusive = map[string]bool{
+	"RenewWithoutOwnerCheck": true, "GuardAcceptsOlderToken": true, "CheckThenSet": true,
+	"SilentNotifier": true, "InspectorLeaksOwner": true, "LIFOQueue": true, "KeyMangling": true,
+	"UsableAfterClose": true, "RenewAddsTTL": true,
+	"ReleaseCheckThenDelete": true, "CancelReportsHeld": true, "GrantSentAtResponse": true,
+	"RenewalSentAtResponse": true, "WaiterLeaseNotKept": true, "CancelRaceGhost": true,
+	"KeepAliveSilent": true, "RenewRevivesExpired": true, "ReleaseExpiredOK": true,
+	"WatchLate": true, "NotifierUnbuffered": true,
+	"RetryAfterTooLong": true, "LeaseMaxLifetime": true, "FenceLostOnInvalidate": true,
+	"CancelReportsNotHeld": true, "ErrorLeaksOwner": true,
 }
 
 // TestReference runs the suite on the correct reference backend: as a

@@ -2,7 +2,10 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/conformance"
@@ -22,6 +25,30 @@ type harness struct {
 func (h *harness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
 	c := h.srv.Client(h.t, nil)
 	return New(c, Options{})
+}
+
+// NewDelayedBackend makes the harness a conformance.Delayer: the backend's
+// client reads every response delay after redis-server sent it.
+func (h *harness) NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error) {
+	c := h.srv.Client(h.t, func(o *rueidis.ClientOption) { o.DialCtxFn = delayedDial(delay) })
+	return New(c, Options{})
+}
+
+// delayedDial dials as rueidis would and delays what the connection reads.
+func delayedDial(delay time.Duration) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	return func(ctx context.Context, addr string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+		var c net.Conn
+		var err error
+		if cfg != nil {
+			c, err = (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, "tcp", addr)
+		} else {
+			c, err = d.DialContext(ctx, "tcp", addr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return conformance.DelayReads(c, delay), nil
+	}
 }
 
 func (h *harness) Invalidate(ctx context.Context, key string) error {

@@ -3,10 +3,12 @@ package redis
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/rueidis"
 
 	"github.com/fencedlock/fencedlock"
@@ -16,49 +18,9 @@ import (
 // miniHarness runs the conformance suite on miniredis: the fast path, not
 // the evidence (TestConformance runs it on a real redis-server).
 type miniHarness struct {
-	t     *testing.T
-	m     *miniredis.Miniredis
-	ops   *Backend
-	clock *miniClock
-}
-
-// miniClock moves miniredis's clock, whose keys expire only when told,
-// with the real clock: right before every command a client sends (see
-// clockClient), by the real time since the previous move. A key set by a
-// command so expires no earlier than its TTL after that command was sent
-// (the move before it happened later than the send), and is seen expired
-// by the first command after that. A ticker moving the clock instead
-// expired keys early when a tick came late on a loaded machine: it
-// counted the time before the key was set.
-type miniClock struct {
-	m    *miniredis.Miniredis
-	mu   sync.Mutex
-	last time.Time
-}
-
-func (c *miniClock) move() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now()
-	c.m.FastForward(now.Sub(c.last))
-	c.last = now
-}
-
-// clockClient moves the clock before every Do and DoMulti (the scripts run
-// through Do; WAIT pipelines through DoMulti).
-type clockClient struct {
-	rueidis.Client
-	clock *miniClock
-}
-
-func (c clockClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.clock.move()
-	return c.Client.Do(ctx, cmd)
-}
-
-func (c clockClient) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	c.clock.move()
-	return c.Client.DoMulti(ctx, cmds...)
+	t   *testing.T
+	m   *miniredis.Miniredis
+	ops *Backend
 }
 
 func (h *miniHarness) client() rueidis.Client {
@@ -67,11 +29,21 @@ func (h *miniHarness) client() rueidis.Client {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(c.Close)
-	return clockClient{Client: c, clock: h.clock}
+	return c
 }
 
 func (h *miniHarness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
 	return New(h.client(), Options{})
+}
+
+// NewDelayedBackend makes the harness a conformance.Delayer.
+func (h *miniHarness) NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{h.m.Addr()}, DisableCache: true, DialCtxFn: delayedDial(delay)})
+	if err != nil {
+		return nil, err
+	}
+	h.t.Cleanup(c.Close)
+	return New(c, Options{})
 }
 
 func (h *miniHarness) Invalidate(ctx context.Context, key string) error {
@@ -83,12 +55,18 @@ func (h *miniHarness) Config() conformance.Config {
 	return conformance.Config{ExpirySlack: 100 * time.Millisecond}
 }
 
-// TestConformanceMiniredis runs the public suite on miniredis, whose clock
-// follows the real one (miniClock).
+// TestConformanceMiniredis runs the public suite on miniredis, whose keys
+// expire only when told (FastForward). A ticker that fast-forwards would
+// end leases early by as much as it runs late on a loaded machine (a TTL
+// set just before a late tick loses the whole gap), which RenewTTL and
+// ExpiryWithoutRenew rightly report; so the harness follows the real clock
+// exactly instead: every command runs after a fast-forward to its own
+// moment, one command at a time (see realClock).
 func TestConformanceMiniredis(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
 		m := miniredis.RunT(t)
-		h := &miniHarness{t: t, m: m, clock: &miniClock{m: m, last: time.Now()}}
+		realClock(m)
+		h := &miniHarness{t: t, m: m}
 		ops, err := New(h.client(), Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -96,5 +74,45 @@ func TestConformanceMiniredis(t *testing.T) {
 		t.Cleanup(func() { ops.Close() })
 		h.ops = ops
 		return h
+	})
+}
+
+// realClock makes m's keys expire by the real clock: before each command
+// it fast-forwards m by the time elapsed since the previous command, and
+// runs the command while no other command can run (miniredis runs one at a
+// time anyway), so that a TTL is counted down from the moment its command
+// ran. Expired keys go at the next command, lazily, as on Redis. The
+// redis.call of a Lua script runs inside its EVALSHA: it is recognised by
+// its peer, which miniredis makes afresh with its context already set (a
+// connection's peer has none before its first command).
+func realClock(m *miniredis.Miniredis) {
+	var (
+		mu      sync.Mutex // held while a command runs
+		last    = time.Now()
+		running atomic.Pointer[server.Peer] // the peer whose command runs now
+		pmu     sync.Mutex
+		conns   = map[*server.Peer]bool{} // the connections' peers
+	)
+	srv := m.Server() // m.Server() is nil once m is closed
+	srv.SetPreHook(func(c *server.Peer, cmd string, args ...string) bool {
+		if running.Load() == c {
+			return false // the command dispatched below: run it
+		}
+		pmu.Lock()
+		conn := conns[c] || c.Ctx == nil
+		conns[c] = conn
+		pmu.Unlock()
+		if !conn {
+			return false // a script's redis.call: its EVALSHA holds the lock
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		m.FastForward(now.Sub(last))
+		last = now
+		running.Store(c)
+		defer running.Store(nil)
+		srv.Dispatch(c, append([]string{cmd}, args...))
+		return true
 	})
 }
