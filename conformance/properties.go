@@ -154,7 +154,7 @@ func testMutualExclusion(t *testing.T, e *env) {
 				for range rounds {
 					ls, err := lockers[i].Acquire(e.ctx, key)
 					if err != nil {
-						errs <- fmt.Errorf("Acquire: %w", err)
+						errs <- fmt.Errorf("acquire: %w", err)
 						return
 					}
 					enter(ls)
@@ -162,7 +162,7 @@ func testMutualExclusion(t *testing.T, e *env) {
 					leave(ls)
 					lost := ls.Err()
 					if err := ls.Release(e.ctx); err != nil && lost == nil {
-						errs <- fmt.Errorf("Release: %w", err)
+						errs <- fmt.Errorf("release: %w", err)
 						return
 					}
 				}
