@@ -9,11 +9,21 @@
 //
 // # Keys
 //
-// A lock named key uses two Redis keys and one Pub/Sub channel:
+// A lock named key uses two Redis keys, a third now and then, and one
+// Pub/Sub channel:
 //
-//	lock key   PREFIX{ESC}           holds the owner token, always with a TTL
-//	fence key  PREFIX{ESC}:fence     the fence counter: no TTL, deleted only by RetireFence
-//	channel    PREFIX{ESC}:released  published on by release
+//	lock key       PREFIX{ESC}            holds the owner token, always with a TTL
+//	fence key      PREFIX{ESC}:fence      the fence counter: no TTL, deleted only by RetireFence
+//	abandoned key  PREFIX{ESC}:abandoned  a set of SHA-1s of owners whose Acquire was cleaned up,
+//	                                      with a TTL of 5 minutes (see below)
+//	channel        PREFIX{ESC}:released   published on by release
+//
+// The abandoned key exists only after an Acquire whose outcome was unknown
+// (its context ended while the request was on its way): rueidis returns on
+// the context but may still write the request, so the Locker's clean-up
+// Release could reach the server first. That Release records the owner,
+// and the acquire script takes nothing for a recorded owner; without it,
+// the late request would hold the key for a whole TTL for nobody.
 //
 // PREFIX is [Options.KeyPrefix] (default "fencedlock:") and ESC is key with
 // the three bytes '%', '{' and '}' written as "%25", "%7B" and "%7D"; every

@@ -355,6 +355,9 @@ func wrap(op, key string, err error) error {
 		// Redis puts the code first; some compatible servers (miniredis)
 		// wrap script errors, so look for it anywhere.
 		msg := re.Error()
+		if strings.Contains(msg, abandonedCode) {
+			return fmt.Errorf("redis: %s %q: %w: the owner's attempt was cleaned up before it arrived: %w", op, key, fencedlock.ErrNotAcquired, err)
+		}
 		if strings.Contains(msg, exhaustedCode) {
 			// No retry can fix it: only an operator (another lock name).
 			return permanentError{fmt.Errorf("redis: %s %q: %w (use another lock name; see MaxFence): %w", op, key, ErrFenceExhausted, err)}
@@ -392,7 +395,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		return fencedlock.Grant{}, errClosed("acquire", req.Key)
 	}
 	lk := b.LockKey(req.Key)
-	keys := []string{lk, lk + fenceSuffix}
+	keys := []string{lk, lk + fenceSuffix, lk + abandonedSuffix}
 	ttl := b.ttlArg(req.TTL)
 	args := []string{req.Owner, ttl.s}
 	var (
@@ -512,11 +515,23 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	if b.closed.Load() {
 		return errClosed("release", g.Key)
 	}
-	args := []string{g.Owner}
+	lk := b.LockKey(g.Key)
+	keys, args := []string{lk}, []string{g.Owner}
 	if b.sharded {
 		args = append(args, "sharded")
 	}
-	n, err := releaseScript.Exec(ctx, b.c, []string{b.LockKey(g.Key)}, args).AsInt64()
+	if g.Fence == 0 {
+		// A clean-up after an Acquire whose outcome is unknown (a Grant
+		// of Key and Owner only): rueidis may still write that request
+		// after this one, so the server also remembers the owner and
+		// refuses its acquire if it arrives later.
+		if !b.sharded {
+			args = append(args, "")
+		}
+		keys = append(keys, lk+abandonedSuffix)
+		args = append(args, abandonTTLms)
+	}
+	n, err := releaseScript.Exec(ctx, b.c, keys, args).AsInt64()
 	if err != nil {
 		return wrap("release", g.Key, err)
 	}

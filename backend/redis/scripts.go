@@ -6,6 +6,8 @@ import (
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
+	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -26,11 +28,22 @@ var (
 
 // Names shared with the scripts (internal/luagen consts).
 const (
-	fenceSuffix    = ":fence"
-	releasedSuffix = ":released" // luagen ReleasedSuffix
-	corruptCode    = "FENCEDLOCK_CORRUPT"
-	exhaustedCode  = "FENCEDLOCK_EXHAUSTED"
+	fenceSuffix = ":fence"
+	// abandonedSuffix names the set of owners whose Acquire was cleaned
+	// up (luagen AbandonedSuffix): lock key .. abandonedSuffix.
+	abandonedSuffix = ":abandoned"
+	releasedSuffix  = ":released" // luagen ReleasedSuffix
+	corruptCode     = "FENCEDLOCK_CORRUPT"
+	exhaustedCode   = "FENCEDLOCK_EXHAUSTED"
+	abandonedCode   = "FENCEDLOCK_ABANDONED"
 )
+
+// abandonTTL is how long the server remembers an owner whose Acquire was
+// cleaned up, refusing its requests that arrive later. A request rueidis
+// still holds is written or failed within its write timeout, far less.
+const abandonTTL = 5 * time.Minute
+
+var abandonTTLms = strconv.FormatInt(abandonTTL.Milliseconds(), 10)
 
 // Prebuilt scripts: the SHA-1 is computed once; Exec sends EVALSHA and
 // falls back to EVAL on NOSCRIPT.

@@ -58,14 +58,18 @@ type Script struct {
 // backend/redis. backend/redis has the same values as Go constants; its
 // tests exercise every one of them against a real server.
 type Consts struct {
-	ReleasedSuffix string // channel = lock key .. ReleasedSuffix
+	ReleasedSuffix  string // channel = lock key .. ReleasedSuffix
+	AbandonedSuffix string // set of abandoned owners = lock key .. AbandonedSuffix
+	AbandonedCode   string // error code of an acquire by an abandoned owner
 	CorruptCode    string // error code of replies about values fencedlock did not write
 	ExhaustedCode  string // error code of the acquire of a free lock whose counter is at MaxFence
 	MaxFence       string // the greatest fence granted, in decimal: 2^53
 }
 
 var consts = Consts{
-	ReleasedSuffix: ":released",
+	ReleasedSuffix:  ":released",
+	AbandonedSuffix: ":abandoned",
+	AbandonedCode:   "FENCEDLOCK_ABANDONED",
 	CorruptCode:    "FENCEDLOCK_CORRUPT",
 	ExhaustedCode:  "FENCEDLOCK_EXHAUSTED",
 	// 2^53 is the greatest integer up to which Lua numbers (doubles) are
@@ -83,12 +87,15 @@ var scripts = []Script{
 		Keys: []Param{
 			{"lock key", "the lock; holds the owner token while held, always with a TTL"},
 			{"fence key", "the fence counter; never expires, never deleted (same hash slot as KEYS[1])"},
+			{"abandoned key", "the set of SHA-1s of owners whose acquire was cleaned up by release (lock key .. \"" + consts.AbandonedSuffix + "\"; same hash slot)"},
 		},
 		Args: []Param{
 			{"owner", "the owner token (a secret)"},
 			{"ttl", "the lease in milliseconds"},
 		},
 		Returns: []string{
+			"error " + consts.AbandonedCode + ": the owner's acquire was already cleaned up (this",
+			"       request arrived late); nothing was changed",
 			"n > 0: acquired; n is the fence granted (for an owner that already",
 			"       holds the lock: its fence again, and the lease is set to ttl)",
 			"n <= 0: held by another owner, who has -n milliseconds left",
@@ -117,10 +124,12 @@ var scripts = []Script{
 		Summary: "Delete the lock if, and only if, the owner holds it, and wake waiters.",
 		Keys: []Param{
 			{"lock key", "the lock; waiters listen on the channel KEYS[1] .. \"" + consts.ReleasedSuffix + "\""},
+			{"abandoned key", "optional, with ARGV[3]: the set of abandoned owners (lock key .. \"" + consts.AbandonedSuffix + "\")"},
 		},
 		Args: []Param{
 			{"owner", "the owner token (a secret)"},
-			{"sharded", "optional: \"sharded\" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); absent: PUBLISH"},
+			{"sharded", "\"sharded\" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); anything else, or absent: PUBLISH"},
+			{"abandon", "optional, with KEYS[2]: milliseconds. The release cleans up after an acquire whose outcome is unknown: the owner is also added to KEYS[2], kept at least that long, so that its acquire refuses to run if it arrives later"},
 		},
 		Returns: []string{
 			"1: deleted and published; 0: not held by owner, nothing deleted",

@@ -4,9 +4,12 @@
 --
 -- KEYS[1]: lock key: the lock; holds the owner token while held, always with a TTL
 -- KEYS[2]: fence key: the fence counter; never expires, never deleted (same hash slot as KEYS[1])
+-- KEYS[3]: abandoned key: the set of SHA-1s of owners whose acquire was cleaned up by release (lock key .. ":abandoned"; same hash slot)
 -- ARGV[1]: owner: the owner token (a secret)
 -- ARGV[2]: ttl: the lease in milliseconds
 -- Returns:
+--   error FENCEDLOCK_ABANDONED: the owner's acquire was already cleaned up (this
+--          request arrived late); nothing was changed
 --   n > 0: acquired; n is the fence granted (for an owner that already
 --          holds the lock: its fence again, and the lease is set to ttl)
 --   n <= 0: held by another owner, who has -n milliseconds left
@@ -15,6 +18,12 @@
 --   error FENCEDLOCK_EXHAUSTED: the lock is free and its fence counter is at
 --          9007199254740992 (2^53), the greatest fence Lua grants exactly; nothing was changed
 -- Input comes only through KEYS and ARGV.
+
+-- An owner whose acquire was cleaned up (its caller gave up while this
+-- request was on its way) takes nothing: nobody would hold the lease.
+if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
+  return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
+end
 
 -- Check the fence counter before changing anything: a script is not rolled
 -- back when a later command fails, so INCR must not be the first to notice

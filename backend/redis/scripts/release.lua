@@ -3,14 +3,27 @@
 -- release.lua: Delete the lock if, and only if, the owner holds it, and wake waiters.
 --
 -- KEYS[1]: lock key: the lock; waiters listen on the channel KEYS[1] .. ":released"
+-- KEYS[2]: abandoned key: optional, with ARGV[3]: the set of abandoned owners (lock key .. ":abandoned")
 -- ARGV[1]: owner: the owner token (a secret)
--- ARGV[2]: sharded: optional: "sharded" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); absent: PUBLISH
+-- ARGV[2]: sharded: "sharded" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); anything else, or absent: PUBLISH
+-- ARGV[3]: abandon: optional, with KEYS[2]: milliseconds. The release cleans up after an acquire whose outcome is unknown: the owner is also added to KEYS[2], kept at least that long, so that its acquire refuses to run if it arrives later
 -- Returns:
 --   1: deleted and published; 0: not held by owner, nothing deleted
 --   The fence counter is not touched.
 -- By hand:
 --   redis-cli --eval backend/redis/scripts/release.lua lock-key , token
 -- Input comes only through KEYS and ARGV.
+
+-- A clean-up after an acquire whose outcome is unknown: remember the owner
+-- (by SHA-1, not the secret itself), so that its acquire, if it is still on
+-- its way, takes nothing when it arrives. Recorded even when the key is
+-- deleted below: another attempt of the same owner may still be in flight.
+if ARGV[3] and KEYS[2] then
+  redis.call('SADD', KEYS[2], redis.sha1hex(ARGV[1]))
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+end
 
 -- GET fails with WRONGTYPE if the lock key is not a string.
 if redis.call('GET', KEYS[1]) == ARGV[1] then

@@ -18,7 +18,7 @@ import (
 // the user, password and patterns.
 var aclPerms = []string{
 	"+evalsha", "+eval", // the scripts, EVAL after NOSCRIPT
-	"+get", "+set", "+incr", "+pexpire", "+pttl", "+del", "+publish", // called by the scripts
+	"+get", "+set", "+incr", "+pexpire", "+pttl", "+del", "+publish", "+exists", "+sismember", "+sadd", // called by the scripts
 	"+subscribe", "+unsubscribe", // waiters
 	"+ping", "+cluster|slots", // rueidis: health checks, topology detection
 	"+info", // redis.New reads maxmemory-policy
