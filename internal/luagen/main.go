@@ -61,17 +61,17 @@ type Consts struct {
 	ReleasedSuffix  string // channel = lock key .. ReleasedSuffix
 	AbandonedSuffix string // set of abandoned owners = lock key .. AbandonedSuffix
 	AbandonedCode   string // error code of an acquire by an abandoned owner
-	CorruptCode    string // error code of replies about values fencedlock did not write
-	ExhaustedCode  string // error code of the acquire of a free lock whose counter is at MaxFence
-	MaxFence       string // the greatest fence granted, in decimal: 2^53
+	CorruptCode     string // error code of replies about values fencedlock did not write
+	ExhaustedCode   string // error code of the acquire of a free lock whose counter is at MaxFence
+	MaxFence        string // the greatest fence granted, in decimal: 2^53
 }
 
 var consts = Consts{
 	ReleasedSuffix:  ":released",
 	AbandonedSuffix: ":abandoned",
 	AbandonedCode:   "FENCEDLOCK_ABANDONED",
-	CorruptCode:    "FENCEDLOCK_CORRUPT",
-	ExhaustedCode:  "FENCEDLOCK_EXHAUSTED",
+	CorruptCode:     "FENCEDLOCK_CORRUPT",
+	ExhaustedCode:   "FENCEDLOCK_EXHAUSTED",
 	// 2^53 is the greatest integer up to which Lua numbers (doubles) are
 	// all exact: INCR's reply becomes a Lua number, so every fence up to
 	// 2^53 is granted exactly and none above it.
