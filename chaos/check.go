@@ -367,4 +367,3 @@ func (r Report) Summary() string {
 	}
 	return b.String()
 }
-
