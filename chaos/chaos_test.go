@@ -247,3 +247,26 @@ func TestChaosNegativeBrokenRelease(t *testing.T) {
 		t.Fatal("negative control: a release without owner check passed (a) and (b); the checker has no teeth")
 	}
 }
+
+// TestChaosRedisVolatile documents what a redis-server without
+// persistence does to fencing: a SIGKILL and restart loses every key, the
+// fence counter and the guard's fence record included, so fences start
+// again from 1 and the register from 0. The checker must report it ((c)
+// and (a) at least); it is a finding about deployment (run Redis with
+// appendonly for fencing), not a fencedlock bug.
+func TestChaosRedisVolatile(t *testing.T) {
+	s := newRedisSetup(t, "volatile", true)
+	s.kinds = []FaultKind{FaultKillRestartVolatile}
+	seed := *flagSeed
+	if seed == 0 {
+		seed = 1
+	}
+	r := run(t, s, defaultRun(seed))
+	st := newStats("redis-standalone-volatile")
+	st.add(r)
+	t.Logf("redis-server without persistence, killed and restarted, seed %d:\n%s\n%s", seed, r.report.Summary(), st)
+	a, _, c, _, _ := r.report.Violations()
+	if a == 0 || c == 0 {
+		t.Fatalf("a restart that lost every key passed (a) or (c); the checker has no teeth")
+	}
+}
