@@ -9,7 +9,7 @@ MODULE_DIRS := $(patsubst go.mod,.,$(MODULE_DIRS))
 GO        ?= go
 TESTFLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: all test lint generate generate-check bench fuzz tidy
+.PHONY: all test lint generate generate-check bench fuzz tidy chaos
 
 all: lint test
 
@@ -51,6 +51,15 @@ fuzz:
 ## bench: the comparison benchmarks and their report (bench/ module).
 bench:
 	@if [ -d bench ]; then cd bench && $(GO) run ./cmd/report; else $(GO) test -run '^$$' -bench . ./...; fi
+
+## chaos: randomized fault schedules checked for linearizability (chaos/
+## module, docs/chaos.md): CHAOS_SEEDS seeds per backend (default 100),
+## each CHAOS_LENGTH long; SEED=n replays seed n of every backend.
+CHAOS_SEEDS  ?= 100
+CHAOS_LENGTH ?= 5s
+chaos:
+	cd chaos && $(GO) test -race -count=1 -timeout 6h -v -run '^TestChaos' . -args \
+		-chaos.length=$(CHAOS_LENGTH) $(if $(SEED),-chaos.seed=$(SEED) -chaos.seeds=1,-chaos.seeds=$(CHAOS_SEEDS))
 
 tidy:
 	@set -e; for d in $(MODULE_DIRS); do (cd $$d && $(GO) mod tidy); done
