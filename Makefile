@@ -54,11 +54,12 @@ bench:
 
 ## chaos: randomized fault schedules checked for linearizability (chaos/
 ## module, docs/chaos.md): CHAOS_SEEDS seeds per backend (default 100),
-## each CHAOS_LENGTH long; SEED=n replays seed n of every backend.
+## each CHAOS_LENGTH long; SEED=n replays seed n of every backend. Run in
+## the directory (no package argument) so the FIGURES lines are shown.
 CHAOS_SEEDS  ?= 100
 CHAOS_LENGTH ?= 5s
 chaos:
-	cd chaos && $(GO) test -race -count=1 -timeout 6h -v -run '^TestChaos' . -args \
+	cd chaos && $(GO) test -race -count=1 -timeout 6h -run '^TestChaos' -args \
 		-chaos.length=$(CHAOS_LENGTH) $(if $(SEED),-chaos.seed=$(SEED) -chaos.seeds=1,-chaos.seeds=$(CHAOS_SEEDS))
 
 tidy:

@@ -55,7 +55,7 @@ func seeds(t *testing.T) []uint64 {
 	for i := range out {
 		out[i] = first + uint64(i)
 	}
-	t.Logf("seeds %d..%d (replay one with: make chaos SEED=n)", out[0], out[len(out)-1])
+	fmt.Printf("%s: seeds %d..%d (replay one with: make chaos SEED=n)\n", t.Name(), out[0], out[len(out)-1])
 	return out
 }
 
@@ -148,6 +148,14 @@ func (s *stats) String() string {
 		s.a, s.b, s.c, s.d, s.e, fmtKinds(s.breaks), s.checkTime.Round(time.Millisecond))
 }
 
+// print prints the figures on standard output, which `go test` run in
+// the chaos directory shows without -v (the etcd cluster's logs would
+// bury them under -v).
+func (s *stats) print(t *testing.T) {
+	t.Log(s)
+	fmt.Println(s)
+}
+
 // requireSafe fails t for every violation a correct fencedlock must not
 // have: (a), (c), (d), (e), and (b) outside the faults that break mutual
 // exclusion by design (allowed).
@@ -179,7 +187,7 @@ func TestChaosRedis(t *testing.T) {
 		st.add(r)
 		requireSafe(t, st.name, seed, r, FaultDelLock)
 	}
-	t.Log(st)
+	st.print(t)
 }
 
 // TestChaosSQL: the lock on Redis standalone, the register a PostgreSQL
@@ -205,7 +213,7 @@ func TestChaosSQL(t *testing.T) {
 		st.add(r)
 		requireSafe(t, st.name, seed, r, FaultDelLock)
 	}
-	t.Log(st)
+	st.print(t)
 }
 
 // TestChaosNegativeBypass is a negative control: the same workload with
@@ -264,7 +272,8 @@ func TestChaosRedisVolatile(t *testing.T) {
 	r := run(t, s, defaultRun(seed))
 	st := newStats("redis-standalone-volatile")
 	st.add(r)
-	t.Logf("redis-server without persistence, killed and restarted, seed %d:\n%s\n%s", seed, r.report.Summary(), st)
+	st.print(t)
+	t.Logf("redis-server without persistence, killed and restarted, seed %d:\n%s", seed, r.report.Summary())
 	a, _, c, _, _ := r.report.Violations()
 	if a == 0 || c == 0 {
 		t.Fatalf("a restart that lost every key passed (a) or (c); the checker has no teeth")

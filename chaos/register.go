@@ -4,11 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"strconv"
 
+	"github.com/fencedlock/fencedlock/backend/etcd"
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/redis/rueidis"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // register is the shared state the workers increment: it lives where a
@@ -119,4 +122,53 @@ func (r *sqlRegister) Write(ctx context.Context, v int64, fence fencing.Token, h
 		return err
 	}
 	return sqlTable.Set(ctx, r.db, r.key, v, fence, holder)
+}
+
+// etcdRegister is an etcd key written with FencedPut.
+type etcdRegister struct {
+	b   *etcd.Backend
+	c   *clientv3.Client
+	key string
+}
+
+// Claim writes only the key's fence record, under the condition FencedPut
+// uses (backend/etcd/fenced.go): no record, a smaller fence, or the same
+// record. The backend has no fence-only write, so this mirrors its record
+// layout (Prefix+"fences/"+escaped key, "%020d holder"); were the layout to
+// change, claims would stop guarding the register and the checker's (a)
+// and (e) would fail, loudly.
+func (r *etcdRegister) Claim(ctx context.Context, fence fencing.Token, holder string) error {
+	fk := r.b.Options().Prefix + "fences/" + url.PathEscape(r.key)
+	rec := fmt.Sprintf("%020d %s", uint64(fence), holder)
+	put := clientv3.OpPut(fk, rec)
+	same := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), "=", rec)}, []clientv3.Op{put}, nil)
+	greater := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), "<", rec[:20])}, []clientv3.Op{put}, []clientv3.Op{same})
+	resp, err := r.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(fk), "=", 0)).Then(put).Else(greater).Commit()
+	if err != nil {
+		return fmt.Errorf("chaos: etcd claim: %w", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	r2 := resp.Responses[0].GetResponseTxn()
+	if r2.GetSucceeded() || r2.GetResponses()[0].GetResponseTxn().GetSucceeded() {
+		return nil
+	}
+	return fmt.Errorf("chaos: etcd claim: %w", &fencing.StaleError{Token: fence, Holder: holder})
+}
+
+func (r *etcdRegister) Read(ctx context.Context) (int64, error) {
+	v, ok, _, _, err := r.b.FencedGet(ctx, r.key)
+	if err != nil || !ok {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("chaos: register holds %q: %w", v, err)
+	}
+	return n, nil
+}
+
+func (r *etcdRegister) Write(ctx context.Context, v int64, fence fencing.Token, holder string) error {
+	return r.b.FencedPut(ctx, r.key, strconv.FormatInt(v, 10), fence, holder)
 }

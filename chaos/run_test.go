@@ -35,6 +35,7 @@ type setup struct {
 	admin    rueidis.Client // direct to srv: the operator and the final read
 	adminB   *redis.Backend
 	db       *sql.DB // direct to pg
+	etcd     *etcdCluster
 	bypass   bool
 	broken   string
 	work     time.Duration // the workers' Work
@@ -139,14 +140,29 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 	for i := range procs {
 		p := &proc{id: i, done: make(chan error, 1)}
 		procs[i] = p
-		rp, err := faultproxy.New(s.srv.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.proxies = append(p.proxies, rp)
-		cfg := WorkerConfig{ID: i, RedisAddr: rp.Addr(), Register: s.register, Bypass: s.bypass, Broken: s.broken,
+		cfg := WorkerConfig{ID: i, Register: s.register, Bypass: s.bypass, Broken: s.broken,
 			TTL: rc.ttl, LockKey: lockKey, RegKey: regKey, Work: s.work, Seed: rc.seed,
 			MaxRounds: 100000, MaxTime: rc.length + 30*time.Second}
+		targets := []string{}
+		if s.etcd != nil {
+			cfg.Lock = LockEtcd
+			targets = s.etcd.addrs
+		} else {
+			cfg.Lock = LockRedis
+			targets = append(targets, s.srv.Addr)
+		}
+		for _, target := range targets {
+			px, err := faultproxy.New(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.proxies = append(p.proxies, px)
+			if s.etcd != nil {
+				cfg.EtcdAddrs = append(cfg.EtcdAddrs, px.Addr())
+			} else {
+				cfg.RedisAddr = px.Addr()
+			}
+		}
 		if s.register == RegisterSQL {
 			pp, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", s.pg.Port))
 			if err != nil {
@@ -267,9 +283,18 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 		case FaultDelLock:
 			rec.Target = -1
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			n, err := s.admin.Do(ctx, s.admin.B().Del().Key(s.adminB.LockKey(lockKey)).Build()).AsInt64()
+			var n int64
+			var err error
+			if s.etcd != nil {
+				n, err = s.etcd.delLock(ctx, lockKey)
+			} else {
+				n, err = s.admin.Do(ctx, s.admin.B().Del().Key(s.adminB.LockKey(lockKey)).Build()).AsInt64()
+			}
 			cancel()
 			rec.Note = fmt.Sprintf("deleted %d keys (err %v)", n, err)
+		case FaultMemberKill, FaultPartition, FaultLeaderChange:
+			rec.Target = -1
+			heal, rec.Note = s.etcd.fault(t, f)
 		}
 		time.Sleep(time.Until(begin.Add(f.Start + f.Duration)))
 		heal()
@@ -319,9 +344,12 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 	defer cancel()
 	final := Operation{Worker: rc.workers, Op: OpFinal, Call: Now()}
 	var reg register
-	if s.register == RegisterSQL {
+	switch {
+	case s.etcd != nil:
+		reg = s.etcd.register(regKey)
+	case s.register == RegisterSQL:
 		reg = &sqlRegister{db: s.db, key: regKey}
-	} else {
+	default:
 		reg = &redisRegister{b: s.adminB, c: s.admin, key: regKey}
 	}
 	v, err := reg.Read(ctx)

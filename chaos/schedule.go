@@ -30,8 +30,17 @@ const (
 	// FaultKillRestartVolatile kills redis-server and restarts it without
 	// persistence: every key, fence counters included, is gone.
 	FaultKillRestartVolatile FaultKind = "kill-restart-volatile"
-	// FaultDelLock deletes the lock key, as an operator would.
+	// FaultDelLock deletes the lock key (on etcd, the lock's queue), as an
+	// operator would.
 	FaultDelLock FaultKind = "del-lock"
+	// FaultMemberKill stops a random etcd member and restarts it after
+	// 0.5-2 TTLs.
+	FaultMemberKill FaultKind = "member-kill"
+	// FaultPartition cuts a random etcd member off from its peers for
+	// 0.5-2 TTLs (clients still reach it).
+	FaultPartition FaultKind = "partition"
+	// FaultLeaderChange moves etcd's leadership to another member.
+	FaultLeaderChange FaultKind = "leader-change"
 )
 
 // Fault is one planned fault: when it starts (from the beginning of the
@@ -41,6 +50,7 @@ type Fault struct {
 	Start    time.Duration
 	Duration time.Duration
 	Worker   int           // the target of per-worker faults (pause-holder picks its own)
+	Member   int           // the target of etcd member faults (0-2)
 	Latency  time.Duration // for FaultLatency
 }
 
@@ -62,7 +72,7 @@ func Schedule(seed uint64, kinds []FaultKind, workers int, ttl, length time.Dura
 	}
 	var out []Fault
 	for at := ttl / 2; len(kinds) > 0; {
-		f := Fault{Kind: kinds[rng.IntN(len(kinds))], Start: at, Worker: rng.IntN(workers)}
+		f := Fault{Kind: kinds[rng.IntN(len(kinds))], Start: at, Worker: rng.IntN(workers), Member: rng.IntN(3)}
 		switch f.Kind {
 		case FaultPauseWorker, FaultPauseHolder:
 			f.Duration = between(0.5, 3)
@@ -75,6 +85,8 @@ func Schedule(seed uint64, kinds []FaultKind, workers int, ttl, length time.Dura
 			f.Duration = between(0.2, 1)
 		case FaultKillRestart, FaultKillRestartVolatile:
 			f.Duration = between(0.2, 1.5)
+		case FaultMemberKill, FaultPartition:
+			f.Duration = between(0.5, 2)
 		case FaultDelLock:
 		}
 		if f.Start+f.Duration > length {

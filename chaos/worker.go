@@ -15,10 +15,13 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/etcd"
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/fencing"
 	_ "github.com/lib/pq" // the PostgreSQL driver of the SQL register
 	"github.com/redis/rueidis"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // WorkerEnv is the environment variable that turns a re-executed test
@@ -29,6 +32,13 @@ const WorkerEnv = "FENCEDLOCK_CHAOS_WORKER"
 const (
 	RegisterRedis = "redis" // a Redis hash on the lock's server, FencedSet/FencedHSet
 	RegisterSQL   = "sql"   // a PostgreSQL row, fencing.SQLTable
+	RegisterEtcd  = "etcd"  // an etcd key, FencedPut
+)
+
+// Lock backends a worker can use.
+const (
+	LockRedis = "redis" // backend/redis on one redis-server
+	LockEtcd  = "etcd"  // backend/etcd on an etcd cluster
 )
 
 // Broken backends for the negative controls.
@@ -41,7 +51,9 @@ const (
 // WorkerConfig configures one worker process.
 type WorkerConfig struct {
 	ID        int
+	Lock      string        // LockRedis (default) or LockEtcd
 	RedisAddr string        // the lock's redis-server (through this worker's fault proxy)
+	EtcdAddrs []string      // the etcd members, for LockEtcd (through fault proxies)
 	Register  string        // RegisterRedis or RegisterSQL
 	SQLDSN    string        // the register's database, for RegisterSQL (through a fault proxy)
 	Bypass    bool          // write the register without the guard (negative control)
@@ -60,53 +72,11 @@ type WorkerConfig struct {
 // JSON [Event] per line to events. It returns an error only when it cannot
 // run at all; every operation's failure is an event.
 func RunWorker(cfg WorkerConfig, stdin io.Reader, events io.Writer) error {
-	// rueidis dials when the client is made: retry while the store is
-	// unreachable (a fault may already be in effect), within MaxTime.
-	var c rueidis.Client
-	var err error
-	for start := time.Now(); ; time.Sleep(cfg.TTL / 10) {
-		c, err = rueidis.NewClient(rueidis.ClientOption{
-			InitAddress:  []string{cfg.RedisAddr},
-			DisableCache: true,
-			// Fail fast on a dead link instead of rueidis's 10s default,
-			// so an operation ends near its own deadline.
-			ConnWriteTimeout: cfg.TTL,
-			Dialer:           net.Dialer{Timeout: cfg.TTL},
-		})
-		if err == nil {
-			break
-		}
-		if time.Since(start) > cfg.MaxTime {
-			return fmt.Errorf("chaos: worker %d: redis client: %w", cfg.ID, err)
-		}
-	}
-	defer c.Close()
-	rb, err := redis.New(c, redis.Options{})
+	b, reg, closeAll, err := open(cfg)
 	if err != nil {
 		return fmt.Errorf("chaos: worker %d: %w", cfg.ID, err)
 	}
-	defer rb.Close()
-	var b fencedlock.Backend = rb
-	if cfg.Broken == BrokenReleaseNoOwner {
-		b = &releaseNoOwner{Backend: rb, c: c}
-	} else if cfg.Broken != "" {
-		return fmt.Errorf("chaos: worker %d: unknown broken backend %q", cfg.ID, cfg.Broken)
-	}
-	var reg register
-	switch cfg.Register {
-	case RegisterRedis:
-		reg = &redisRegister{b: rb, c: c, key: cfg.RegKey, bypass: cfg.Bypass}
-	case RegisterSQL:
-		db, err := sql.Open("postgres", cfg.SQLDSN)
-		if err != nil {
-			return fmt.Errorf("chaos: worker %d: %w", cfg.ID, err)
-		}
-		defer db.Close()
-		db.SetMaxOpenConns(4)
-		reg = &sqlRegister{db: db, key: cfg.RegKey, bypass: cfg.Bypass}
-	default:
-		return fmt.Errorf("chaos: worker %d: unknown register %q", cfg.ID, cfg.Register)
-	}
+	defer closeAll()
 	locker := fencedlock.New(b, fencedlock.Options{TTL: cfg.TTL})
 	defer locker.Close()
 
@@ -122,6 +92,86 @@ func RunWorker(cfg WorkerConfig, stdin io.Reader, events io.Writer) error {
 		w.round()
 	}
 	return w.err
+}
+
+// open makes the worker's lock backend and register; closeAll closes
+// them, the backend explicitly (a Locker may not close it).
+func open(cfg WorkerConfig) (b fencedlock.Backend, reg register, closeAll func(), err error) {
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
+	if cfg.Lock == LockEtcd {
+		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdAddrs, DialTimeout: cfg.TTL, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		closers = append(closers, func() { c.Close() })
+		eb, err := etcd.New(c, etcd.Options{})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		closers = append(closers, func() { eb.Close() })
+		if cfg.Register != RegisterEtcd || cfg.Broken != "" || cfg.Bypass {
+			return nil, nil, nil, fmt.Errorf("etcd: register %q, broken %q, bypass %v: not supported", cfg.Register, cfg.Broken, cfg.Bypass)
+		}
+		return eb, &etcdRegister{b: eb, c: c, key: cfg.RegKey}, closeAll, nil
+	}
+	// rueidis dials when the client is made: retry while the store is
+	// unreachable (a fault may already be in effect), within MaxTime.
+	var c rueidis.Client
+	for start := time.Now(); ; time.Sleep(cfg.TTL / 10) {
+		c, err = rueidis.NewClient(rueidis.ClientOption{
+			InitAddress:  []string{cfg.RedisAddr},
+			DisableCache: true,
+			// Fail fast on a dead link instead of rueidis's 10s default,
+			// so an operation ends near its own deadline.
+			ConnWriteTimeout: cfg.TTL,
+			Dialer:           net.Dialer{Timeout: cfg.TTL},
+		})
+		if err == nil {
+			break
+		}
+		if time.Since(start) > cfg.MaxTime {
+			return nil, nil, nil, fmt.Errorf("redis client: %w", err)
+		}
+	}
+	closers = append(closers, c.Close)
+	rb, err := redis.New(c, redis.Options{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	closers = append(closers, func() { rb.Close() })
+	b = rb
+	switch cfg.Broken {
+	case "":
+	case BrokenReleaseNoOwner:
+		b = &releaseNoOwner{Backend: rb, c: c}
+	default:
+		return nil, nil, nil, fmt.Errorf("unknown broken backend %q", cfg.Broken)
+	}
+	switch cfg.Register {
+	case RegisterRedis:
+		reg = &redisRegister{b: rb, c: c, key: cfg.RegKey, bypass: cfg.Bypass}
+	case RegisterSQL:
+		db, err := sql.Open("postgres", cfg.SQLDSN)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		closers = append(closers, func() { db.Close() })
+		db.SetMaxOpenConns(4)
+		reg = &sqlRegister{db: db, key: cfg.RegKey, bypass: cfg.Bypass}
+	default:
+		return nil, nil, nil, fmt.Errorf("unknown register %q", cfg.Register)
+	}
+	return b, reg, closeAll, nil
 }
 
 // releaseNoOwner is a deliberately broken backend: its Release deletes the
