@@ -105,13 +105,21 @@ type Lease struct {
 	Start, End int64
 }
 
+// FenceErr is a violation of (c), with the faults active between the two
+// grants (or within 2 TTLs before): a Redis failover may duplicate or
+// lower a fence, which is counted, not hidden.
+type FenceErr struct {
+	Msg   string
+	Kinds []FaultKind
+}
+
 // Report is the outcome of [Check].
 type Report struct {
 	Ops          int // operations given to the linearizability checker
 	Linearizable porcupine.CheckResult
 	Visual       string // the HTML visualisation of a non-linearizable history
 	Overlaps     []Overlap
-	FenceErrs    []string // (c)
+	FenceErrs    []FenceErr // (c)
 	StaleErrs    []string // (d)
 	FinalErr     string   // (e)
 	Accepted     int      // writes acknowledged
@@ -215,14 +223,18 @@ func Check(h History, opts CheckOptions) Report {
 	seen := make(map[uint64]Operation)
 	for _, g := range grants {
 		if p, dup := seen[g.Fence]; dup {
-			r.FenceErrs = append(r.FenceErrs, fmt.Sprintf("fence %d granted twice: worker %d at %d and worker %d at %d", g.Fence, p.Worker, p.Return, g.Worker, g.Return))
+			r.FenceErrs = append(r.FenceErrs, FenceErr{
+				Msg:   fmt.Sprintf("fence %d granted twice: worker %d at %d and worker %d at %d", g.Fence, p.Worker, p.Return, g.Worker, g.Return),
+				Kinds: activeKinds(h.Faults, min(p.Call, g.Call), max(p.Return, g.Return), opts.TTL)})
 		}
 		seen[g.Fence] = g
 	}
 	for _, g1 := range grants {
 		for _, g2 := range grants {
 			if g1.Return < g2.Call && g1.Fence > g2.Fence {
-				r.FenceErrs = append(r.FenceErrs, fmt.Sprintf("fence %d (worker %d) granted after fence %d (worker %d) had been granted", g2.Fence, g2.Worker, g1.Fence, g1.Worker))
+				r.FenceErrs = append(r.FenceErrs, FenceErr{
+					Msg:   fmt.Sprintf("fence %d (worker %d) granted after fence %d (worker %d) had been granted", g2.Fence, g2.Worker, g1.Fence, g1.Worker),
+					Kinds: activeKinds(h.Faults, g1.Call, g2.Return, opts.TTL)})
 			}
 		}
 	}
@@ -348,11 +360,11 @@ func (r Report) Summary() string {
 		fmt.Fprintf(&b, "\n    workers %d (fence %d) and %d (fence %d) both valid for %v, faults %v", o.A.Worker, o.A.Fence, o.B.Worker, o.B.Fence, time.Duration(o.To-o.From), o.Kinds)
 	}
 	fmt.Fprintf(&b, "\n(c) %d fence-order violations", len(r.FenceErrs))
-	for i, s := range r.FenceErrs {
+	for i, e := range r.FenceErrs {
 		if i == 5 {
 			break
 		}
-		b.WriteString("\n    " + s)
+		fmt.Fprintf(&b, "\n    %s, faults %v", e.Msg, e.Kinds)
 	}
 	fmt.Fprintf(&b, "\n(d) %d stale writes accepted", len(r.StaleErrs))
 	for i, s := range r.StaleErrs {

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ type setup struct {
 	adminB   *redis.Backend
 	db       *sql.DB // direct to pg
 	etcd     *etcdCluster
+	sentinel *sentinelDeploy
 	bypass   bool
 	broken   string
 	work     time.Duration // the workers' Work
@@ -65,6 +67,7 @@ type proc struct {
 	stderr  bytes.Buffer
 	proxies []*faultproxy.Proxy
 	done    chan error
+	exited  atomic.Bool
 }
 
 // tracker follows what each worker is doing, from its events, so the
@@ -136,6 +139,13 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 	}
 	tr := &tracker{holding: map[int]bool{}, reading: map[int]bool{}, seen: map[int]bool{}}
 	procs := make([]*proc, rc.workers)
+	defer func() { // on an early exit (t.Fatal), leave no worker behind
+		for _, p := range procs {
+			if p != nil && p.cmd.Process != nil && !p.exited.Load() {
+				_ = p.cmd.Process.Kill()
+			}
+		}
+	}()
 	var readers sync.WaitGroup
 	for i := range procs {
 		p := &proc{id: i, done: make(chan error, 1)}
@@ -144,10 +154,14 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 			TTL: rc.ttl, LockKey: lockKey, RegKey: regKey, Work: s.work, Seed: rc.seed,
 			MaxRounds: 100000, MaxTime: rc.length + 30*time.Second}
 		targets := []string{}
-		if s.etcd != nil {
+		switch {
+		case s.sentinel != nil:
+			cfg.Lock = LockSentinel
+			cfg.Sentinels, cfg.MasterName, cfg.WaitReplicas = s.sentinel.addrs(), s.sentinel.g.MasterName, s.sentinel.wait
+		case s.etcd != nil:
 			cfg.Lock = LockEtcd
 			targets = s.etcd.addrs
-		} else {
+		default:
 			cfg.Lock = LockRedis
 			targets = append(targets, s.srv.Addr)
 		}
@@ -156,6 +170,7 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { px.Close() }) // Close is idempotent
 			p.proxies = append(p.proxies, px)
 			if s.etcd != nil {
 				cfg.EtcdAddrs = append(cfg.EtcdAddrs, px.Addr())
@@ -208,7 +223,11 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 				tr.add(e)
 			}
 		}()
-		go func() { p.done <- p.cmd.Wait() }()
+		go func() {
+			err := p.cmd.Wait()
+			p.exited.Store(true)
+			p.done <- err
+		}()
 	}
 
 	// Start the schedule once every worker is running its loop.
@@ -224,7 +243,7 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 			_ = procs[w].cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}()
-	plan := Schedule(rc.seed, s.kinds, rc.workers, rc.ttl, rc.length)
+	plan := Schedule(rc.seed, only(s.kinds), rc.workers, rc.ttl, rc.length)
 	begin := time.Now()
 	for _, f := range plan {
 		time.Sleep(time.Until(begin.Add(f.Start)))
@@ -287,11 +306,16 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 			var err error
 			if s.etcd != nil {
 				n, err = s.etcd.delLock(ctx, lockKey)
+			} else if s.sentinel != nil {
+				n, err = s.sentinel.delLock(ctx, lockKey)
 			} else {
 				n, err = s.admin.Do(ctx, s.admin.B().Del().Key(s.adminB.LockKey(lockKey)).Build()).AsInt64()
 			}
 			cancel()
 			rec.Note = fmt.Sprintf("deleted %d keys (err %v)", n, err)
+		case FaultFailover:
+			rec.Target = -1
+			heal, rec.Note = s.sentinel.failover(t)
 		case FaultMemberKill, FaultPartition, FaultLeaderChange:
 			rec.Target = -1
 			heal, rec.Note = s.etcd.fault(t, f)

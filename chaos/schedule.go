@@ -41,6 +41,10 @@ const (
 	FaultPartition FaultKind = "partition"
 	// FaultLeaderChange moves etcd's leadership to another member.
 	FaultLeaderChange FaultKind = "leader-change"
+	// FaultFailover kills the Redis master (SIGKILL) whose replica lags
+	// behind a fault proxy; the sentinels promote the replica, and a fresh
+	// replica of the new master is started (as an operator would).
+	FaultFailover FaultKind = "failover"
 )
 
 // Fault is one planned fault: when it starts (from the beginning of the
@@ -85,7 +89,7 @@ func Schedule(seed uint64, kinds []FaultKind, workers int, ttl, length time.Dura
 			f.Duration = between(0.2, 1)
 		case FaultKillRestart, FaultKillRestartVolatile:
 			f.Duration = between(0.2, 1.5)
-		case FaultMemberKill, FaultPartition:
+		case FaultMemberKill, FaultPartition, FaultFailover:
 			f.Duration = between(0.5, 2)
 		case FaultDelLock:
 		}

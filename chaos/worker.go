@@ -39,6 +39,10 @@ const (
 const (
 	LockRedis = "redis" // backend/redis on one redis-server
 	LockEtcd  = "etcd"  // backend/etcd on an etcd cluster
+	// LockSentinel is backend/redis on a master found through Redis
+	// Sentinel (the data connections go straight to the master, so only
+	// the register's link has a fault proxy).
+	LockSentinel = "sentinel"
 )
 
 // Broken backends for the negative controls.
@@ -54,6 +58,11 @@ type WorkerConfig struct {
 	Lock      string        // LockRedis (default) or LockEtcd
 	RedisAddr string        // the lock's redis-server (through this worker's fault proxy)
 	EtcdAddrs []string      // the etcd members, for LockEtcd (through fault proxies)
+	// Sentinels and MasterName find the master for LockSentinel; the
+	// backend waits for WaitReplicas replicas (redis.Options).
+	Sentinels    []string
+	MasterName   string
+	WaitReplicas int
 	Register  string        // RegisterRedis or RegisterSQL
 	SQLDSN    string        // the register's database, for RegisterSQL (through a fault proxy)
 	Bypass    bool          // write the register without the guard (negative control)
@@ -127,15 +136,22 @@ func open(cfg WorkerConfig) (b fencedlock.Backend, reg register, closeAll func()
 	// rueidis dials when the client is made: retry while the store is
 	// unreachable (a fault may already be in effect), within MaxTime.
 	var c rueidis.Client
+	copt := rueidis.ClientOption{
+		InitAddress:  []string{cfg.RedisAddr},
+		DisableCache: true,
+		// Fail fast on a dead link instead of rueidis's 10s default, so an
+		// operation ends near its own deadline.
+		ConnWriteTimeout: cfg.TTL,
+		Dialer:           net.Dialer{Timeout: cfg.TTL},
+	}
+	ropt := redis.Options{}
+	if cfg.Lock == LockSentinel {
+		copt.InitAddress = cfg.Sentinels
+		copt.Sentinel = rueidis.SentinelOption{MasterSet: cfg.MasterName}
+		ropt.WaitReplicas, ropt.WaitTimeout = cfg.WaitReplicas, cfg.TTL/2
+	}
 	for start := time.Now(); ; time.Sleep(cfg.TTL / 10) {
-		c, err = rueidis.NewClient(rueidis.ClientOption{
-			InitAddress:  []string{cfg.RedisAddr},
-			DisableCache: true,
-			// Fail fast on a dead link instead of rueidis's 10s default,
-			// so an operation ends near its own deadline.
-			ConnWriteTimeout: cfg.TTL,
-			Dialer:           net.Dialer{Timeout: cfg.TTL},
-		})
+		c, err = rueidis.NewClient(copt)
 		if err == nil {
 			break
 		}
@@ -144,7 +160,7 @@ func open(cfg WorkerConfig) (b fencedlock.Backend, reg register, closeAll func()
 		}
 	}
 	closers = append(closers, c.Close)
-	rb, err := redis.New(c, redis.Options{})
+	rb, err := redis.New(c, ropt)
 	if err != nil {
 		return nil, nil, nil, err
 	}
