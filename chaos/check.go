@@ -120,10 +120,10 @@ type Report struct {
 	Visual       string // the HTML visualisation of a non-linearizable history
 	Overlaps     []Overlap
 	FenceErrs    []FenceErr // (c)
-	StaleErrs    []string // (d)
-	FinalErr     string   // (e)
-	Accepted     int      // writes acknowledged
-	Unknown      int      // writes of unknown outcome
+	StaleErrs    []string   // (d)
+	FinalErr     string     // (e)
+	Accepted     int        // writes acknowledged
+	Unknown      int        // writes of unknown outcome
 	FinalValue   int64
 	CheckTime    time.Duration
 }

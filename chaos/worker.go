@@ -55,25 +55,25 @@ const (
 // WorkerConfig configures one worker process.
 type WorkerConfig struct {
 	ID        int
-	Lock      string        // LockRedis (default) or LockEtcd
-	RedisAddr string        // the lock's redis-server (through this worker's fault proxy)
-	EtcdAddrs []string      // the etcd members, for LockEtcd (through fault proxies)
+	Lock      string   // LockRedis (default) or LockEtcd
+	RedisAddr string   // the lock's redis-server (through this worker's fault proxy)
+	EtcdAddrs []string // the etcd members, for LockEtcd (through fault proxies)
 	// Sentinels and MasterName find the master for LockSentinel; the
 	// backend waits for WaitReplicas replicas (redis.Options).
 	Sentinels    []string
 	MasterName   string
 	WaitReplicas int
-	Register  string        // RegisterRedis or RegisterSQL
-	SQLDSN    string        // the register's database, for RegisterSQL (through a fault proxy)
-	Bypass    bool          // write the register without the guard (negative control)
-	Broken    string        // "" or a Broken* backend (negative control)
-	TTL       time.Duration // the Locker's TTL
-	LockKey   string
-	RegKey    string
-	Work      time.Duration // at most this long between the read and the write
-	Seed      uint64
-	MaxRounds int           // a bound on iterations
-	MaxTime   time.Duration // a bound on the worker's life
+	Register     string        // RegisterRedis or RegisterSQL
+	SQLDSN       string        // the register's database, for RegisterSQL (through a fault proxy)
+	Bypass       bool          // write the register without the guard (negative control)
+	Broken       string        // "" or a Broken* backend (negative control)
+	TTL          time.Duration // the Locker's TTL
+	LockKey      string
+	RegKey       string
+	Work         time.Duration // at most this long between the read and the write
+	Seed         uint64
+	MaxRounds    int           // a bound on iterations
+	MaxTime      time.Duration // a bound on the worker's life
 }
 
 // RunWorker runs a worker: it loops acquire, claim, read, write+1,
