@@ -63,7 +63,7 @@ type WorkerConfig struct {
 	Sentinels    []string
 	MasterName   string
 	WaitReplicas int
-	Register     string        // RegisterRedis or RegisterSQL
+	Register     string        // RegisterRedis, RegisterSQL or RegisterEtcd
 	SQLDSN       string        // the register's database, for RegisterSQL (through a fault proxy)
 	Bypass       bool          // write the register without the guard (negative control)
 	Broken       string        // "" or a Broken* backend (negative control)
@@ -107,14 +107,14 @@ func RunWorker(cfg WorkerConfig, stdin io.Reader, events io.Writer) error {
 // them, the backend explicitly (a Locker may not close it).
 func open(cfg WorkerConfig) (b fencedlock.Backend, reg register, closeAll func(), err error) {
 	var closers []func()
-	closeAll = func() {
+	cleanup := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			closeAll()
+			cleanup() // the error returns leave closeAll nil
 		}
 	}()
 	if cfg.Lock == LockEtcd {
@@ -131,7 +131,7 @@ func open(cfg WorkerConfig) (b fencedlock.Backend, reg register, closeAll func()
 		if cfg.Register != RegisterEtcd || cfg.Broken != "" || cfg.Bypass {
 			return nil, nil, nil, fmt.Errorf("etcd: register %q, broken %q, bypass %v: not supported", cfg.Register, cfg.Broken, cfg.Bypass)
 		}
-		return eb, &etcdRegister{b: eb, c: c, key: cfg.RegKey}, closeAll, nil
+		return eb, &etcdRegister{b: eb, c: c, key: cfg.RegKey}, cleanup, nil
 	}
 	// rueidis dials when the client is made: retry while the store is
 	// unreachable (a fault may already be in effect), within MaxTime.
@@ -187,7 +187,7 @@ func open(cfg WorkerConfig) (b fencedlock.Backend, reg register, closeAll func()
 	default:
 		return nil, nil, nil, fmt.Errorf("unknown register %q", cfg.Register)
 	}
-	return b, reg, closeAll, nil
+	return b, reg, cleanup, nil
 }
 
 // releaseNoOwner is a deliberately broken backend: its Release deletes the
