@@ -252,6 +252,7 @@ func TestChaosNegativeBypass(t *testing.T) {
 	s.bypass = true
 	s.kinds = []FaultKind{FaultPauseHolder}
 	s.work = *flagTTL / 2 // holders spend most of their time between read and write
+	s.minFault = 2 * *flagTTL
 	seed := *flagSeed
 	if seed == 0 {
 		seed = 1
@@ -273,6 +274,7 @@ func TestChaosNegativeBrokenRelease(t *testing.T) {
 	s := newRedisSetup(t, "broken-release", false)
 	s.broken = BrokenReleaseNoOwner
 	s.kinds = []FaultKind{FaultPauseHolder}
+	s.minFault = 2 * *flagTTL
 	seed := *flagSeed
 	if seed == 0 {
 		seed = 1

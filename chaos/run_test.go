@@ -41,6 +41,9 @@ type setup struct {
 	bypass   bool
 	broken   string
 	work     time.Duration // the workers' Work
+	// minFault, if set, lengthens shorter faults of the schedule: the
+	// negative controls need pauses past the lease whatever the seed.
+	minFault time.Duration
 }
 
 // runConfig is one run: a setup, a seed and the run's size.
@@ -244,6 +247,9 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 		}
 	}()
 	plan := Schedule(rc.seed, only(s.kinds), rc.workers, rc.ttl, rc.length)
+	for i := range plan {
+		plan[i].Duration = max(plan[i].Duration, s.minFault)
+	}
 	begin := time.Now()
 	for _, f := range plan {
 		time.Sleep(time.Until(begin.Add(f.Start)))
