@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -317,7 +318,7 @@ func Leases(h History) []Lease {
 func activeKinds(faults []FaultRecord, from, to int64, ttl time.Duration) []FaultKind {
 	var kinds []FaultKind
 	for _, f := range faults {
-		if f.Begin <= to && f.End+int64(2*ttl) >= from {
+		if f.Begin <= to && f.End+int64(2*ttl) >= from && !slices.Contains(kinds, f.Kind) {
 			kinds = append(kinds, f.Kind)
 		}
 	}
