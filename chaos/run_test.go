@@ -186,6 +186,7 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { pp.Close() })
 			p.proxies = append(p.proxies, pp)
 			_, port, _ := net.SplitHostPort(pp.Addr())
 			cfg.SQLDSN = fmt.Sprintf("host=127.0.0.1 port=%s user=%s dbname=postgres sslmode=disable connect_timeout=2", port, s.pg.User)
@@ -241,7 +242,7 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 	}
 	var res runResult
 	paused := map[int]bool{}
-	defer func() { // never leave a worker stopped or a server down
+	defer func() { // never leave a worker stopped
 		for w := range paused {
 			_ = procs[w].cmd.Process.Signal(syscall.SIGCONT)
 		}
