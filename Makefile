@@ -15,7 +15,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN_DIR   := $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
 STATICCHECK := $(GOBIN_DIR)/staticcheck
 
-.PHONY: all test lint tools generate generate-check bench fuzz tidy
+.PHONY: all test lint tools generate generate-check bench fuzz tidy chaos
 
 all: lint test
 
@@ -66,6 +66,16 @@ fuzz:
 ## bench: the comparison benchmarks and their report (bench/ module).
 bench:
 	@if [ -d bench ]; then cd bench && $(GO) run ./cmd/report; else $(GO) test -run '^$$' -bench . ./...; fi
+
+## chaos: randomized fault schedules checked for linearizability (chaos/
+## module, docs/chaos.md): CHAOS_SEEDS seeds per backend (default 100),
+## each CHAOS_LENGTH long; SEED=n replays seed n of every backend. Run in
+## the directory (no package argument) so the FIGURES lines are shown.
+CHAOS_SEEDS  ?= 100
+CHAOS_LENGTH ?= 5s
+chaos:
+	cd chaos && $(GO) test -race -count=1 -timeout 6h -run '^TestChaos' -args \
+		-chaos.length=$(CHAOS_LENGTH) $(if $(SEED),-chaos.seed=$(SEED) -chaos.seeds=1,-chaos.seeds=$(CHAOS_SEEDS))
 
 tidy:
 	@set -e; for d in $(MODULE_DIRS); do (cd $$d && $(GO) mod tidy); done

@@ -1,0 +1,312 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/internal/pgtest"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+var (
+	flagSeed    = flag.Uint64("chaos.seed", 0, "first seed (0: derived from the clock, and printed)")
+	flagSeeds   = flag.Int("chaos.seeds", 3, "seeds (schedules) per backend")
+	flagLength  = flag.Duration("chaos.length", 5*time.Second, "length of each schedule")
+	flagWorkers = flag.Int("chaos.workers", 5, "worker processes")
+	flagTTL     = flag.Duration("chaos.ttl", 600*time.Millisecond, "the workers' lease TTL")
+	flagKinds   = flag.String("chaos.kinds", "", "comma-separated fault kinds to keep (default: every kind of each backend)")
+	flagOut     = flag.String("chaos.out", "", "directory for visualisations of failing histories (default: the system temporary directory)")
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(WorkerEnv) != "" {
+		os.Exit(WorkerMain())
+	}
+	flag.Parse()
+	os.Exit(m.Run())
+}
+
+func visualDir(t *testing.T) string {
+	if *flagOut != "" {
+		if err := os.MkdirAll(*flagOut, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return *flagOut
+	}
+	return os.TempDir()
+}
+
+// seeds returns the seeds to run, the first one printed so a failure can
+// be replayed with -chaos.seed (make chaos SEED=n).
+func seeds(t *testing.T) []uint64 {
+	first := *flagSeed
+	if first == 0 {
+		first = uint64(time.Now().UnixNano()%1_000_000_000) + 1
+	}
+	out := make([]uint64, *flagSeeds)
+	for i := range out {
+		out[i] = first + uint64(i)
+	}
+	fmt.Printf("%s: seeds %d..%d (replay one with: make chaos SEED=n)\n", t.Name(), out[0], out[len(out)-1])
+	return out
+}
+
+// allRedisKinds are the faults of a Redis standalone setup.
+var allRedisKinds = []FaultKind{FaultPauseWorker, FaultPauseHolder, FaultBlackhole, FaultLatency, FaultReset, FaultKillRestart, FaultDelLock}
+
+// newRedisSetup starts a redis-server (with appendonly and appendfsync
+// always, so a SIGKILL loses no acknowledged write, unless volatile).
+func newRedisSetup(t *testing.T, name string, volatile bool) *setup {
+	var srv *redistest.Server
+	if volatile {
+		srv = redistest.Start(t)
+	} else {
+		srv = redistest.Start(t, redistest.WithConfig("appendonly yes", "appendfsync always"))
+	}
+	admin := srv.Client(t, nil)
+	b, err := redis.New(admin, redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return &setup{name: name, register: RegisterRedis, kinds: allRedisKinds, srv: srv, admin: admin, adminB: b,
+		work: *flagTTL / 4}
+}
+
+// only keeps the kinds -chaos.kinds names (all if it is empty).
+func only(kinds []FaultKind) []FaultKind {
+	if *flagKinds == "" {
+		return kinds
+	}
+	var out []FaultKind
+	for _, k := range kinds {
+		if slices.Contains(strings.Split(*flagKinds, ","), string(k)) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func defaultRun(seed uint64) runConfig {
+	return runConfig{seed: seed, workers: *flagWorkers, ttl: *flagTTL, length: *flagLength}
+}
+
+// stats aggregates runs of one backend for the figures.
+type stats struct {
+	name                  string
+	runs, ops             int
+	faults                map[FaultKind]int
+	a, b, c, d, e         int
+	breaks                map[FaultKind]int
+	fenceErrs             map[FaultKind]int
+	accepted, unknown     int
+	checkTime             time.Duration
+	lost, grants, staleWr int
+}
+
+func newStats(name string) *stats {
+	return &stats{name: name, faults: map[FaultKind]int{}, breaks: map[FaultKind]int{}, fenceErrs: map[FaultKind]int{}}
+}
+
+func (s *stats) add(r runResult) {
+	s.runs++
+	s.ops += r.report.Ops
+	for _, f := range r.faults {
+		s.faults[f.Kind]++
+	}
+	a, b, c, d, e := r.report.Violations()
+	s.a, s.b, s.c, s.d, s.e = s.a+a, s.b+b, s.c+c, s.d+d, s.e+e
+	for _, o := range r.report.Overlaps {
+		for _, k := range o.Kinds {
+			s.breaks[k]++
+		}
+	}
+	for _, e := range r.report.FenceErrs {
+		for _, k := range e.Kinds {
+			s.fenceErrs[k]++
+		}
+	}
+	s.accepted += r.report.Accepted
+	s.unknown += r.report.Unknown
+	s.checkTime += r.report.CheckTime
+	s.lost += len(r.history.Lost)
+	for _, o := range r.history.Ops {
+		switch {
+		case o.Op == OpAcquire && o.Phase == OK:
+			s.grants++
+		case o.Op == OpWrite && o.Phase == Stale:
+			s.staleWr++
+		}
+	}
+}
+
+func fmtKinds(m map[FaultKind]int) string {
+	var ks []string
+	for k, n := range m {
+		ks = append(ks, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(ks)
+	if len(ks) == 0 {
+		return "-"
+	}
+	return strings.Join(ks, " ")
+}
+
+// String is the figures line of the backend (docs/chaos.md's table).
+func (s *stats) String() string {
+	return fmt.Sprintf("FIGURES %s: schedules %d, ops checked %d, grants %d, writes acked %d / unknown %d / rejected stale %d, leases lost %d; "+
+		"faults [%s]; violations (a) %d (b) %d (c) %d (d) %d (e) %d; (b) breaks by fault [%s]; (c) by fault [%s]; checker time %v",
+		s.name, s.runs, s.ops, s.grants, s.accepted, s.unknown, s.staleWr, s.lost, fmtKinds(s.faults),
+		s.a, s.b, s.c, s.d, s.e, fmtKinds(s.breaks), fmtKinds(s.fenceErrs), s.checkTime.Round(time.Millisecond))
+}
+
+// print prints the figures on standard output, which `go test` run in
+// the chaos directory shows without -v (the etcd cluster's logs would
+// bury them under -v).
+func (s *stats) print(t *testing.T) {
+	t.Log(s)
+	fmt.Println(s)
+}
+
+// requireSafe fails t for every violation a correct fencedlock must not
+// have: (a), (d), (e), and (b) and (c) outside the faults that break them
+// by design (allowed: an operator's deletion, a Redis failover).
+func requireSafe(t *testing.T, name string, seed uint64, r runResult, allowed ...FaultKind) {
+	t.Helper()
+	a, _, _, d, e := r.report.Violations()
+	bad := a+d+e > 0
+	excused := func(kinds []FaultKind) bool {
+		for _, k := range kinds {
+			for _, al := range allowed {
+				if k == al {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, o := range r.report.Overlaps {
+		bad = bad || !excused(o.Kinds)
+	}
+	for _, f := range r.report.FenceErrs {
+		bad = bad || !slices.Contains(allowed, FaultFailover) || !slices.Contains(f.Kinds, FaultFailover)
+	}
+	if bad {
+		t.Errorf("%s seed %d (replay: make chaos SEED=%d): violations\n%s\nfaults: %v", name, seed, seed, r.report.Summary(), r.faults)
+	}
+}
+
+// TestChaosRedis: Redis standalone, the register a Redis hash behind
+// FencedSet/FencedHSet, every fault kind of a standalone server.
+func TestChaosRedis(t *testing.T) {
+	s := newRedisSetup(t, "redis", false)
+	st := newStats("redis-standalone")
+	for _, seed := range seeds(t) {
+		r := run(t, s, defaultRun(seed))
+		st.add(r)
+		requireSafe(t, st.name, seed, r, FaultDelLock)
+	}
+	st.print(t)
+}
+
+// TestChaosSQL: the lock on Redis standalone, the register a PostgreSQL
+// row behind fencing.SQLTable; network faults hit both of a worker's links.
+func TestChaosSQL(t *testing.T) {
+	s := newRedisSetup(t, "sql", false)
+	s.register = RegisterSQL
+	s.pg = pgtest.Start(t)
+	db, err := sql.Open("postgres", s.pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, sqlSchema); err != nil {
+		t.Fatal(err)
+	}
+	s.db = db
+	st := newStats("postgres-guard")
+	for _, seed := range seeds(t) {
+		r := run(t, s, defaultRun(seed))
+		st.add(r)
+		requireSafe(t, st.name, seed, r, FaultDelLock)
+	}
+	st.print(t)
+}
+
+// TestChaosNegativeBypass is a negative control: the same workload with
+// the guard bypassed (plain HSET) under paused holders must fail (a).
+func TestChaosNegativeBypass(t *testing.T) {
+	s := newRedisSetup(t, "bypass", false)
+	s.bypass = true
+	s.kinds = []FaultKind{FaultPauseHolder}
+	s.work = *flagTTL / 2 // holders spend most of their time between read and write
+	s.minFault = 2 * *flagTTL
+	seed := *flagSeed
+	if seed == 0 {
+		seed = 1
+	}
+	r := run(t, s, defaultRun(seed))
+	t.Logf("negative control (guard bypassed), seed %d:\n%s", seed, r.report.Summary())
+	if r.report.Linearizable != porcupine.Illegal {
+		t.Fatalf("negative control: with the guard bypassed the register history was %s; the checker has no teeth", r.report.Linearizable)
+	}
+	if _, err := os.Stat(r.report.Visual); err != nil {
+		t.Fatalf("no visualisation written: %q: %v", r.report.Visual, err)
+	}
+}
+
+// TestChaosNegativeBrokenRelease is a negative control: a backend whose
+// Release deletes the key without checking the owner, under paused
+// holders, must fail (b) (fencing still keeps (a)).
+func TestChaosNegativeBrokenRelease(t *testing.T) {
+	s := newRedisSetup(t, "broken-release", false)
+	s.broken = BrokenReleaseNoOwner
+	s.kinds = []FaultKind{FaultPauseHolder}
+	s.minFault = 2 * *flagTTL
+	seed := *flagSeed
+	if seed == 0 {
+		seed = 1
+	}
+	r := run(t, s, defaultRun(seed))
+	t.Logf("negative control (release without owner check), seed %d:\n%s", seed, r.report.Summary())
+	a, b, _, _, _ := r.report.Violations()
+	if a == 0 && b == 0 {
+		t.Fatal("negative control: a release without owner check passed (a) and (b); the checker has no teeth")
+	}
+}
+
+// TestChaosRedisVolatile documents what a redis-server without
+// persistence does to fencing: a SIGKILL and restart loses every key, the
+// fence counter and the guard's fence record included, so fences start
+// again from 1 and the register from 0. The checker must report it ((c)
+// and (a) at least); it is a finding about deployment (run Redis with
+// appendonly for fencing), not a fencedlock bug.
+func TestChaosRedisVolatile(t *testing.T) {
+	s := newRedisSetup(t, "volatile", true)
+	s.kinds = []FaultKind{FaultKillRestartVolatile}
+	seed := *flagSeed
+	if seed == 0 {
+		seed = 1
+	}
+	r := run(t, s, defaultRun(seed))
+	st := newStats("redis-standalone-volatile")
+	st.add(r)
+	st.print(t)
+	t.Logf("redis-server without persistence, killed and restarted, seed %d:\n%s", seed, r.report.Summary())
+	a, _, c, _, _ := r.report.Violations()
+	if a == 0 || c == 0 {
+		t.Fatalf("a restart that lost every key passed (a) or (c); the checker has no teeth")
+	}
+}

@@ -1,0 +1,124 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/tests/v3/framework/integration"
+	"go.uber.org/zap"
+
+	"github.com/fencedlock/fencedlock/backend/etcd"
+)
+
+// etcdCluster is an in-process 3-member etcd cluster on loopback TCP (the
+// workers are other processes), as backend/etcd/clustertest starts it.
+type etcdCluster struct {
+	clus  *integration.Cluster
+	addrs []string // members' client addresses, host:port
+	admin *clientv3.Client
+	b     *etcd.Backend
+}
+
+func startEtcd(t *testing.T) *etcdCluster {
+	t.Helper()
+	// As in clustertest: 300ms elections keep a loaded 2-core machine
+	// running -race from changing leaders spuriously.
+	integration.ElectionTicks = 30
+	integration.BeforeTest(t, integration.WithoutGoLeakDetection())
+	clus := integration.NewCluster(t, &integration.ClusterConfig{Size: 3, UseTCP: true})
+	t.Cleanup(func() { clus.Terminate(t) })
+	e := &etcdCluster{clus: clus}
+	for _, m := range clus.Members {
+		u, err := url.Parse(m.GRPCURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.addrs = append(e.addrs, strings.Replace(u.Host, "localhost", "127.0.0.1", 1))
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: e.addrs, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	e.admin = c
+	if e.b, err = etcd.New(c, etcd.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.b.Close() })
+	return e
+}
+
+func (e *etcdCluster) register(key string) register {
+	return &etcdRegister{b: e.b, c: e.admin, key: key}
+}
+
+// delLock deletes the queue of lockKey: its holder's entry and every
+// waiter's, as an operator's `etcdctl del --prefix` would.
+func (e *etcdCluster) delLock(ctx context.Context, lockKey string) (int64, error) {
+	resp, err := e.admin.Delete(ctx, etcd.DefaultPrefix+"locks/"+url.PathEscape(lockKey)+"/", clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Deleted, nil
+}
+
+// fault applies an etcd member fault and returns its heal.
+func (e *etcdCluster) fault(t *testing.T, f Fault) (heal func(), note string) {
+	m := e.clus.Members[f.Member]
+	switch f.Kind {
+	case FaultMemberKill:
+		m.Stop(t)
+		return func() {
+			if err := m.Restart(t); err != nil {
+				t.Fatalf("restarting member %d: %v", f.Member, err)
+			}
+		}, fmt.Sprintf("member %d", f.Member)
+	case FaultPartition:
+		var others []*integration.Member
+		for i, o := range e.clus.Members {
+			if i != f.Member {
+				others = append(others, o)
+			}
+		}
+		m.InjectPartition(t, others...)
+		return func() { m.RecoverPartition(t, others...) }, fmt.Sprintf("member %d", f.Member)
+	case FaultLeaderChange:
+		lead := e.clus.WaitLeader(t)
+		to := (lead + 1 + f.Member%2) % 3
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ls := e.clus.Members[lead].Server
+		err := ls.MoveLeader(ctx, uint64(ls.MemberID()), uint64(e.clus.Members[to].Server.MemberID()))
+		return func() {}, fmt.Sprintf("member %d -> %d (err %v)", lead, to, err)
+	}
+	t.Fatalf("not an etcd fault: %s", f.Kind)
+	return nil, ""
+}
+
+// etcdKinds are the faults of the etcd setup.
+var etcdKinds = []FaultKind{FaultPauseWorker, FaultPauseHolder, FaultBlackhole, FaultLatency, FaultReset,
+	FaultMemberKill, FaultPartition, FaultLeaderChange, FaultDelLock}
+
+// TestChaosEtcd: a 3-member etcd cluster, the register an etcd key behind
+// FencedPut; worker, network and member faults.
+func TestChaosEtcd(t *testing.T) {
+	e := startEtcd(t)
+	s := &setup{name: "etcd", register: RegisterEtcd, kinds: etcdKinds, etcd: e}
+	ttl := max(*flagTTL, 2*time.Second) // etcd leases are whole seconds
+	s.work = ttl / 4
+	st := newStats("etcd-3-member")
+	for _, seed := range seeds(t) {
+		rc := defaultRun(seed)
+		rc.ttl = ttl
+		rc.length = max(rc.length, 4*ttl)
+		r := run(t, s, rc)
+		st.add(r)
+		requireSafe(t, st.name, seed, r, FaultDelLock)
+	}
+	st.print(t)
+}

@@ -1,0 +1,397 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/internal/faultproxy"
+	"github.com/fencedlock/fencedlock/internal/pgtest"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/redis/rueidis"
+)
+
+// setup is one system under test: a redis-server for the lock (and, for
+// RegisterRedis, the register), optionally PostgreSQL for the register.
+type setup struct {
+	name     string
+	register string
+	kinds    []FaultKind
+	srv      *redistest.Server
+	pg       *pgtest.Server
+	admin    rueidis.Client // direct to srv: the operator and the final read
+	adminB   *redis.Backend
+	db       *sql.DB // direct to pg
+	etcd     *etcdCluster
+	sentinel *sentinelDeploy
+	bypass   bool
+	broken   string
+	work     time.Duration // the workers' Work
+	// minFault, if set, lengthens shorter faults of the schedule: the
+	// negative controls need pauses past the lease whatever the seed.
+	minFault time.Duration
+}
+
+// runConfig is one run: a setup, a seed and the run's size.
+type runConfig struct {
+	seed    uint64
+	workers int
+	ttl     time.Duration
+	length  time.Duration
+}
+
+// runResult is what one run produced.
+type runResult struct {
+	faults  []FaultRecord
+	history History
+	report  Report
+	logs    []string // the workers' stderr
+}
+
+// worker process as the parent sees it.
+type proc struct {
+	id      int
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	stderr  bytes.Buffer
+	proxies []*faultproxy.Proxy
+	done    chan error
+	exited  atomic.Bool
+}
+
+// tracker follows what each worker is doing, from its events, so the
+// nemesis can aim at the holder.
+type tracker struct {
+	mu      sync.Mutex
+	events  []Event
+	holding map[int]bool
+	reading map[int]bool // between a read's ok and its write's completion
+	seen    map[int]bool
+	err     error
+}
+
+func (tr *tracker) add(e Event) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.events = append(tr.events, e)
+	tr.seen[e.Worker] = true
+	switch {
+	case e.Op == OpAcquire && e.Phase == OK:
+		tr.holding[e.Worker] = true
+	case e.Op == OpRead && e.Phase == OK:
+		tr.reading[e.Worker] = true
+	case e.Op == OpWrite && e.Phase != Invoke:
+		tr.reading[e.Worker] = false
+	case e.Op == OpRelease && e.Phase == Invoke, e.Op == OpLost:
+		tr.holding[e.Worker], tr.reading[e.Worker] = false, false
+	}
+}
+
+// started returns how many workers have sent an event.
+func (tr *tracker) started() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.seen)
+}
+
+// holder returns a worker holding the lock, preferring one between its
+// read and its write, that paused does not exclude; -1 if none.
+func (tr *tracker) holder(paused map[int]bool) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	best := -1
+	for w, h := range tr.holding {
+		if !h || paused[w] {
+			continue
+		}
+		if tr.reading[w] {
+			return w
+		}
+		best = w
+	}
+	return best
+}
+
+// run runs the workers and the nemesis once and checks the history.
+func run(t *testing.T, s *setup, rc runConfig) runResult {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockKey := fmt.Sprintf("chaos-%s-%d", s.name, rc.seed)
+	regKey := "chaos:register:" + lockKey
+	if s.register == RegisterSQL {
+		if _, err := s.db.Exec("INSERT INTO chaos_register (key) VALUES ($1) ON CONFLICT (key) DO NOTHING", regKey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := &tracker{holding: map[int]bool{}, reading: map[int]bool{}, seen: map[int]bool{}}
+	procs := make([]*proc, rc.workers)
+	defer func() { // on an early exit (t.Fatal), leave no worker behind
+		for _, p := range procs {
+			if p != nil && p.cmd.Process != nil && !p.exited.Load() {
+				_ = p.cmd.Process.Kill()
+			}
+		}
+	}()
+	var readers sync.WaitGroup
+	for i := range procs {
+		p := &proc{id: i, done: make(chan error, 1)}
+		procs[i] = p
+		cfg := WorkerConfig{ID: i, Register: s.register, Bypass: s.bypass, Broken: s.broken,
+			TTL: rc.ttl, LockKey: lockKey, RegKey: regKey, Work: s.work, Seed: rc.seed,
+			MaxRounds: 100000, MaxTime: rc.length + 30*time.Second}
+		targets := []string{}
+		switch {
+		case s.sentinel != nil:
+			cfg.Lock = LockSentinel
+			cfg.Sentinels, cfg.MasterName, cfg.WaitReplicas = s.sentinel.addrs(), s.sentinel.g.MasterName, s.sentinel.wait
+		case s.etcd != nil:
+			cfg.Lock = LockEtcd
+			targets = s.etcd.addrs
+		default:
+			cfg.Lock = LockRedis
+			targets = append(targets, s.srv.Addr)
+		}
+		for _, target := range targets {
+			px, err := faultproxy.New(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { px.Close() }) // Close is idempotent
+			p.proxies = append(p.proxies, px)
+			if s.etcd != nil {
+				cfg.EtcdAddrs = append(cfg.EtcdAddrs, px.Addr())
+			} else {
+				cfg.RedisAddr = px.Addr()
+			}
+		}
+		if s.register == RegisterSQL {
+			pp, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", s.pg.Port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pp.Close() })
+			p.proxies = append(p.proxies, pp)
+			_, port, _ := net.SplitHostPort(pp.Addr())
+			cfg.SQLDSN = fmt.Sprintf("host=127.0.0.1 port=%s user=%s dbname=postgres sslmode=disable connect_timeout=2", port, s.pg.User)
+		}
+		js, err := json.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.cmd = exec.Command(exe, "-test.run=^$")
+		p.cmd.Env = append(os.Environ(), WorkerEnv+"="+string(js))
+		p.cmd.ExtraFiles = []*os.File{w}
+		p.cmd.Stderr = &p.stderr
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			defer r.Close()
+			sc := bufio.NewScanner(r)
+			for sc.Scan() {
+				var e Event
+				if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+					tr.mu.Lock()
+					tr.err = fmt.Errorf("worker %d sent %q: %w", p.id, sc.Text(), err)
+					tr.mu.Unlock()
+					continue
+				}
+				tr.add(e)
+			}
+		}()
+		go func() {
+			err := p.cmd.Wait()
+			p.exited.Store(true)
+			p.done <- err
+		}()
+	}
+
+	// Start the schedule once every worker is running its loop.
+	for deadline := time.Now().Add(30 * time.Second); tr.started() < rc.workers; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d workers started within 30s", tr.started(), rc.workers)
+		}
+	}
+	var res runResult
+	paused := map[int]bool{}
+	defer func() { // never leave a worker stopped
+		for w := range paused {
+			_ = procs[w].cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	plan := Schedule(rc.seed, only(s.kinds), rc.workers, rc.ttl, rc.length)
+	for i := range plan {
+		plan[i].Duration = max(plan[i].Duration, s.minFault)
+	}
+	begin := time.Now()
+	for _, f := range plan {
+		time.Sleep(time.Until(begin.Add(f.Start)))
+		rec := FaultRecord{Fault: f, Target: f.Worker, Begin: Now()}
+		heal := func() {}
+		switch f.Kind {
+		case FaultPauseWorker, FaultPauseHolder:
+			if f.Kind == FaultPauseHolder {
+				// Aim at a holder in its critical section: wait for one,
+				// at most a TTL.
+				deadline := time.Now().Add(rc.ttl)
+				for rec.Target = tr.holder(paused); rec.Target < 0 && time.Now().Before(deadline); rec.Target = tr.holder(paused) {
+					time.Sleep(time.Millisecond)
+				}
+				if rec.Target < 0 {
+					rec.Target, rec.Note = f.Worker, "no holder found"
+				}
+				rec.Begin = Now()
+			}
+			p := procs[rec.Target]
+			_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+			paused[p.id] = true
+			heal = func() { _ = p.cmd.Process.Signal(syscall.SIGCONT); delete(paused, p.id) }
+		case FaultBlackhole:
+			for _, px := range procs[f.Worker].proxies {
+				px.Blackhole(true)
+			}
+			heal = func() {
+				for _, px := range procs[f.Worker].proxies {
+					px.Blackhole(false)
+				}
+			}
+		case FaultLatency:
+			for _, px := range procs[f.Worker].proxies {
+				px.SetLatency(f.Latency)
+			}
+			heal = func() {
+				for _, px := range procs[f.Worker].proxies {
+					px.SetLatency(0)
+				}
+			}
+		case FaultReset:
+			for _, px := range procs[f.Worker].proxies {
+				px.RefuseNew(true)
+				px.ResetAll()
+			}
+			heal = func() {
+				for _, px := range procs[f.Worker].proxies {
+					px.RefuseNew(false)
+				}
+			}
+		case FaultKillRestart, FaultKillRestartVolatile:
+			rec.Target = -1
+			s.srv.Kill()
+			heal = func() { s.srv.Restart() }
+		case FaultDelLock:
+			rec.Target = -1
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			var n int64
+			var err error
+			if s.etcd != nil {
+				n, err = s.etcd.delLock(ctx, lockKey)
+			} else if s.sentinel != nil {
+				n, err = s.sentinel.delLock(ctx, lockKey)
+			} else {
+				n, err = s.admin.Do(ctx, s.admin.B().Del().Key(s.adminB.LockKey(lockKey)).Build()).AsInt64()
+			}
+			cancel()
+			rec.Note = fmt.Sprintf("deleted %d keys (err %v)", n, err)
+		case FaultFailover:
+			rec.Target = -1
+			heal, rec.Note = s.sentinel.failover(t)
+		case FaultMemberKill, FaultPartition, FaultLeaderChange:
+			rec.Target = -1
+			heal, rec.Note = s.etcd.fault(t, f)
+		}
+		time.Sleep(time.Until(begin.Add(f.Start + f.Duration)))
+		heal()
+		rec.End = Now()
+		res.faults = append(res.faults, rec)
+	}
+	time.Sleep(time.Until(begin.Add(rc.length)))
+
+	// Stop: every worker running, every link healed, then close stdin.
+	for w := range paused {
+		_ = procs[w].cmd.Process.Signal(syscall.SIGCONT)
+	}
+	for _, p := range procs {
+		for _, px := range p.proxies {
+			px.Heal()
+		}
+		p.stdin.Close()
+	}
+	for _, p := range procs {
+		select {
+		case err := <-p.done:
+			if err != nil {
+				t.Errorf("worker %d: %v\n%s", p.id, err, p.stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			t.Errorf("worker %d did not stop within 30s of its stop signal; killed\n%s", p.id, p.stderr.String())
+		}
+		for _, px := range p.proxies {
+			px.Close()
+		}
+		res.logs = append(res.logs, p.stderr.String())
+	}
+	readers.Wait()
+	if tr.err != nil {
+		t.Fatal(tr.err)
+	}
+	h, err := BuildHistory(tr.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Faults = res.faults
+
+	// The final read, after every worker stopped, straight to the store.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	final := Operation{Worker: rc.workers, Op: OpFinal, Call: Now()}
+	var reg register
+	switch {
+	case s.etcd != nil:
+		reg = s.etcd.register(regKey)
+	case s.register == RegisterSQL:
+		reg = &sqlRegister{db: s.db, key: regKey}
+	default:
+		reg = &redisRegister{b: s.adminB, c: s.admin, key: regKey}
+	}
+	v, err := reg.Read(ctx)
+	final.Return, final.Value, final.Phase = Now(), v, OK
+	if err != nil {
+		t.Errorf("final read: %v", err)
+	} else {
+		h.Final = &final
+	}
+	res.history = h
+	res.report = Check(h, CheckOptions{TTL: rc.ttl, Timeout: 2 * time.Minute,
+		VisualPath: filepath.Join(visualDir(t), fmt.Sprintf("chaos-%s-seed%d.html", s.name, rc.seed))})
+	return res
+}
