@@ -318,6 +318,23 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 		pending  []os.Signal
 		leaseEnd = lease.Done()
 	)
+	// note records what the supervisor reports: COMMAND could not start
+	// (X), its exit status (E), why it terminated the tree itself (T), and
+	// the end of its messages.
+	note := func(m supervisorMsg) {
+		switch {
+		case m.eof:
+			status = nil
+		case m.kind == 'X':
+			startErr = m.arg
+		case m.kind == 'E':
+			n, _ := strconv.ParseUint(m.arg, 10, 32)
+			w := syscall.WaitStatus(n)
+			ws = &w
+		case m.kind == 'T':
+			selfTerm = m.arg
+		}
+	}
 	for {
 		select {
 		case sig := <-sigs:
@@ -339,42 +356,21 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 				_, _ = fmt.Fprintf(ctlW, "T lease lost\n")
 			}
 		case m := <-status:
-			switch {
-			case m.eof:
-				status = nil
-			case m.kind == 'P':
+			if m.kind == 'P' && !m.eof {
 				pgid, _ = strconv.Atoi(m.arg)
 				for _, sig := range pending {
 					p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
 					_ = syscall.Kill(-pgid, sig.(syscall.Signal))
 				}
 				pending = nil
-			case m.kind == 'X':
-				startErr = m.arg
-			case m.kind == 'E':
-				n, _ := strconv.ParseUint(m.arg, 10, 32)
-				w := syscall.WaitStatus(n)
-				ws = &w
-			case m.kind == 'T':
-				selfTerm = m.arg
+				continue
 			}
+			note(m)
 		case <-exited:
 			// The supervisor exits when no process of the tree is left;
 			// read what it said last.
 			for status != nil {
-				m := <-status
-				switch {
-				case m.eof:
-					status = nil
-				case m.kind == 'X':
-					startErr = m.arg
-				case m.kind == 'E':
-					n, _ := strconv.ParseUint(m.arg, 10, 32)
-					w := syscall.WaitStatus(n)
-					ws = &w
-				case m.kind == 'T':
-					selfTerm = m.arg
-				}
+				note(<-status)
 			}
 			if pgid != 0 && ws == nil {
 				// The supervisor was killed: what is left of the tree is
