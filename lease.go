@@ -156,17 +156,10 @@ func (ls *Lease) renew(ctx context.Context) error {
 	sent := time.Now()
 	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.l.opts.TTL)
 	ls.mu.Lock()
-	if ls.err == nil && !time.Now().Before(ls.deadline) {
-		// The reply came after the local deadline: the holder may have
-		// been told nothing while the key could expire. Lost is lost.
-		lastErr := ls.lastErr
-		if err != nil && ctx.Err() == nil {
-			lastErr = err
-		}
-		ls.mu.Unlock()
-		ls.lose(deadlineReason(lastErr))
-		ls.mu.Lock()
-	}
+	// A success that comes back after the local deadline, while nobody has
+	// declared the lease lost yet (Err, the watchdog), still proves the key
+	// was ours without a gap: the server renewed it, and it renews only a
+	// key this owner holds. Once the lease was declared lost, it stays lost.
 	ended := ls.err
 	if ended == nil {
 		if err == nil {
@@ -347,14 +340,6 @@ func (ls *Lease) keepAlive(r Renewal) {
 		return
 	}
 	ls.mu.Lock()
-	if ls.err == nil && !time.Now().Before(ls.deadline) {
-		// Confirmed after the local deadline (the watchdog is late): the
-		// lease was lost at the deadline and stays lost.
-		lastErr := ls.lastErr
-		ls.mu.Unlock()
-		ls.lose(deadlineReason(lastErr))
-		return
-	}
 	if d := r.Sent.Add(r.TTL - ls.l.opts.SafetyMargin); d.After(ls.deadline) && ls.err == nil {
 		ls.deadline = d
 		// The timer sleeps until the old deadline at most; it re-arms
