@@ -352,3 +352,39 @@ func TestGuards(t *testing.T) {
 		t.Fatalf("fenced get of a corrupt record: %v", err)
 	}
 }
+
+// TestCloseEndsPendingWatch: a Watch waiting for its subscription to be
+// confirmed returns ErrClosed when the backend is closed, instead of
+// waiting for its context.
+func TestCloseEndsPendingWatch(t *testing.T) {
+	srv := redistest.Start(t)
+	b, err := New(newClient(t, srv, time.Second), Options{}) // confirmations arrive 1s late
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, stop, err := b.Watch(ctx, "k")
+		if err == nil {
+			stop()
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	b.Close()
+	// Close waits for the subscription connection's handshake, whose
+	// replies are delayed too (about 2s).
+	t.Logf("Close took %v", time.Since(start).Round(time.Millisecond))
+	select {
+	case err := <-done:
+		if !errors.Is(err, fencedlock.ErrClosed) {
+			t.Fatalf("pending Watch after Close: %v, want ErrClosed", err)
+		}
+		t.Logf("pending Watch returned %v after Close: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("pending Watch still waiting 5s after Close")
+	}
+}

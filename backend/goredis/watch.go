@@ -196,6 +196,9 @@ func (h *hub) watch(ctx context.Context, key, channel string) (<-chan struct{}, 
 	case <-ctx.Done():
 		stop()
 		return nil, nil, ctx.Err()
+	case <-h.ctx.Done(): // the backend was closed
+		stop()
+		return nil, nil, errClosed("watch", key)
 	}
 	h.log.Debug("redis: watching", "channel", channel)
 	return w.ch, stop, nil
