@@ -76,12 +76,12 @@ func (b *Backend) fencedWrite(ctx context.Context, op, key string, token fencing
 			return fmt.Errorf("redis: %s %q: field %q is reserved for the fence record: %w", op, key, pairs[i], fencedlock.ErrInvalid)
 		}
 	}
-	args := make([]any, 0, 2+len(pairs))
-	args = append(args, token.String(), holder)
+	cmd := make([]any, 0, 6+len(pairs))
+	cmd = append(cmd, nil, nil, 1, key, token.String(), holder)
 	for _, p := range pairs {
-		args = append(args, p)
+		cmd = append(cmd, p)
 	}
-	vals, err := fencedWriteScript.Run(ctx, b.c, []string{key}, args...).Slice()
+	vals, err := b.run(ctx, fencedWriteScript, cmd).Slice()
 	if err != nil {
 		return wrap(op, key, err)
 	}

@@ -150,16 +150,32 @@ func (o Options) resolve() (Options, error) {
 	return o, nil
 }
 
-// The scripts, shared with backend/redis. Run sends EVALSHA and falls back
-// to EVAL on NOSCRIPT.
+// script is one of the scripts shared with backend/redis, its SHA-1 and
+// text boxed once (go-redis takes command arguments as []any).
+type script struct{ sha, lua any }
+
 var (
-	acquireScript     = redis.NewScript(redisscript.AcquireLua)
-	renewScript       = redis.NewScript(redisscript.RenewLua)
-	releaseScript     = redis.NewScript(redisscript.ReleaseLua)
-	inspectScript     = redis.NewScript(redisscript.InspectLua)
-	retireScript      = redis.NewScript(redisscript.RetireLua)
-	fencedWriteScript = redis.NewScript(redisscript.FencedWriteLua)
+	acquireScript     = script{redisscript.AcquireSHA, redisscript.AcquireLua}
+	renewScript       = script{redisscript.RenewSHA, redisscript.RenewLua}
+	releaseScript     = script{redisscript.ReleaseSHA, redisscript.ReleaseLua}
+	inspectScript     = script{redisscript.InspectSHA, redisscript.InspectLua}
+	retireScript      = script{redisscript.RetireSHA, redisscript.RetireLua}
+	fencedWriteScript = script{redisscript.FencedWriteSHA, redisscript.FencedWriteLua}
 )
+
+// run sends s as EVALSHA and, on NOSCRIPT, as EVAL. cmd is the whole
+// command with two slots first for the command name and the script:
+// nil, nil, numkeys, keys..., args... (one slice, so that a call
+// allocates it once).
+func (b *Backend) run(ctx context.Context, s script, cmd []any) *redis.Cmd {
+	cmd[0], cmd[1] = "evalsha", s.sha
+	r := b.c.Do(ctx, cmd...)
+	if redis.HasErrorPrefix(r.Err(), "NOSCRIPT") {
+		cmd[0], cmd[1] = "eval", s.lua
+		r = b.c.Do(ctx, cmd...)
+	}
+	return r
+}
 
 // Backend is a [fencedlock.Backend] on Redis through go-redis. It also
 // implements [fencedlock.Notifier] and [fencedlock.Inspector]. It is safe
@@ -302,6 +318,7 @@ type ttlArg struct {
 	ttl time.Duration
 	ms  int64
 	s   string
+	arg any // s, boxed once
 }
 
 // ttlArg converts ttl to whole milliseconds, rounded up, reusing the last
@@ -315,6 +332,7 @@ func (b *Backend) ttlArg(ttl time.Duration) *ttlArg {
 		ms = 1
 	}
 	a := &ttlArg{ttl: ttl, ms: ms, s: strconv.FormatInt(ms, 10)}
+	a.arg = a.s
 	b.ttl.Store(a)
 	return a
 }
@@ -366,16 +384,18 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	if b.closed.Load() {
 		return fencedlock.Grant{}, errClosed("acquire", req.Key)
 	}
-	lk := b.LockKey(req.Key)
-	keys := []string{lk, lk + redisscript.FenceSuffix, lk + redisscript.AbandonedSuffix}
+	// The fence key holds the lock key as its prefix: one allocation.
+	fk := b.opts.KeyPrefix + "{" + redisscript.Escape(req.Key) + "}" + redisscript.FenceSuffix
+	lk := fk[:len(fk)-len(redisscript.FenceSuffix)]
 	ttl := b.ttlArg(req.TTL)
+	cmd := []any{nil, nil, 3, lk, fk, lk + redisscript.AbandonedSuffix, req.Owner, ttl.arg}
 	var (
 		n   int64
 		err error
 	)
 	if b.opts.WaitReplicas > 0 {
 		var acked int64
-		n, acked, err = b.execWait(ctx, acquireScript, keys, req.Owner, ttl.s)
+		n, acked, err = b.execWait(ctx, acquireScript, lk, cmd)
 		if err == nil && n > 0 && acked < int64(b.opts.WaitReplicas) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fencedlock.DefaultReleaseTimeout)
 			rerr := b.Release(rctx, fencedlock.Grant{Key: req.Key, Owner: req.Owner})
@@ -388,7 +408,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 			return fencedlock.Grant{}, err
 		}
 	} else {
-		n, err = acquireScript.Run(ctx, b.c, keys, req.Owner, ttl.s).Int64()
+		n, err = b.run(ctx, acquireScript, cmd).Int64()
 	}
 	if err != nil {
 		return fencedlock.Grant{}, wrap("acquire", req.Key, err)
@@ -414,23 +434,23 @@ func (b *Backend) nodeFor(ctx context.Context, key string) (redis.Cmdable, error
 	return b.c, nil
 }
 
-// execWait sends a script and WAIT in one pipeline on one connection, with
-// EVAL on NOSCRIPT. It returns the script's reply and, when that reply is
-// positive (the script wrote), WAIT's count.
-func (b *Backend) execWait(ctx context.Context, s *redis.Script, keys []string, args ...any) (n, acked int64, err error) {
+// execWait sends a script (cmd as for run) and WAIT in one pipeline on one
+// connection, with EVAL on NOSCRIPT. It returns the script's reply and,
+// when that reply is positive (the script wrote), WAIT's count.
+func (b *Backend) execWait(ctx context.Context, s script, key string, cmd []any) (n, acked int64, err error) {
 	waitMs := b.opts.WaitTimeout.Milliseconds()
-	node, err := b.nodeFor(ctx, keys[0])
+	node, err := b.nodeFor(ctx, key)
 	if err != nil {
 		return 0, 0, err
 	}
 	run := func(eval bool) (*redis.Cmd, *redis.Cmd) {
 		p := node.Pipeline()
-		var sc *redis.Cmd
 		if eval {
-			sc = s.Eval(ctx, p, keys, args...)
+			cmd[0], cmd[1] = "eval", s.lua
 		} else {
-			sc = s.EvalSha(ctx, p, keys, args...)
+			cmd[0], cmd[1] = "evalsha", s.sha
 		}
+		sc := p.Do(ctx, cmd...)
 		wc := p.Do(ctx, "wait", b.opts.WaitReplicas, waitMs)
 		_, _ = p.Exec(ctx) // the errors are read from each command
 		return sc, wc
@@ -460,20 +480,21 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		return 0, errClosed("renew", g.Key)
 	}
 	a := b.ttlArg(ttl)
-	keys := []string{b.LockKey(g.Key)}
+	lk := b.LockKey(g.Key)
+	cmd := []any{nil, nil, 1, lk, g.Owner, a.arg}
 	var (
 		n   int64
 		err error
 	)
 	if b.opts.WaitReplicas > 0 {
 		var acked int64
-		n, acked, err = b.execWait(ctx, renewScript, keys, g.Owner, a.s)
+		n, acked, err = b.execWait(ctx, renewScript, lk, cmd)
 		if err == nil && n == 1 && acked < int64(b.opts.WaitReplicas) {
 			return 0, fmt.Errorf("redis: renew %q: %d of %d replicas acknowledged within %v: %w",
 				g.Key, acked, b.opts.WaitReplicas, b.opts.WaitTimeout, ErrReplication)
 		}
 	} else {
-		n, err = renewScript.Run(ctx, b.c, keys, g.Owner, a.s).Int64()
+		n, err = b.run(ctx, renewScript, cmd).Int64()
 	}
 	if err != nil {
 		return 0, wrap("renew", g.Key, err)
@@ -496,20 +517,24 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		return errClosed("release", g.Key)
 	}
 	lk := b.LockKey(g.Key)
-	keys := []string{lk}
-	args := make([]any, 1, 4)
-	args[0] = g.Owner
-	if b.opts.ShardedPubSub {
-		args = append(args, "sharded")
-	}
-	if g.Fence == 0 {
-		if !b.opts.ShardedPubSub {
-			args = append(args, "")
+	var cmd []any
+	switch {
+	case g.Fence != 0 && !b.opts.ShardedPubSub:
+		cmd = []any{nil, nil, 1, lk, g.Owner}
+	case g.Fence != 0:
+		cmd = []any{nil, nil, 1, lk, g.Owner, "sharded"}
+	default:
+		// A clean-up after an Acquire whose outcome is unknown (a Grant
+		// of Key and Owner only): go-redis may still write that request
+		// after this one, so the server also remembers the owner and
+		// refuses its acquire if it arrives later.
+		mode := ""
+		if b.opts.ShardedPubSub {
+			mode = "sharded"
 		}
-		keys = append(keys, lk+redisscript.AbandonedSuffix)
-		args = append(args, redisscript.AbandonTTLms)
+		cmd = []any{nil, nil, 2, lk, lk + redisscript.AbandonedSuffix, g.Owner, mode, abandonTTLArg}
 	}
-	n, err := releaseScript.Run(ctx, b.c, keys, args...).Int64()
+	n, err := b.run(ctx, releaseScript, cmd).Int64()
 	if err != nil {
 		return wrap("release", g.Key, err)
 	}
@@ -518,6 +543,9 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	}
 	return nil
 }
+
+// abandonTTLArg is redisscript.AbandonTTLms, boxed once.
+var abandonTTLArg any = redisscript.AbandonTTLms
 
 // replyString returns a script reply element as a string; ok is false for
 // a nil (Lua false) element.
@@ -545,7 +573,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 		return fencedlock.Info{}, fmt.Errorf("redis: inspect: %w", err)
 	}
 	lk := b.LockKey(key)
-	vals, err := inspectScript.Run(ctx, b.c, []string{lk, lk + redisscript.FenceSuffix}).Slice()
+	vals, err := b.run(ctx, inspectScript, []any{nil, nil, 2, lk, lk + redisscript.FenceSuffix}).Slice()
 	if err != nil {
 		return fencedlock.Info{}, wrap("inspect", key, err)
 	}
@@ -584,7 +612,7 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 		return 0, fmt.Errorf("redis: retire fence: %w", err)
 	}
 	lk := b.LockKey(key)
-	n, err := retireScript.Run(ctx, b.c, []string{lk, lk + redisscript.FenceSuffix}).Int64()
+	n, err := b.run(ctx, retireScript, []any{nil, nil, 2, lk, lk + redisscript.FenceSuffix}).Int64()
 	if err != nil {
 		return 0, wrap("retire fence", key, err)
 	}

@@ -388,3 +388,34 @@ func TestCloseEndsPendingWatch(t *testing.T) {
 		t.Fatal("pending Watch still waiting 5s after Close")
 	}
 }
+
+// TestScriptFlushRecovers: after SCRIPT FLUSH (or a failover to a server
+// that never saw the scripts) every call falls back to EVAL, with and
+// without the WAIT pipeline.
+func TestScriptFlushRecovers(t *testing.T) {
+	primary := redistest.Start(t)
+	redistest.Start(t, redistest.WithReplicaOf(primary))
+	ctx := ctxT(t)
+	for _, opts := range []Options{{}, {WaitReplicas: 1, WaitTimeout: 5 * time.Second}} {
+		b, c := newBackend(t, primary, opts)
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "flushed", Owner: owner(), TTL: time.Minute})
+		if err != nil {
+			t.Fatalf("%+v: acquire after SCRIPT FLUSH: %v", opts, err)
+		}
+		c.ScriptFlush(ctx)
+		if _, err := b.Renew(ctx, g, time.Minute); err != nil {
+			t.Fatalf("%+v: renew after SCRIPT FLUSH: %v", opts, err)
+		}
+		c.ScriptFlush(ctx)
+		if _, err := b.Inspect(ctx, "flushed"); err != nil {
+			t.Fatalf("inspect after SCRIPT FLUSH: %v", err)
+		}
+		c.ScriptFlush(ctx)
+		if err := b.Release(ctx, g); err != nil {
+			t.Fatalf("%+v: release after SCRIPT FLUSH: %v", opts, err)
+		}
+	}
+}
