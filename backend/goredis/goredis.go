@@ -163,6 +163,24 @@ var (
 	fencedWriteScript = script{redisscript.FencedWriteSHA, redisscript.FencedWriteLua}
 )
 
+// The commands of the hot paths, each with its string arguments in one
+// allocation: go-redis takes *string arguments, which box into an any
+// without allocating, where each string would allocate.
+type (
+	acquireCall struct {
+		cmd               [8]any
+		lk, fk, ak, owner string
+	}
+	renewCall struct {
+		cmd       [6]any
+		lk, owner string
+	}
+	releaseCall struct {
+		cmd       [6]any
+		lk, owner string
+	}
+)
+
 // run sends s as EVALSHA and, on NOSCRIPT, as EVAL. cmd is the whole
 // command with two slots first for the command name and the script:
 // nil, nil, numkeys, keys..., args... (one slice, so that a call
@@ -388,7 +406,9 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	fk := b.opts.KeyPrefix + "{" + redisscript.Escape(req.Key) + "}" + redisscript.FenceSuffix
 	lk := fk[:len(fk)-len(redisscript.FenceSuffix)]
 	ttl := b.ttlArg(req.TTL)
-	cmd := []any{nil, nil, 3, lk, fk, lk + redisscript.AbandonedSuffix, req.Owner, ttl.arg}
+	c := &acquireCall{lk: lk, fk: fk, ak: lk + redisscript.AbandonedSuffix, owner: req.Owner}
+	c.cmd = [...]any{nil, nil, 3, &c.lk, &c.fk, &c.ak, &c.owner, ttl.arg}
+	cmd := c.cmd[:]
 	var (
 		n   int64
 		err error
@@ -480,8 +500,9 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		return 0, errClosed("renew", g.Key)
 	}
 	a := b.ttlArg(ttl)
-	lk := b.LockKey(g.Key)
-	cmd := []any{nil, nil, 1, lk, g.Owner, a.arg}
+	c := &renewCall{lk: b.LockKey(g.Key), owner: g.Owner}
+	c.cmd = [...]any{nil, nil, 1, &c.lk, &c.owner, a.arg}
+	lk, cmd := c.lk, c.cmd[:]
 	var (
 		n   int64
 		err error
@@ -519,10 +540,13 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	lk := b.LockKey(g.Key)
 	var cmd []any
 	switch {
-	case g.Fence != 0 && !b.opts.ShardedPubSub:
-		cmd = []any{nil, nil, 1, lk, g.Owner}
 	case g.Fence != 0:
-		cmd = []any{nil, nil, 1, lk, g.Owner, "sharded"}
+		c := &releaseCall{lk: lk, owner: g.Owner}
+		c.cmd = [...]any{nil, nil, 1, &c.lk, &c.owner, "sharded"}
+		cmd = c.cmd[:]
+		if !b.opts.ShardedPubSub {
+			cmd = cmd[:5]
+		}
 	default:
 		// A clean-up after an Acquire whose outcome is unknown (a Grant
 		// of Key and Owner only): go-redis may still write that request
