@@ -13,7 +13,6 @@ import (
 var (
 	acquireLua     = redisscript.AcquireLua
 	renewLua       = redisscript.RenewLua
-	fencedWriteLua = redisscript.FencedWriteLua
 )
 
 // Names shared with the scripts (internal/luagen consts).
