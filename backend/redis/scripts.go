@@ -11,8 +11,8 @@ import (
 // internal/redisscript. See internal/redisscript/*.lua for their KEYS,
 // ARGV and replies.
 var (
-	acquireLua     = redisscript.AcquireLua
-	renewLua       = redisscript.RenewLua
+	acquireLua = redisscript.AcquireLua
+	renewLua   = redisscript.RenewLua
 )
 
 // Names shared with the scripts (internal/luagen consts).
