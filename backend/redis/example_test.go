@@ -59,7 +59,7 @@ func Example() {
 }
 
 // The Redis keys of a lock name, e.g. to release a lock by hand with
-// redis-cli --eval backend/redis/scripts/release.lua LOCKKEY , TOKEN.
+// redis-cli --eval internal/redisscript/release.lua LOCKKEY , TOKEN.
 func ExampleBackend_LockKey() {
 	srv, err := miniredis.Run()
 	if err != nil {

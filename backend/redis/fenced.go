@@ -2,34 +2,29 @@ package redis
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"strings"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/redis/rueidis"
 )
-
-//go:embed scripts/fenced_write.lua
-var fencedWriteLua string
-
-var fencedWriteScript = rueidis.NewLuaScript(fencedWriteLua)
 
 // Fields of a guarded hash (see [Backend.FencedSet] and [Backend.FencedHSet]).
 const (
 	// ValueField is the field of the hash written by FencedSet.
-	ValueField = "value"
+	ValueField = redisscript.ValueField
 	// FenceField holds the highest token accepted for the hash, in decimal.
-	FenceField = "fencedlock:fence"
+	FenceField = redisscript.FenceField
 	// HolderField holds the holder id that presented FenceField's token.
-	HolderField = "fencedlock:holder"
+	HolderField = redisscript.HolderField
 )
 
 // FencedSet writes value to key, a Redis hash of yours, only if the fencing
 // rule ([fencing.Check]) accepts token from holder: token greater than the
 // highest token accepted for key, or equal to it and from the same holder.
-// The check and the write are one step (scripts/fenced_write.lua), so no
+// The check and the write are one step (internal/redisscript/fenced_write.lua), so no
 // other write can come between them. The hash holds the value in field
 // [ValueField] and the fence record in [FenceField] and [HolderField];
 // read it back with [Backend.FencedGet].

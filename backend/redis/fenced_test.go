@@ -311,7 +311,7 @@ func TestFencedFailoverDuplicateFence(t *testing.T) {
 func TestFencedWriteByHand(t *testing.T) {
 	srv := redistest.Start(t)
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "scripts", "fenced_write.lua")
+	script := filepath.Join(filepath.Dir(file), "..", "..", "internal", "redisscript", "fenced_write.lua")
 	cli := redistest.Binary(t, "redis-cli")
 	run := func(args ...string) string {
 		full := append([]string{"-p", fmt.Sprint(srv.Port), "--eval", script}, args...)

@@ -21,7 +21,7 @@ import (
 func evalByHand(t *testing.T, srv *redistest.Server, name string, args ...string) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "scripts", name)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "internal", "redisscript", name)
 	full := append([]string{"-p", fmt.Sprint(srv.Port), "--eval", script}, args...)
 	out, _ := exec.Command(redistest.Binary(t, "redis-cli"), full...).CombinedOutput()
 	return strings.TrimSpace(string(out))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/redis/rueidis"
 )
 
@@ -20,12 +21,12 @@ import (
 const (
 	// DefaultKeyPrefix is prepended to every key and channel when
 	// Options.KeyPrefix is empty.
-	DefaultKeyPrefix = "fencedlock:"
+	DefaultKeyPrefix = redisscript.DefaultKeyPrefix
 	// DefaultWaitTimeout bounds WAIT when Options.WaitReplicas is set and
 	// Options.WaitTimeout is zero.
-	DefaultWaitTimeout = time.Second
+	DefaultWaitTimeout = redisscript.DefaultWaitTimeout
 	// MaxKeyPrefixLen is the longest KeyPrefix accepted, in bytes.
-	MaxKeyPrefixLen = 256
+	MaxKeyPrefixLen = redisscript.MaxKeyPrefixLen
 	// DefaultMaxShardedConns bounds the subscription connections of
 	// Options.ShardedPubSub when Options.MaxShardedConns is zero.
 	DefaultMaxShardedConns = 64
@@ -38,22 +39,22 @@ var (
 	// was changed on the server. The errors of Acquire, Renew and Release
 	// that wrap it also wrap [fencedlock.ErrPermanent], as do ACL and
 	// authentication refusals (NOPERM, NOAUTH, WRONGPASS).
-	ErrCorrupt = errors.New("redis: key holds a value fencedlock did not write")
+	ErrCorrupt = redisscript.ErrCorrupt
 	// ErrReplication is wrapped by the error of an Acquire whose lock was
 	// acknowledged by fewer than Options.WaitReplicas replicas within
 	// Options.WaitTimeout. The lock was released again (token-checked).
-	ErrReplication = errors.New("redis: too few replicas acknowledged")
+	ErrReplication = redisscript.ErrReplication
 	// ErrFenceExhausted is wrapped by the error of an Acquire of a free
 	// lock whose fence counter is at [MaxFence]: the scripts cannot grant a
 	// greater fence exactly, so the lock cannot be taken again under its
 	// name. Nothing was changed. No retry helps, so it also wraps
 	// [fencedlock.ErrPermanent]: Acquire returns it at once. See [MaxFence].
-	ErrFenceExhausted = errors.New("redis: fence counter exhausted")
+	ErrFenceExhausted = redisscript.ErrFenceExhausted
 	// ErrEvictionPolicy is wrapped by the error of [New] when a server's
 	// maxmemory-policy is not noeviction: such a server may evict a held
 	// lock key (two holders at once) or a fence counter (the fences of its
 	// name restart at 1). See [Options.AllowEvictingPolicy].
-	ErrEvictionPolicy = errors.New("redis: maxmemory-policy may evict fencedlock's keys")
+	ErrEvictionPolicy = redisscript.ErrEvictionPolicy
 )
 
 // Options configures a [Backend]. The zero value means the documented
@@ -308,7 +309,7 @@ func escape(key string) string {
 
 // LockKey returns the Redis key of the lock named key: KeyPrefix + "{" +
 // escaped key + "}" (see the package documentation). Pass it to
-// scripts/release.lua to release a lock by hand.
+// internal/redisscript/release.lua to release a lock by hand.
 func (b *Backend) LockKey(key string) string {
 	return b.opts.KeyPrefix + "{" + escape(key) + "}"
 }
@@ -384,7 +385,7 @@ func (e permanentError) Error() string   { return e.err.Error() }
 func (e permanentError) Unwrap() []error { return []error{e.err, fencedlock.ErrPermanent} }
 
 // Acquire makes one attempt to take req.Key: one round trip running
-// scripts/acquire.lua (SET NX PX, then INCR of the fence counter). If
+// internal/redisscript/acquire.lua (SET NX PX, then INCR of the fence counter). If
 // another owner holds the key it returns a *[fencedlock.HeldError] with the
 // holder's remaining TTL. A repeated request of the same owner that already
 // holds the key (a retry whose first reply was lost) gets its fence again
@@ -473,7 +474,7 @@ func (b *Backend) execWait(ctx context.Context, sha, lua string, keys, args []st
 }
 
 // Renew extends g's lease to ttl if g.Owner still holds g.Key: one round
-// trip running scripts/renew.lua (followed by WAIT on the same connection
+// trip running internal/redisscript/renew.lua (followed by WAIT on the same connection
 // with Options.WaitReplicas). Otherwise it changes nothing and returns
 // an error wrapping [fencedlock.ErrNotHeld].
 func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
@@ -509,7 +510,7 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 
 // Release deletes g.Key if g.Owner still holds it and publishes on the
 // key's channel, waking waiters: one round trip running
-// scripts/release.lua. Otherwise it deletes nothing and returns an error
+// internal/redisscript/release.lua. Otherwise it deletes nothing and returns an error
 // wrapping [fencedlock.ErrNotHeld]. The fence counter is kept.
 func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	if b.closed.Load() {
@@ -579,7 +580,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 }
 
 // RetireFence deletes the fence counter of key if key is not held, in one
-// step (scripts/retire.lua), and returns the last fence granted (0 if there
+// step (internal/redisscript/retire.lua), and returns the last fence granted (0 if there
 // was no counter). If key is held it changes nothing and returns a
 // *[fencedlock.HeldError]; a key fencedlock did not write returns an error
 // wrapping [ErrCorrupt].
@@ -623,7 +624,7 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 // lock name, and reset the fence records of the resources it guarded
 // (they hold fences up to MaxFence and would reject the new name's small
 // fences) while no holder of the old name can still write.
-const MaxFence fencing.Token = 1 << 53
+const MaxFence fencing.Token = redisscript.MaxFence
 
 // maxFenceDigits is the length of MaxFence in decimal.
 const maxFenceDigits = 16

@@ -19,7 +19,7 @@ import (
 
 // TestRedisCLIEvalRelease runs the README's command line, with the
 // committed script, from the repository root, with the real redis-cli:
-// redis-cli --eval backend/redis/scripts/release.lua lock-key , token
+// redis-cli --eval internal/redisscript/release.lua lock-key , token
 func TestRedisCLIEvalRelease(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t, nil)
@@ -31,7 +31,7 @@ func TestRedisCLIEvalRelease(t *testing.T) {
 	eval := func(token string) string {
 		t.Helper()
 		cmd := exec.Command(cli, "-p", strconv.Itoa(srv.Port),
-			"--eval", "backend/redis/scripts/release.lua", "lock-key", ",", token)
+			"--eval", "internal/redisscript/release.lua", "lock-key", ",", token)
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		if err != nil {

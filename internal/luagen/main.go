@@ -1,9 +1,9 @@
 // Command luagen generates the Lua scripts of the Redis backend from the
-// templates in its templates directory into backend/redis/scripts.
+// templates in its templates directory into internal/redisscript.
 //
 // Usage (from backend/redis, through go:generate):
 //
-//	go run ../../internal/luagen -dir scripts
+//	go run ../../internal/luagen -dir ../../internal/redisscript
 //
 // or from the repository root:
 //
@@ -54,9 +54,9 @@ type Script struct {
 	Usage   string   // optional: a command line showing how to run it by hand
 }
 
-// Consts are the names shared by the scripts and the Go code of
-// backend/redis. backend/redis has the same values as Go constants; its
-// tests exercise every one of them against a real server.
+// Consts are the names shared by the scripts and the Go code of the Redis
+// backends. internal/redisscript has the same values as Go constants; the
+// backends' tests exercise every one of them against a real server.
 type Consts struct {
 	ReleasedSuffix  string // channel = lock key .. ReleasedSuffix
 	AbandonedSuffix string // set of abandoned owners = lock key .. AbandonedSuffix
@@ -135,7 +135,7 @@ var scripts = []Script{
 			"1: deleted and published; 0: not held by owner, nothing deleted",
 			"The fence counter is not touched.",
 		},
-		Usage: "redis-cli --eval backend/redis/scripts/release.lua lock-key , token",
+		Usage: "redis-cli --eval internal/redisscript/release.lua lock-key , token",
 	},
 	{
 		Name:    "inspect",
@@ -164,7 +164,7 @@ var scripts = []Script{
 			"       nothing was changed",
 			"Only for names no process uses any more: see the package documentation.",
 		},
-		Usage: "redis-cli --eval backend/redis/scripts/retire.lua 'fencedlock:{orders}' 'fencedlock:{orders}:fence'",
+		Usage: "redis-cli --eval internal/redisscript/retire.lua 'fencedlock:{orders}' 'fencedlock:{orders}:fence'",
 	},
 	{
 		Name:    "fenced_write",
@@ -185,7 +185,7 @@ var scripts = []Script{
 			"error " + consts.CorruptCode + ": the fence record was not written by fencedlock;",
 			"       nothing was written (WRONGTYPE if KEYS[1] is not a hash)",
 		},
-		Usage: "redis-cli --eval backend/redis/scripts/fenced_write.lua orders , 42 holder-id value 7",
+		Usage: "redis-cli --eval internal/redisscript/fenced_write.lua orders , 42 holder-id value 7",
 	},
 }
 
@@ -297,19 +297,20 @@ func Write(dir string) error {
 	return nil
 }
 
-// defaultDir finds backend/redis/scripts from the working directory: the
-// repository root or backend/redis.
+// defaultDir finds internal/redisscript from the working directory: the
+// repository root, backend/redis or internal/redisscript itself.
 func defaultDir() string {
-	if st, err := os.Stat("scripts"); err == nil && st.IsDir() {
-		if _, err := os.Stat("redis.go"); err == nil {
-			return "scripts"
-		}
+	if _, err := os.Stat("redisscript.go"); err == nil {
+		return "."
 	}
-	return filepath.Join("backend", "redis", "scripts")
+	if _, err := os.Stat("redis.go"); err == nil {
+		return filepath.Join("..", "..", "internal", "redisscript")
+	}
+	return filepath.Join("internal", "redisscript")
 }
 
 func main() {
-	dir := flag.String("dir", "", "output directory (default: backend/redis/scripts, or scripts when run in backend/redis)")
+	dir := flag.String("dir", "", "output directory (default: internal/redisscript, found from the repository root or backend/redis)")
 	flag.Parse()
 	if *dir == "" {
 		*dir = defaultDir()

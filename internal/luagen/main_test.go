@@ -9,10 +9,10 @@ import (
 	"testing"
 )
 
-var write = flag.Bool("write", false, "rewrite the committed scripts in backend/redis/scripts")
+var write = flag.Bool("write", false, "rewrite the committed scripts in internal/redisscript")
 
-// scriptsDir is backend/redis/scripts, seen from this package's directory.
-var scriptsDir = filepath.Join("..", "..", "backend", "redis", "scripts")
+// scriptsDir is internal/redisscript, seen from this package's directory.
+var scriptsDir = filepath.Join("..", "redisscript")
 
 // TestGenerated fails when a committed script differs from what the
 // templates produce. Run go test ./internal/luagen -write to rewrite them.

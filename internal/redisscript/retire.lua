@@ -13,7 +13,7 @@
 --          nothing was changed
 --   Only for names no process uses any more: see the package documentation.
 -- By hand:
---   redis-cli --eval backend/redis/scripts/retire.lua 'fencedlock:{orders}' 'fencedlock:{orders}:fence'
+--   redis-cli --eval internal/redisscript/retire.lua 'fencedlock:{orders}' 'fencedlock:{orders}:fence'
 -- Input comes only through KEYS and ARGV.
 
 -- Held (or a lock key fencedlock did not write): keep everything.

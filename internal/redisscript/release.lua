@@ -11,7 +11,7 @@
 --   1: deleted and published; 0: not held by owner, nothing deleted
 --   The fence counter is not touched.
 -- By hand:
---   redis-cli --eval backend/redis/scripts/release.lua lock-key , token
+--   redis-cli --eval internal/redisscript/release.lua lock-key , token
 -- Input comes only through KEYS and ARGV.
 
 -- A clean-up after an acquire whose outcome is unknown: remember the owner

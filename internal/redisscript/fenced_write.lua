@@ -14,7 +14,7 @@
 --   error FENCEDLOCK_CORRUPT: the fence record was not written by fencedlock;
 --          nothing was written (WRONGTYPE if KEYS[1] is not a hash)
 -- By hand:
---   redis-cli --eval backend/redis/scripts/fenced_write.lua orders , 42 holder-id value 7
+--   redis-cli --eval internal/redisscript/fenced_write.lua orders , 42 holder-id value 7
 -- Input comes only through KEYS and ARGV.
 
 -- The fence record lives in two reserved fields of the same hash, so the
