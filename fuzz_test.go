@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzKeysAndOptions: any key and TTL either is refused with ErrInvalid
-// before reaching the backend, or yields a lease on exactly that key whose
+// (the options by New, the key by TryAcquire) before reaching the backend, or yields a lease on exactly that key whose
 // release frees it; nothing else is ever returned.
 func FuzzKeysAndOptions(f *testing.F) {
 	f.Add("orders", int64(time.Second), int64(0))
@@ -20,9 +20,15 @@ func FuzzKeysAndOptions(f *testing.F) {
 	f.Add("k", int64(time.Second), int64(time.Second))
 	f.Fuzz(func(t *testing.T, key string, ttl, renew int64) {
 		store := memory.NewStore()
-		l := fencedlock.New(store.Backend(), fencedlock.Options{
+		l, err := fencedlock.New(store.Backend(), fencedlock.Options{
 			TTL: time.Duration(ttl), RenewInterval: time.Duration(renew), ManualRenew: true,
 		})
+		if err != nil {
+			if !errors.Is(err, fencedlock.ErrInvalid) || l != nil {
+				t.Fatalf("ttl %v renew %v: New: %v, %v; want nil, ErrInvalid", time.Duration(ttl), time.Duration(renew), l, err)
+			}
+			return
+		}
 		defer l.Close()
 		ls, err := l.TryAcquire(t.Context(), key)
 		if err != nil {

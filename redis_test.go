@@ -60,7 +60,7 @@ func TestRedisPermanentErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			key := "perm-" + c.name
 			c.setup(key)
-			l := fencedlock.New(c.b, fencedlock.Options{TTL: time.Second})
+			l := mustLocker(t, c.b, fencedlock.Options{TTL: time.Second})
 			defer l.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 			defer cancel()
@@ -94,7 +94,7 @@ func TestRedisReleaseBoundedOnStoppedServer(t *testing.T) {
 		srv := redistest.Start(t)
 		t.Cleanup(srv.Resume) // before the server's own cleanup stops it
 		b := redisBackend(t, srv.Client(t, nil))
-		l := fencedlock.New(b, fencedlock.Options{TTL: ttl, ReleaseTimeout: releaseTimeout})
+		l := mustLocker(t, b, fencedlock.Options{TTL: ttl, ReleaseTimeout: releaseTimeout})
 		leases := make([]*fencedlock.Lease, n)
 		for i := range leases {
 			ls, err := l.TryAcquire(t.Context(), "bounded-"+string(rune('a'+i)))

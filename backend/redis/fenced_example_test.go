@@ -31,7 +31,10 @@ func ExampleBackend_FencedSet() {
 		panic(err)
 	}
 	defer b.Close() // after locker.Close: a Locker does not close its backend
-	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	locker, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	if err != nil {
+		panic(err)
+	}
 	defer locker.Close()
 	ctx := context.Background()
 

@@ -258,9 +258,9 @@ func TestFencedFailoverDuplicateFence(t *testing.T) {
 	bA, c := newBackend(t, srv, Options{})
 	bB, _ := newBackend(t, srv, Options{})
 	ctx := context.Background()
-	lA := fencedlock.New(bA, fencedlock.Options{TTL: 5 * time.Second})
+	lA := mustLocker(t, bA, fencedlock.Options{TTL: 5 * time.Second})
 	defer lA.Close()
-	lB := fencedlock.New(bB, fencedlock.Options{TTL: 5 * time.Second})
+	lB := mustLocker(t, bB, fencedlock.Options{TTL: 5 * time.Second})
 	defer lB.Close()
 
 	const resource = "orders-state"
@@ -343,7 +343,7 @@ func TestFencedCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	locker := fencedlock.New(b, fencedlock.Options{TTL: 5 * time.Second})
+	locker := mustLocker(t, b, fencedlock.Options{TTL: 5 * time.Second})
 	defer locker.Close()
 	ctx := context.Background()
 	keys := []string{"orders", "user:{42}:profile", "{x}", "a}b{c"}

@@ -81,7 +81,7 @@ func (e *env) pauseWorkload(t *testing.T, name string, fenced bool) (history.Res
 		}
 		t.Cleanup(func() { b.Close() })
 		opts.TTL, opts.ReleaseTimeout = ttl, time.Second
-		l := fencedlock.New(b, opts)
+		l := mustLocker(t, b, opts)
 		t.Cleanup(func() { l.Close() })
 		rec, err := history.Open(path, proc)
 		if err != nil {

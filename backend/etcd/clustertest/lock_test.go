@@ -475,7 +475,7 @@ func TestSameCodeAsOtherBackends(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := fencedlock.New(b, fencedlock.Options{TTL: ttl})
+		l := mustLocker(t, b, fencedlock.Options{TTL: ttl})
 		count, last, err := useLock(ctxFor(t, time.Minute), l, 4, 5)
 		l.Close()
 		b.Close() // a Locker does not close its backend
@@ -534,7 +534,7 @@ func TestTTLRoundedUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := fencedlock.New(b, fencedlock.Options{TTL: c.asked})
+		l := mustLocker(t, b, fencedlock.Options{TTL: c.asked})
 		// One attempt: the Grant's TTL is the applied lease.
 		ls, err := l.TryAcquire(ctx, "k")
 		if err != nil {

@@ -165,7 +165,7 @@ func TestHostileInput(t *testing.T) {
 		// Its own Locker and backend (closed in cleanup: Locker.Close
 		// does not close it).
 		b := newBackend(t, c, redis.Options{})
-		l := fencedlock.New(b, fencedlock.Options{TTL: 5 * time.Second})
+		l := mustLocker(t, b, fencedlock.Options{TTL: 5 * time.Second})
 		defer l.Close()
 		keys := []string{"\x00", "\xff\xfe", "a{b}c", "}{", "{", "%7B", "%", "%25", "\r\nPING\r\n", "with space", "ключ", "\x00{\x00}"}
 		for _, k := range keys {
@@ -200,7 +200,7 @@ func TestHostileInput(t *testing.T) {
 	t.Run("TTLs", func(t *testing.T) {
 		before := dbsize(t, c)
 		for _, ttl := range []time.Duration{time.Millisecond, fencedlock.MinTTL - 1, -time.Second, math.MinInt64, fencedlock.MaxTTL + 1, math.MaxInt64} {
-			lt := fencedlock.New(newBackend(t, c, redis.Options{}), fencedlock.Options{TTL: ttl})
+			lt := mustLocker(t, newBackend(t, c, redis.Options{}), fencedlock.Options{TTL: ttl})
 			_, err := lt.TryAcquire(ctx, "ttl")
 			if !errors.Is(err, fencedlock.ErrInvalid) || !strings.Contains(err.Error(), "TTL") {
 				t.Fatalf("TTL %v: %v, want ErrInvalid naming the TTL", ttl, err)
@@ -211,7 +211,7 @@ func TestHostileInput(t *testing.T) {
 			t.Fatalf("refused TTLs changed the server")
 		}
 		// Zero is not invalid: it means the documented default.
-		lt := fencedlock.New(newBackend(t, c, redis.Options{}), fencedlock.Options{})
+		lt := mustLocker(t, newBackend(t, c, redis.Options{}), fencedlock.Options{})
 		defer lt.Close()
 		ls, err := lt.TryAcquire(ctx, "ttl")
 		if err != nil {
@@ -260,7 +260,7 @@ func FuzzRedisKeys(f *testing.F) {
 			}
 			return
 		}
-		l := fencedlock.New(b, fencedlock.Options{TTL: time.Duration(ttlMs) * time.Millisecond})
+		l := mustLocker(t, b, fencedlock.Options{TTL: time.Duration(ttlMs) * time.Millisecond})
 		defer l.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
