@@ -417,9 +417,9 @@ func TestFencedPut(t *testing.T) {
 	if err := bb.FencedPut(ctx, data, "anon", b.Fence(), ""); !errors.Is(err, fencedlock.ErrInvalid) {
 		t.Fatalf("empty holder id: %v", err)
 	}
-	v, ok, tok, holder, err := bb.FencedGet(ctx, data)
-	if err != nil || !ok || v != "b1" || tok != b.Fence() || holder != b.Holder() {
-		t.Fatalf("stored %q %v fence %d holder %q (%v), want b1 %d %s", v, ok, tok, holder, err, b.Fence(), b.Holder())
+	rec, err := bb.FencedGet(ctx, data)
+	if err != nil || !rec.Found || rec.Value != "b1" || rec.Fence != b.Fence() || rec.Holder != b.Holder() {
+		t.Fatalf("stored %+v (%v), want b1 %d %s", rec, err, b.Fence(), b.Holder())
 	}
 	b.Release(ctx)
 }
