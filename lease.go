@@ -138,7 +138,8 @@ func (ls *Lease) endedErr(op string, end error) error {
 }
 
 // Renew renews the lease now. The watchdog does this on its own unless
-// Options.ManualRenew is set. ctx bounds the request (Release does not
+// Options.ManualRenew is set (or [WithManualRenew] was given for this
+// lease). ctx bounds the request (Release does not
 // cancel a manual renewal in flight). If the server no longer holds the
 // lease for this owner, the lease is lost and the error wraps [ErrNotHeld];
 // an error no retry can fix ([ErrPermanent]) loses it too. Once the lease

@@ -127,8 +127,9 @@ func ValidateKey(key string) error {
 //
 // A Locker does not own its Backend: whoever created the Backend closes it,
 // after closing every Locker on it (as database/sql does not close a driver
-// connector it was given). Several Lockers may share one Backend, for
-// instance to use two TTLs.
+// connector it was given). Several Lockers may share one Backend. One
+// Locker grants leases of several TTLs: see [WithTTL] and the other
+// [LeaseOption]s.
 type Locker struct {
 	b      Backend
 	opts   Options

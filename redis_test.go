@@ -147,3 +147,39 @@ func TestRedisReleaseBoundedOnStoppedServer(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestRedisPerCallTTL: on a real redis-server, a lease taken WithTTL(3s)
+// from a Locker whose TTL is a minute holds its key with a PTTL of at most
+// 3s, and every watchdog renewal sets it back to 3s, not the Locker's TTL.
+func TestRedisPerCallTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t, nil)
+	b := redisBackend(t, c)
+	l := mustLocker(t, b, fencedlock.Options{TTL: time.Minute})
+	defer l.Close()
+	ls, err := l.TryAcquire(t.Context(), "k", fencedlock.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl := func() time.Duration {
+		ms, err := c.Do(t.Context(), c.B().Pttl().Key(b.LockKey("k")).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ms) * time.Millisecond
+	}
+	if got := pttl(); got <= 0 || got > 3*time.Second {
+		t.Fatalf("PTTL after acquire %v, want (0, 3s]", got)
+	}
+	// Past one TTL: only the watchdog's renewals (every 1s) keep it.
+	time.Sleep(3500 * time.Millisecond)
+	if err := ls.Err(); err != nil {
+		t.Fatalf("lease lost: %v", err)
+	}
+	if got := pttl(); got <= 0 || got > 3*time.Second {
+		t.Fatalf("PTTL after renewals %v, want (0, 3s]", got)
+	}
+	if err := ls.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
