@@ -275,7 +275,8 @@ func (b *Backend) NewFencedScript(body string) *FencedScript {
 // returns an error wrapping [ErrCorrupt] and runs nothing.
 //
 // On Redis Cluster every key must hash to the same slot as key: give them
-// one hash tag ("{order:42}" and "{order:42}:items").
+// one hash tag ("{order:42}" and "{order:42}:items"); keys in another slot
+// return an error wrapping [fencedlock.ErrInvalid] and nothing is sent.
 func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token, holder string, keys, args []string) (rueidis.RedisMessage, error) {
 	const op = "fenced eval"
 	b := s.b
@@ -285,9 +286,14 @@ func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token
 	if err := b.checkResourceKey(op, key); err != nil {
 		return rueidis.RedisMessage{}, err
 	}
+	cluster := len(keys) > 0 && b.c.Mode() == rueidis.ClientModeCluster
 	for _, k := range keys {
 		if err := b.checkResourceKey(op, k); err != nil {
 			return rueidis.RedisMessage{}, err
+		}
+		if cluster && hashSlot(k) != hashSlot(key) {
+			// rueidis would panic building a command across slots.
+			return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: key %q in another Cluster slot (give the keys one hash tag): %w", op, key, k, fencedlock.ErrInvalid)
 		}
 	}
 	if token == 0 {
@@ -319,4 +325,27 @@ func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token
 		return rueidis.RedisMessage{}, wrap(op, key, err)
 	}
 	return msg, nil
+}
+
+// hashSlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
+// key, or of its hash tag (the bytes between the first '{' and the next
+// '}', if not empty), modulo 16384.
+func hashSlot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
 }

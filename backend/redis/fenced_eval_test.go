@@ -150,7 +150,8 @@ func TestFencedEvalScriptChecksToken(t *testing.T) {
 
 // TestFencedEvalCluster: on a 3-master Redis Cluster, a FencedScript whose
 // keys share a hash tag runs the rule and the body on the slot's node, for
-// keys in several slots, with leases taken through the same client.
+// keys in several slots, with leases taken through the same client; keys
+// in two slots are refused with ErrInvalid.
 func TestFencedEvalCluster(t *testing.T) {
 	cl := redistest.StartCluster(t, 3)
 	c := cl.Client(t, nil)
@@ -180,6 +181,18 @@ func TestFencedEvalCluster(t *testing.T) {
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// Keys in another slot are refused before anything is sent (rueidis
+	// would panic building the command).
+	s := b.NewFencedScript(`return redis.call('SET', KEYS[1], 'x')`)
+	if _, err := s.Exec(ctx, "{order:1}", 1<<62, "Z", []string{"{order:2}:doc"}, nil); !errors.Is(err, fencedlock.ErrInvalid) {
+		t.Fatalf("keys in two slots: %v, want ErrInvalid", err)
+	}
+	// hashSlot agrees with CLUSTER KEYSLOT.
+	for _, k := range []string{"", "a", "orders", "{order:1}", "{order:1}:doc", "a{}b", "a}b{c", "{}{x}", "{x", "ü {ü}"} {
+		if got, want := int(hashSlot(k)), cl.KeySlot(t, k); got != want {
+			t.Fatalf("hashSlot(%q) = %d, CLUSTER KEYSLOT %d", k, got, want)
 		}
 	}
 	t.Logf("FencedScript on %d slots of a 3-master cluster", len(slots))
