@@ -64,7 +64,7 @@ func TestNoOrphanAfterUnknownOutcome(t *testing.T) {
 				store := memory.NewStore()
 				b := &appliedThenFailed{Backend: store.Backend()}
 				defer b.Close()
-				l := fencedlock.New(b, fencedlock.Options{TTL: time.Minute})
+				l := mustLocker(t, b, fencedlock.Options{TTL: time.Minute})
 				defer l.Close()
 				ctx, stop := c.end(t.Context(), l)
 				defer stop()
@@ -99,7 +99,7 @@ func TestPermanentErrors(t *testing.T) {
 			f.acquireFn = func(context.Context, fencedlock.AcquireRequest) (fencedlock.Grant, error) {
 				return fencedlock.Grant{}, errPerm
 			}
-			l := fencedlock.New(f, fencedlock.Options{TTL: time.Second})
+			l := mustLocker(t, f, fencedlock.Options{TTL: time.Second})
 			defer l.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 			defer cancel()
@@ -123,7 +123,7 @@ func TestPermanentErrors(t *testing.T) {
 			f.acquireFn = func(context.Context, fencedlock.AcquireRequest) (fencedlock.Grant, error) {
 				return fencedlock.Grant{}, errDown
 			}
-			l := fencedlock.New(f, fencedlock.Options{TTL: time.Second})
+			l := mustLocker(t, f, fencedlock.Options{TTL: time.Second})
 			defer l.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 			defer cancel()
@@ -139,7 +139,7 @@ func TestPermanentErrors(t *testing.T) {
 			f.renewFn = func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error) {
 				return 0, errPerm
 			}
-			l := fencedlock.New(f, fencedlock.Options{TTL: 3 * time.Second})
+			l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
 			defer l.Close()
 			start := time.Now()
 			ls, err := l.TryAcquire(t.Context(), "k")
@@ -164,7 +164,7 @@ func TestRenewAfterLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		f := &fake{Backend: store.Backend()}
-		l := fencedlock.New(f, fencedlock.Options{TTL: 3 * time.Second, ManualRenew: true})
+		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second, ManualRenew: true})
 		defer l.Close()
 		ls, err := l.TryAcquire(t.Context(), "k")
 		if err != nil {
@@ -198,7 +198,7 @@ func TestRenewAfterLoss(t *testing.T) {
 func TestDoReportsLossWithFnError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		l := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
+		l := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
 		defer l.Close()
 		err := l.Do(t.Context(), "k", func(ctx context.Context, _ *fencedlock.Lease) error {
 			store.Invalidate("k")
@@ -217,8 +217,8 @@ func TestDoReportsLossWithFnError(t *testing.T) {
 func TestLockersShareBackend(t *testing.T) {
 	b := memory.New()
 	defer b.Close()
-	short := fencedlock.New(b, fencedlock.Options{TTL: time.Second})
-	long := fencedlock.New(b, fencedlock.Options{TTL: time.Minute})
+	short := mustLocker(t, b, fencedlock.Options{TTL: time.Second})
+	long := mustLocker(t, b, fencedlock.Options{TTL: time.Minute})
 	defer long.Close()
 	ls, err := short.TryAcquire(t.Context(), "a")
 	if err != nil {
@@ -255,7 +255,7 @@ func TestReleaseBoundedWhenRenewalStuck(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFake()
 			stuck(f)
-			l := fencedlock.New(f, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
+			l := mustLocker(t, f, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
 			defer l.Close()
 			ls, err := l.TryAcquire(t.Context(), "k")
 			if err != nil {
@@ -279,7 +279,7 @@ func TestReleaseBoundedWhenRenewalStuck(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFake()
 			stuck(f)
-			l := fencedlock.New(f, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
+			l := mustLocker(t, f, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
 			for _, k := range []string{"a", "b", "c"} {
 				if _, err := l.TryAcquire(t.Context(), k); err != nil {
 					t.Fatal(err)
@@ -343,7 +343,7 @@ func TestReleaseBoundedWhenBackendStuck(t *testing.T) {
 		t.Run(via, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := &dialling{Backend: memory.New()}
-				l := fencedlock.New(b, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
+				l := mustLocker(t, b, fencedlock.Options{TTL: 6 * time.Second, ReleaseTimeout: releaseTimeout})
 				ls, err := l.TryAcquire(t.Context(), "k")
 				if err != nil {
 					t.Fatal(err)
@@ -396,7 +396,7 @@ func TestLostAtDeadlineWhileRenewalStuck(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				mem := memory.New()
 				b := &slowRenew{Backend: mem, delay: 5 * time.Second, fail: fail}
-				l := fencedlock.New(b, fencedlock.Options{TTL: 3 * time.Second})
+				l := mustLocker(t, b, fencedlock.Options{TTL: 3 * time.Second})
 				defer l.Close()
 				start := time.Now()
 				ls, err := l.TryAcquire(t.Context(), "k")

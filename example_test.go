@@ -14,11 +14,14 @@ import (
 func ExampleLocker_Do() {
 	b := memory.New()
 	defer b.Close() // the creator of a backend closes it, after its Lockers
-	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	locker, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	if err != nil {
+		panic(err) // an option out of range wraps fencedlock.ErrInvalid
+	}
 	defer locker.Close()
 
 	var orders fencing.Guard // the guarded resource, checking fences
-	err := locker.Do(context.Background(), "orders", func(ctx context.Context, l *fencedlock.Lease) error {
+	err = locker.Do(context.Background(), "orders", func(ctx context.Context, l *fencedlock.Lease) error {
 		// ctx ends if the lease is lost; the guard rejects stale fences.
 		return orders.Do(l.Fence(), l.Holder(), func() error {
 			fmt.Println("writing with fence", l.Fence())
@@ -33,8 +36,9 @@ func ExampleLocker_Do() {
 
 func ExampleLocker_TryAcquire() {
 	store := memory.NewStore() // two processes sharing one lock server
-	a := fencedlock.New(store.Backend(), fencedlock.Options{})
-	b := fencedlock.New(store.Backend(), fencedlock.Options{})
+	// The default options are valid: New cannot fail here.
+	a, _ := fencedlock.New(store.Backend(), fencedlock.Options{})
+	b, _ := fencedlock.New(store.Backend(), fencedlock.Options{})
 	defer a.Close()
 	defer b.Close()
 	ctx := context.Background()
@@ -52,7 +56,10 @@ func ExampleLocker_TryAcquire() {
 }
 
 func ExampleLocker_Acquire() {
-	locker := fencedlock.New(memory.New(), fencedlock.Options{TTL: 5 * time.Second})
+	locker, err := fencedlock.New(memory.New(), fencedlock.Options{TTL: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
 	defer locker.Close()
 
 	// The context bounds only the wait; the lease lives until released.
@@ -70,7 +77,10 @@ func ExampleLocker_Acquire() {
 
 func ExampleLease_Context() {
 	store := memory.NewStore()
-	locker := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Second})
+	locker, err := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Second})
+	if err != nil {
+		panic(err)
+	}
 	defer locker.Close()
 	lease, _ := locker.TryAcquire(context.Background(), "jobs")
 

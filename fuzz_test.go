@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzKeysAndOptions: any key and TTL either is refused with ErrInvalid
-// before reaching the backend, or yields a lease on exactly that key whose
+// (the options by New, the key by TryAcquire) before reaching the backend, or yields a lease on exactly that key whose
 // release frees it; nothing else is ever returned.
 func FuzzKeysAndOptions(f *testing.F) {
 	f.Add("orders", int64(time.Second), int64(0))
@@ -20,9 +20,32 @@ func FuzzKeysAndOptions(f *testing.F) {
 	f.Add("k", int64(time.Second), int64(time.Second))
 	f.Fuzz(func(t *testing.T, key string, ttl, renew int64) {
 		store := memory.NewStore()
-		l := fencedlock.New(store.Backend(), fencedlock.Options{
+		l, err := fencedlock.New(store.Backend(), fencedlock.Options{
 			TTL: time.Duration(ttl), RenewInterval: time.Duration(renew), ManualRenew: true,
 		})
+		// The same values as per-call options are valid exactly when New
+		// accepts them, and are refused before reaching the backend.
+		perCall := mustLocker(t, store.Backend(), fencedlock.Options{})
+		defer perCall.Close()
+		pls, perr := perCall.TryAcquire(t.Context(), "per-call",
+			fencedlock.WithTTL(time.Duration(ttl)), fencedlock.WithRenewInterval(time.Duration(renew)), fencedlock.WithManualRenew(true))
+		if (perr == nil) != (err == nil) || (perr != nil && !errors.Is(perr, fencedlock.ErrInvalid)) {
+			t.Fatalf("ttl %v renew %v: New: %v; per-call TryAcquire: %v", time.Duration(ttl), time.Duration(renew), err, perr)
+		}
+		if perr == nil {
+			if want := time.Duration(ttl); want != 0 && pls.TTL() != want {
+				t.Fatalf("per-call lease TTL %v, want %v", pls.TTL(), want)
+			}
+			_ = pls.Release(t.Context())
+		} else if info, _ := store.Backend().Inspect(t.Context(), "per-call"); info.Held || info.Fence != 0 {
+			t.Fatalf("refused per-call request left state: %+v", info)
+		}
+		if err != nil {
+			if !errors.Is(err, fencedlock.ErrInvalid) || l != nil {
+				t.Fatalf("ttl %v renew %v: New: %v, %v; want nil, ErrInvalid", time.Duration(ttl), time.Duration(renew), l, err)
+			}
+			return
+		}
 		defer l.Close()
 		ls, err := l.TryAcquire(t.Context(), key)
 		if err != nil {

@@ -23,6 +23,7 @@ type Lease struct {
 	l      *Locker
 	grant  Grant
 	holder string
+	lt     leaseTiming // this lease's TTL, renew interval, margin, ManualRenew
 
 	// ctx is cancelled when the lease ends (cause: released or lost); it
 	// also cancels renewals in flight.
@@ -137,7 +138,8 @@ func (ls *Lease) endedErr(op string, end error) error {
 }
 
 // Renew renews the lease now. The watchdog does this on its own unless
-// Options.ManualRenew is set. ctx bounds the request (Release does not
+// Options.ManualRenew is set (or [WithManualRenew] was given for this
+// lease). ctx bounds the request (Release does not
 // cancel a manual renewal in flight). If the server no longer holds the
 // lease for this owner, the lease is lost and the error wraps [ErrNotHeld];
 // an error no retry can fix ([ErrPermanent]) loses it too. Once the lease
@@ -154,7 +156,7 @@ func (ls *Lease) Renew(ctx context.Context) error {
 
 func (ls *Lease) renew(ctx context.Context) error {
 	sent := time.Now()
-	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.l.opts.TTL)
+	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.lt.ttl)
 	ls.mu.Lock()
 	// A success that comes back after the local deadline, while nobody has
 	// declared the lease lost yet (Err, the watchdog), still proves the key
@@ -164,9 +166,9 @@ func (ls *Lease) renew(ctx context.Context) error {
 	if ended == nil {
 		if err == nil {
 			if ttl <= 0 {
-				ttl = ls.l.opts.TTL
+				ttl = ls.lt.ttl
 			}
-			if d := sent.Add(ttl - ls.l.opts.SafetyMargin); d.After(ls.deadline) {
+			if d := sent.Add(ttl - ls.lt.margin); d.After(ls.deadline) {
 				ls.deadline = d
 			}
 			ls.lastErr = nil
@@ -222,7 +224,7 @@ func (ls *Lease) wakeLocked(now time.Time) time.Duration {
 }
 
 // renews reports whether the watchdog itself sends renewals.
-func (ls *Lease) renews() bool { return ls.l.keeper == nil && !ls.l.opts.ManualRenew }
+func (ls *Lease) renews() bool { return ls.l.keeper == nil && !ls.lt.manual }
 
 // tick is the watchdog: it renews when a renewal is due and reports the
 // lease lost at the local deadline. It runs on the timer's goroutine and
@@ -258,7 +260,7 @@ func (ls *Lease) tick() {
 		err := ls.renew(rctx)
 		t.Stop()
 		cancel()
-		interval := ls.l.opts.RenewInterval
+		interval := ls.lt.renew
 		if err != nil {
 			if ls.ctx.Err() == nil && !errors.Is(err, ErrNotHeld) && ls.l.debug() {
 				ls.l.log.Debug("fencedlock: renewal failed; retrying", "key", ls.grant.Key, "err", err)
@@ -340,7 +342,7 @@ func (ls *Lease) keepAlive(r Renewal) {
 		return
 	}
 	ls.mu.Lock()
-	if d := r.Sent.Add(r.TTL - ls.l.opts.SafetyMargin); d.After(ls.deadline) && ls.err == nil {
+	if d := r.Sent.Add(r.TTL - ls.lt.margin); d.After(ls.deadline) && ls.err == nil {
 		ls.deadline = d
 		// The timer sleeps until the old deadline at most; it re-arms
 		// for the new one when it fires.

@@ -127,12 +127,12 @@ func ValidateKey(key string) error {
 //
 // A Locker does not own its Backend: whoever created the Backend closes it,
 // after closing every Locker on it (as database/sql does not close a driver
-// connector it was given). Several Lockers may share one Backend, for
-// instance to use two TTLs.
+// connector it was given). Several Lockers may share one Backend. One
+// Locker grants leases of several TTLs: see [WithTTL] and the other
+// [LeaseOption]s.
 type Locker struct {
 	b      Backend
 	opts   Options
-	err    error // configuration error, returned by every call
 	log    *slog.Logger
 	notify Notifier
 	waitq  WaitAcquirer
@@ -145,35 +145,29 @@ type Locker struct {
 	wg      sync.WaitGroup
 }
 
-// New returns a Locker on b. Invalid options or a nil backend are not
-// reported here: every call on the Locker then returns an error wrapping
-// [ErrInvalid] and nothing is sent to the backend. The caller keeps
+// New returns a Locker on b. It validates opts (see [Options] for the
+// ranges) and b: an invalid option or a nil backend is reported here, as
+// an error wrapping [ErrInvalid], and no Locker is made. The caller keeps
 // ownership of b: [Locker.Close] does not close it.
-func New(b Backend, opts Options) *Locker {
-	l := &Locker{b: b, closeCh: make(chan struct{}), leases: make(map[*Lease]struct{})}
-	l.opts, l.err = opts.resolve()
-	l.log = l.opts.Logger
-	if l.log == nil {
-		l.log = slog.New(slog.DiscardHandler)
+func New(b Backend, opts Options) (*Locker, error) {
+	if b == nil {
+		return nil, invalidf("nil backend")
 	}
-	if b == nil && l.err == nil {
-		l.err = invalidf("nil backend")
+	o, err := opts.resolve()
+	if err != nil {
+		return nil, err
 	}
-	if b != nil {
-		l.notify, _ = b.(Notifier)
-		l.waitq, _ = b.(WaitAcquirer)
-		l.keeper, _ = b.(KeepAliver)
-	}
-	return l
+	l := &Locker{b: b, opts: o, log: o.Logger, closeCh: make(chan struct{}), leases: make(map[*Lease]struct{})}
+	l.notify, _ = b.(Notifier)
+	l.waitq, _ = b.(WaitAcquirer)
+	l.keeper, _ = b.(KeepAliver)
+	return l, nil
 }
 
 // Options returns the options in effect, defaults filled in.
 func (l *Locker) Options() Options { return l.opts }
 
 func (l *Locker) check(key string) error {
-	if l.err != nil {
-		return l.err
-	}
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
@@ -193,11 +187,18 @@ func newOwner() string { return rand.Text() }
 // outlives it. If the attempt fails in a way the server may have applied,
 // TryAcquire deletes what it may have taken (owner-checked) before it
 // returns.
-func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
+//
+// opts set this lease's TTL, renewal and safety margin in place of the
+// Locker's (see [LeaseOption]).
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
 	if err := l.check(key); err != nil {
 		return nil, err
 	}
-	req := AcquireRequest{Key: key, Owner: newOwner(), TTL: l.opts.TTL}
+	lt, err := l.timing(opts)
+	if err != nil {
+		return nil, err
+	}
+	req := AcquireRequest{Key: key, Owner: newOwner(), TTL: lt.ttl}
 	sent := time.Now()
 	g, err := l.b.Acquire(ctx, req)
 	if err != nil {
@@ -206,7 +207,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 		}
 		return nil, err
 	}
-	return l.start(g, sent)
+	return l.start(g, sent, lt)
 }
 
 // Acquire blocks until key is held or ctx is done. While another owner
@@ -222,12 +223,17 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 // left on the server: an attempt whose outcome is unknown is followed by
 // an owner-checked release (bounded by Options.ReleaseTimeout) before
 // Acquire returns. ctx bounds only the wait: the returned Lease lives until
-// released or lost.
-func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
+// released or lost. opts set this lease's TTL, renewal and safety margin in
+// place of the Locker's (see [LeaseOption]).
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
 	if err := l.check(key); err != nil {
 		return nil, err
 	}
-	req := AcquireRequest{Key: key, Owner: newOwner(), TTL: l.opts.TTL}
+	lt, err := l.timing(opts)
+	if err != nil {
+		return nil, err
+	}
+	req := AcquireRequest{Key: key, Owner: newOwner(), TTL: lt.ttl}
 
 	// The uncontended path: one attempt on the caller's context, nothing
 	// set up for waiting.
@@ -236,18 +242,18 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 		sent := time.Now()
 		g, err := l.b.Acquire(ctx, req)
 		if err == nil {
-			return l.start(g, sent)
+			return l.start(g, sent, lt)
 		}
 		first = err
 	}
-	return l.wait(ctx, req, first)
+	return l.wait(ctx, req, lt, first)
 }
 
 // wait is Acquire after a failed first attempt (first; nil for a
 // WaitAcquirer, which waits on the server). It is the only place that
 // decides between retrying and giving up, and every way out of it after an
 // attempt of unknown outcome sends the cleanup release.
-func (l *Locker) wait(ctx context.Context, req AcquireRequest, first error) (ls *Lease, err error) {
+func (l *Locker) wait(ctx context.Context, req AcquireRequest, lt leaseTiming, first error) (ls *Lease, err error) {
 	// Close waits for waiters, so that their cleanup is done when it
 	// returns.
 	l.mu.Lock()
@@ -289,7 +295,7 @@ func (l *Locker) wait(ctx context.Context, req AcquireRequest, first error) (ls 
 		if err != nil {
 			return nil, l.waitErr(wctx, req.Key, err)
 		}
-		return l.start(g, sent)
+		return l.start(g, sent, lt)
 	}
 
 	var (
@@ -315,7 +321,7 @@ func (l *Locker) wait(ctx context.Context, req AcquireRequest, first error) (ls 
 			var g Grant
 			g, err = l.b.Acquire(wctx, req)
 			if err == nil {
-				return l.start(g, sent)
+				return l.start(g, sent, lt)
 			}
 		}
 		held := errors.Is(err, ErrNotAcquired)
@@ -438,17 +444,17 @@ func jitter(d time.Duration) time.Duration {
 	return d/2 + mrand.N(d/2+1)
 }
 
-func (l *Locker) start(g Grant, sent time.Time) (*Lease, error) {
-	ls := &Lease{l: l, grant: g, holder: HolderID(g.Owner)}
+func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) {
+	ls := &Lease{l: l, grant: g, holder: HolderID(g.Owner), lt: lt}
 	ttl := g.TTL
 	if ttl <= 0 {
-		ttl = l.opts.TTL
+		ttl = lt.ttl
 	}
 	if !g.Sent.IsZero() {
 		sent = g.Sent
 	}
-	ls.deadline = sent.Add(ttl - l.opts.SafetyMargin)
-	ls.next = sent.Add(l.opts.RenewInterval)
+	ls.deadline = sent.Add(ttl - lt.margin)
+	ls.next = sent.Add(lt.renew)
 	ls.ctx, ls.cancel = context.WithCancelCause(context.Background())
 
 	l.mu.Lock()
@@ -462,7 +468,7 @@ func (l *Locker) start(g Grant, sent time.Time) (*Lease, error) {
 	}
 	l.leases[ls] = struct{}{}
 	l.wg.Add(1) // the watchdog timer: Done in finish
-	if l.keeper != nil && !l.opts.ManualRenew {
+	if l.keeper != nil && !lt.manual {
 		l.wg.Add(1) // the keepalive reader: Done when it returns
 		ls.kaDone = make(chan struct{})
 	}
@@ -486,9 +492,10 @@ func (l *Locker) start(g Grant, sent time.Time) (*Lease, error) {
 // lost before fn returned (or before the release), Do's error wraps
 // [ErrLeaseLost] whatever fn returned, joined with fn's error if any: the
 // work may have run unprotected. Otherwise Do returns fn's error, or the
-// release's.
-func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *Lease) error) error {
-	ls, err := l.Acquire(ctx, key)
+// release's. opts set the lease's TTL, renewal and safety margin in place
+// of the Locker's (see [LeaseOption]).
+func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *Lease) error, opts ...LeaseOption) error {
+	ls, err := l.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err
 	}

@@ -74,7 +74,7 @@ type plain struct{ fencedlock.Backend }
 func TestRenewCadence(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake()
-		l := fencedlock.New(f, fencedlock.Options{TTL: 3 * time.Second})
+		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
 		defer l.Close()
 		start := time.Now()
 		ls, err := l.TryAcquire(t.Context(), "k")
@@ -119,7 +119,7 @@ func TestLocalDeadline(t *testing.T) {
 		f.renewFn = func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error) {
 			return 0, errDown
 		}
-		l := fencedlock.New(f, fencedlock.Options{TTL: 3 * time.Second})
+		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
 		defer l.Close()
 		start := time.Now()
 		ls, err := l.TryAcquire(t.Context(), "k")
@@ -140,7 +140,7 @@ func TestLocalDeadline(t *testing.T) {
 			t.Fatalf("Err() = %v", ls.Err())
 		}
 		// The server still holds the key until TTL: nobody else is in yet.
-		other := fencedlock.New(f.Backend, fencedlock.Options{TTL: 3 * time.Second})
+		other := mustLocker(t, f.Backend, fencedlock.Options{TTL: 3 * time.Second})
 		defer other.Close()
 		if _, err := other.TryAcquire(t.Context(), "k"); !errors.Is(err, fencedlock.ErrNotAcquired) {
 			t.Fatalf("key free at local deadline: %v", err)
@@ -160,7 +160,7 @@ func TestLocalDeadline(t *testing.T) {
 func TestLostOnNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		l := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
+		l := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
 		defer l.Close()
 		start := time.Now()
 		ls, err := l.TryAcquire(t.Context(), "k")
@@ -190,7 +190,7 @@ func TestTransientRenewFailure(t *testing.T) {
 			}
 			return f.Backend.Renew(ctx, g, ttl)
 		}
-		l := fencedlock.New(f, fencedlock.Options{TTL: 3 * time.Second})
+		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
 		defer l.Close()
 		ls, err := l.TryAcquire(t.Context(), "k")
 		if err != nil {
@@ -215,7 +215,7 @@ func TestBackoffBounds(t *testing.T) {
 			return fencedlock.Grant{}, &fencedlock.HeldError{Key: "k"} // no hint
 		}
 		minD, maxD := 10*time.Millisecond, 200*time.Millisecond
-		l := fencedlock.New(plain{f}, fencedlock.Options{TTL: time.Second, MinRetryDelay: minD, MaxRetryDelay: maxD})
+		l := mustLocker(t, plain{f}, fencedlock.Options{TTL: time.Second, MinRetryDelay: minD, MaxRetryDelay: maxD})
 		defer l.Close()
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
@@ -246,12 +246,12 @@ func TestBackoffBounds(t *testing.T) {
 func TestWaitHonoursHint(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake()
-		holder := fencedlock.New(plain{f.Backend}, fencedlock.Options{TTL: 2 * time.Second, ManualRenew: true})
+		holder := mustLocker(t, plain{f.Backend}, fencedlock.Options{TTL: 2 * time.Second, ManualRenew: true})
 		defer holder.Close()
 		if _, err := holder.TryAcquire(t.Context(), "k"); err != nil {
 			t.Fatal(err)
 		}
-		waiter := fencedlock.New(plain{f}, fencedlock.Options{TTL: time.Second, MinRetryDelay: 5 * time.Second, MaxRetryDelay: 5 * time.Second})
+		waiter := mustLocker(t, plain{f}, fencedlock.Options{TTL: time.Second, MinRetryDelay: 5 * time.Second, MaxRetryDelay: 5 * time.Second})
 		defer waiter.Close()
 		start := time.Now()
 		ls, err := waiter.Acquire(t.Context(), "k")
@@ -302,8 +302,8 @@ func handoff(t *testing.T, a, b *fencedlock.Locker, wait time.Duration) time.Dur
 func TestNotifiedWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		a := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Minute})
-		b := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Minute})
+		a := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
+		b := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
 		defer a.Close()
 		defer b.Close()
 		if d := handoff(t, a, b, 5*time.Second); d != 0 {
@@ -318,8 +318,8 @@ func TestNotifiedWaiter(t *testing.T) {
 func TestCancelledWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		a := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Minute})
-		b := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Minute})
+		a := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
+		b := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
 		defer a.Close()
 		defer b.Close()
 		if _, err := a.TryAcquire(t.Context(), "k"); err != nil {
@@ -349,31 +349,23 @@ func TestCancelledWait(t *testing.T) {
 	})
 }
 
-// TestInvalidInput: bad keys, TTLs and a nil backend are refused with
-// ErrInvalid before anything reaches the backend.
+// TestInvalidInput: bad keys are refused by every call, and bad options
+// and a nil backend by New, with ErrInvalid, before anything reaches the
+// backend.
 func TestInvalidInput(t *testing.T) {
 	f := newFake()
 	long := string(make([]byte, fencedlock.MaxKeyLen+1))
-	cases := []struct {
+	keys := []struct {
 		name string
-		b    fencedlock.Backend
-		opts fencedlock.Options
 		key  string
 	}{
-		{"empty key", f, fencedlock.Options{}, ""},
-		{"key over MaxKeyLen", f, fencedlock.Options{}, long},
-		{"1 MiB key", f, fencedlock.Options{}, string(make([]byte, 1<<20))},
-		{"TTL 1ms", f, fencedlock.Options{TTL: time.Millisecond}, "k"},
-		{"negative TTL", f, fencedlock.Options{TTL: -time.Second}, "k"},
-		{"TTL over MaxTTL", f, fencedlock.Options{TTL: fencedlock.MaxTTL + 1}, "k"},
-		{"renew interval beyond TTL", f, fencedlock.Options{TTL: time.Second, RenewInterval: time.Second}, "k"},
-		{"safety margin half TTL", f, fencedlock.Options{TTL: time.Second, SafetyMargin: 500 * time.Millisecond}, "k"},
-		{"retry delays inverted", f, fencedlock.Options{MinRetryDelay: time.Second, MaxRetryDelay: time.Millisecond}, "k"},
-		{"nil backend", nil, fencedlock.Options{}, "k"},
+		{"empty key", ""},
+		{"key over MaxKeyLen", long},
+		{"1 MiB key", string(make([]byte, 1<<20))},
 	}
-	for _, c := range cases {
+	for _, c := range keys {
 		t.Run(c.name, func(t *testing.T) {
-			l := fencedlock.New(c.b, c.opts)
+			l := mustLocker(t, f, fencedlock.Options{})
 			defer l.Close()
 			if _, err := l.TryAcquire(t.Context(), c.key); !errors.Is(err, fencedlock.ErrInvalid) {
 				t.Errorf("TryAcquire: %v, want ErrInvalid", err)
@@ -387,10 +379,35 @@ func TestInvalidInput(t *testing.T) {
 			}
 		})
 	}
+	options := []struct {
+		name string
+		b    fencedlock.Backend
+		opts fencedlock.Options
+	}{
+		{"TTL 1ms", f, fencedlock.Options{TTL: time.Millisecond}},
+		{"TTL 10ms", f, fencedlock.Options{TTL: 10 * time.Millisecond}},
+		{"negative TTL", f, fencedlock.Options{TTL: -time.Second}},
+		{"TTL over MaxTTL", f, fencedlock.Options{TTL: fencedlock.MaxTTL + 1}},
+		{"renew interval beyond TTL", f, fencedlock.Options{TTL: time.Second, RenewInterval: time.Second}},
+		{"negative renew interval", f, fencedlock.Options{TTL: time.Second, RenewInterval: -time.Second}},
+		{"safety margin half TTL", f, fencedlock.Options{TTL: time.Second, SafetyMargin: 500 * time.Millisecond}},
+		{"renew interval past TTL-SafetyMargin", f, fencedlock.Options{TTL: time.Second, SafetyMargin: 300 * time.Millisecond, RenewInterval: 700 * time.Millisecond}},
+		{"retry delays inverted", f, fencedlock.Options{MinRetryDelay: time.Second, MaxRetryDelay: time.Millisecond}},
+		{"negative release timeout", f, fencedlock.Options{ReleaseTimeout: -time.Second}},
+		{"nil backend", nil, fencedlock.Options{}},
+	}
+	for _, c := range options {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := fencedlock.New(c.b, c.opts)
+			if !errors.Is(err, fencedlock.ErrInvalid) || l != nil {
+				t.Errorf("New: %v, %v; want nil, ErrInvalid", l, err)
+			}
+		})
+	}
 	if n := len(f.acquires); n != 0 {
 		t.Fatalf("%d invalid requests reached the backend", n)
 	}
-	if l := fencedlock.New(f, fencedlock.Options{}); l.Options().TTL != fencedlock.DefaultTTL ||
+	if l := mustLocker(t, f, fencedlock.Options{}); l.Options().TTL != fencedlock.DefaultTTL ||
 		l.Options().RenewInterval != fencedlock.DefaultTTL/3 {
 		t.Fatalf("defaults not applied: %+v", l.Options())
 	}
@@ -401,7 +418,7 @@ func TestInvalidInput(t *testing.T) {
 // a lease's context carries ErrReleased afterwards.
 func TestReleaseSemantics(t *testing.T) {
 	f := newFake()
-	l := fencedlock.New(f, fencedlock.Options{TTL: time.Second})
+	l := mustLocker(t, f, fencedlock.Options{TTL: time.Second})
 	defer l.Close()
 	ls, err := l.TryAcquire(t.Context(), "k")
 	if err != nil {
@@ -438,8 +455,8 @@ func TestReleaseSemantics(t *testing.T) {
 func TestCloseReleasesAndStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		l := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Minute})
-		other := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Minute})
+		l := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
+		other := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
 		defer other.Close()
 		ls, err := l.TryAcquire(t.Context(), "held")
 		if err != nil {
@@ -481,7 +498,7 @@ func TestCloseReleasesAndStops(t *testing.T) {
 func TestDoCancelsOnLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		l := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
+		l := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
 		defer l.Close()
 		err := l.Do(t.Context(), "k", func(ctx context.Context, ls *fencedlock.Lease) error {
 			store.Invalidate("k")
@@ -510,7 +527,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 func TestManualRenew(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake()
-		l := fencedlock.New(f, fencedlock.Options{TTL: 3 * time.Second, ManualRenew: true})
+		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second, ManualRenew: true})
 		defer l.Close()
 		start := time.Now()
 		ls, err := l.TryAcquire(t.Context(), "k")
@@ -536,8 +553,8 @@ func TestManualRenew(t *testing.T) {
 // after release, with a greater fence.
 func TestRealTime(t *testing.T) {
 	store := memory.NewStore()
-	a := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 100 * time.Millisecond})
-	b := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 100 * time.Millisecond})
+	a := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 100 * time.Millisecond})
+	b := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 100 * time.Millisecond})
 	defer a.Close()
 	defer b.Close()
 	ls, err := a.TryAcquire(t.Context(), "rt")
@@ -582,8 +599,8 @@ func (silent) Watch(context.Context, string) (<-chan struct{}, func(), error) {
 func TestLostNotificationBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		a := fencedlock.New(store.Backend(), fencedlock.Options{TTL: time.Hour})
-		b := fencedlock.New(silent{store.Backend()}, fencedlock.Options{TTL: time.Hour, MaxRetryDelay: 2 * time.Second})
+		a := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Hour})
+		b := mustLocker(t, silent{store.Backend()}, fencedlock.Options{TTL: time.Hour, MaxRetryDelay: 2 * time.Second})
 		defer a.Close()
 		defer b.Close()
 		if d := handoff(t, a, b, 10*time.Second); d > 2*time.Second {

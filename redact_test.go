@@ -36,7 +36,7 @@ func (s *spy) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fence
 func TestOwnerNeverRendered(t *testing.T) {
 	s := &spy{Backend: memory.New()}
 	defer s.Close()
-	l := fencedlock.New(s, fencedlock.Options{TTL: time.Minute})
+	l := mustLocker(t, s, fencedlock.Options{TTL: time.Minute})
 	defer l.Close()
 	ls, err := l.TryAcquire(t.Context(), "orders")
 	if err != nil {

@@ -60,7 +60,7 @@ func TestRedisPermanentErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			key := "perm-" + c.name
 			c.setup(key)
-			l := fencedlock.New(c.b, fencedlock.Options{TTL: time.Second})
+			l := mustLocker(t, c.b, fencedlock.Options{TTL: time.Second})
 			defer l.Close()
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 			defer cancel()
@@ -94,7 +94,7 @@ func TestRedisReleaseBoundedOnStoppedServer(t *testing.T) {
 		srv := redistest.Start(t)
 		t.Cleanup(srv.Resume) // before the server's own cleanup stops it
 		b := redisBackend(t, srv.Client(t, nil))
-		l := fencedlock.New(b, fencedlock.Options{TTL: ttl, ReleaseTimeout: releaseTimeout})
+		l := mustLocker(t, b, fencedlock.Options{TTL: ttl, ReleaseTimeout: releaseTimeout})
 		leases := make([]*fencedlock.Lease, n)
 		for i := range leases {
 			ls, err := l.TryAcquire(t.Context(), "bounded-"+string(rune('a'+i)))
@@ -146,4 +146,40 @@ func TestRedisReleaseBoundedOnStoppedServer(t *testing.T) {
 		}
 		wg.Wait()
 	})
+}
+
+// TestRedisPerCallTTL: on a real redis-server, a lease taken WithTTL(3s)
+// from a Locker whose TTL is a minute holds its key with a PTTL of at most
+// 3s, and every watchdog renewal sets it back to 3s, not the Locker's TTL.
+func TestRedisPerCallTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t, nil)
+	b := redisBackend(t, c)
+	l := mustLocker(t, b, fencedlock.Options{TTL: time.Minute})
+	defer l.Close()
+	ls, err := l.TryAcquire(t.Context(), "k", fencedlock.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl := func() time.Duration {
+		ms, err := c.Do(t.Context(), c.B().Pttl().Key(b.LockKey("k")).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ms) * time.Millisecond
+	}
+	if got := pttl(); got <= 0 || got > 3*time.Second {
+		t.Fatalf("PTTL after acquire %v, want (0, 3s]", got)
+	}
+	// Past one TTL: only the watchdog's renewals (every 1s) keep it.
+	time.Sleep(3500 * time.Millisecond)
+	if err := ls.Err(); err != nil {
+		t.Fatalf("lease lost: %v", err)
+	}
+	if got := pttl(); got <= 0 || got > 3*time.Second {
+		t.Fatalf("PTTL after renewals %v, want (0, 3s]", got)
+	}
+	if err := ls.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -22,7 +22,7 @@ func BenchmarkOverhead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l := fencedlock.New(be, fencedlock.Options{TTL: benchTTL})
+	l := mustLocker(b, be, fencedlock.Options{TTL: benchTTL})
 	defer l.Close()
 	raw := &rawClient{c: c, ttl: "10000"}
 	ctx := context.Background()

@@ -50,13 +50,13 @@ func (r *redisRegister) Claim(ctx context.Context, fence fencing.Token, holder s
 }
 
 func (r *redisRegister) Read(ctx context.Context) (int64, error) {
-	v, ok, _, _, err := r.b.FencedGet(ctx, r.key)
-	if err != nil || !ok {
+	rec, err := r.b.FencedGet(ctx, r.key)
+	if err != nil || !rec.Found {
 		return 0, err
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
+	n, err := strconv.ParseInt(rec.Value, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("chaos: register holds %q: %w", v, err)
+		return 0, fmt.Errorf("chaos: register holds %q: %w", rec.Value, err)
 	}
 	return n, nil
 }
@@ -158,13 +158,13 @@ func (r *etcdRegister) Claim(ctx context.Context, fence fencing.Token, holder st
 }
 
 func (r *etcdRegister) Read(ctx context.Context) (int64, error) {
-	v, ok, _, _, err := r.b.FencedGet(ctx, r.key)
-	if err != nil || !ok {
+	rec, err := r.b.FencedGet(ctx, r.key)
+	if err != nil || !rec.Found {
 		return 0, err
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
+	n, err := strconv.ParseInt(rec.Value, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("chaos: register holds %q: %w", v, err)
+		return 0, fmt.Errorf("chaos: register holds %q: %w", rec.Value, err)
 	}
 	return n, nil
 }

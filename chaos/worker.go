@@ -86,7 +86,10 @@ func RunWorker(cfg WorkerConfig, stdin io.Reader, events io.Writer) error {
 		return fmt.Errorf("chaos: worker %d: %w", cfg.ID, err)
 	}
 	defer closeAll()
-	locker := fencedlock.New(b, fencedlock.Options{TTL: cfg.TTL})
+	locker, err := fencedlock.New(b, fencedlock.Options{TTL: cfg.TTL})
+	if err != nil {
+		return fmt.Errorf("chaos: worker %d: %w", cfg.ID, err)
+	}
 	defer locker.Close()
 
 	var stop atomic.Bool

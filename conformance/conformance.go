@@ -319,10 +319,21 @@ func (e *env) lockerOpts(mod func(*fencedlock.Options)) fencedlock.Options {
 	return o
 }
 
+// mustLocker returns fencedlock.New(b, opts), failing t if New refuses
+// the options.
+func mustLocker(t testing.TB, b fencedlock.Backend, opts fencedlock.Options) *fencedlock.Locker {
+	t.Helper()
+	l, err := fencedlock.New(b, opts)
+	if err != nil {
+		t.Fatalf("fencedlock.New: %v", err)
+	}
+	return l
+}
+
 // locker returns a Locker on a new backend, closed when the test ends.
 func (e *env) locker(t *testing.T, mod func(*fencedlock.Options)) *fencedlock.Locker {
 	t.Helper()
-	l := fencedlock.New(e.backend(t), e.lockerOpts(mod))
+	l := mustLocker(t, e.backend(t), e.lockerOpts(mod))
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }

@@ -888,7 +888,7 @@ func testClose(t *testing.T, e *env) {
 	// A Locker's Close releases its leases and leaves its backend open:
 	// whoever created the backend closes it.
 	lb := e.backend(t)
-	l := fencedlock.New(lb, e.lockerOpts(nil))
+	l := mustLocker(t, lb, e.lockerOpts(nil))
 	ls, err := l.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
@@ -908,7 +908,7 @@ func testClose(t *testing.T, e *env) {
 	if _, err := l.TryAcquire(e.ctx, key); !errors.Is(err, fencedlock.ErrClosed) {
 		t.Fatalf("TryAcquire on a closed Locker: %v, want ErrClosed", err)
 	}
-	l2 := fencedlock.New(lb, e.lockerOpts(nil))
+	l2 := mustLocker(t, lb, e.lockerOpts(nil))
 	defer l2.Close()
 	ls2, err := l2.TryAcquire(e.ctx, key)
 	if err != nil {

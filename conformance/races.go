@@ -321,7 +321,7 @@ func testSentIsSendTime(t *testing.T, e *env) {
 	// applied the request at least delay before the response came back,
 	// so the send time the deadline rests on must lie before that.
 	key := e.key("sent-acquire")
-	l := fencedlock.New(newDelayed(), e.lockerOpts(paused))
+	l := mustLocker(t, newDelayed(), e.lockerOpts(paused))
 	t.Cleanup(func() { _ = l.Close() })
 	ls, err := l.TryAcquire(e.ctx, key)
 	returned := time.Now()

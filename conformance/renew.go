@@ -122,7 +122,7 @@ func (e *env) watchdogKeeps(t *testing.T, ttl time.Duration) *inconclusive {
 		rec = &renewRecorder{Backend: b}
 		b = rec
 	}
-	l := fencedlock.New(b, e.lockerOpts(func(o *fencedlock.Options) { o.TTL = ttl }))
+	l := mustLocker(t, b, e.lockerOpts(func(o *fencedlock.Options) { o.TTL = ttl }))
 	t.Cleanup(func() { _ = l.Close() })
 	opts := l.Options()
 	sentA := time.Now()

@@ -440,7 +440,7 @@ func sqlPauseWorkload(t *testing.T, db *sql.DB, name string, fenced bool) (histo
 		return nil
 	}
 	newLocker := func(proc string, manual bool) (*fencedlock.Locker, *history.Recorder) {
-		l := fencedlock.New(store.Backend(), fencedlock.Options{TTL: ttl, ManualRenew: manual})
+		l := mustLocker(t, store.Backend(), fencedlock.Options{TTL: ttl, ManualRenew: manual})
 		t.Cleanup(func() { l.Close() })
 		rec, err := history.Open(path, proc)
 		if err != nil {

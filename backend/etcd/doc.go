@@ -7,7 +7,7 @@
 //
 //	b, err := etcd.New(client, etcd.Options{})   // client is a *clientv3.Client
 //	defer b.Close()                              // Locker.Close does not close b
-//	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+//	locker, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
 //
 // # Keys
 //

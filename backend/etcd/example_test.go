@@ -28,7 +28,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer b.Close() // whoever creates the backend closes it: Locker.Close does not
-	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	locker, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer locker.Close()
 
 	ctx := context.Background()

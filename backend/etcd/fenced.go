@@ -102,30 +102,31 @@ func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencin
 }
 
 // FencedGet reads key and its fence record in one consistent read: the
-// value (ok false if key is absent) and the highest fence accepted by
+// value (Found false if key is absent) and the highest fence accepted by
 // [Backend.FencedPut] for key with its holder id (0 and "" if none).
-func (b *Backend) FencedGet(ctx context.Context, key string) (value string, ok bool, token fencing.Token, holder string, err error) {
+func (b *Backend) FencedGet(ctx context.Context, key string) (fencing.Record, error) {
+	var r fencing.Record
 	if err := b.begin(); err != nil {
-		return "", false, 0, "", err
+		return r, err
 	}
 	defer b.wg.Done()
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
 	if key == "" {
-		return "", false, 0, "", fmt.Errorf("etcd: fenced get: empty key: %w", fencedlock.ErrInvalid)
+		return r, fmt.Errorf("etcd: fenced get: empty key: %w", fencedlock.ErrInvalid)
 	}
 	resp, err := b.c.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(b.fenceKey(key))).Commit()
 	if err != nil {
-		return "", false, 0, "", b.ctxErr(ctx, fmt.Errorf("etcd: fenced get %q: %w", key, err))
+		return r, b.ctxErr(ctx, fmt.Errorf("etcd: fenced get %q: %w", key, err))
 	}
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		value, ok = string(kvs[0].Value), true
+		r.Value, r.Found = string(kvs[0].Value), true
 	}
 	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		token, holder, err = parseFenceRecord(kvs[0].Value)
+		r.Fence, r.Holder, err = parseFenceRecord(kvs[0].Value)
 		if err != nil {
-			return "", false, 0, "", fmt.Errorf("etcd: fenced get %q: %w", key, err)
+			return fencing.Record{}, fmt.Errorf("etcd: fenced get %q: %w", key, err)
 		}
 	}
-	return value, ok, token, holder, nil
+	return r, nil
 }

@@ -37,7 +37,7 @@ func TestSeedOneHolderAtATime(t *testing.T) {
 	)
 	for w := 0; w < workers; w++ {
 		b, _ := newBackend(t, srv, Options{})
-		locker := fencedlock.New(b, fencedlock.Options{TTL: time.Second})
+		locker := mustLocker(t, b, fencedlock.Options{TTL: time.Second})
 		t.Cleanup(func() { locker.Close() })
 		wg.Add(1)
 		go func() {
@@ -95,10 +95,10 @@ func TestSeedLeaseSurvives5xTTL(t *testing.T) {
 	// CI machine running packages in parallel under -race renews in time.
 	const ttl = 500 * time.Millisecond
 	b, _ := newBackend(t, srv, Options{})
-	locker := fencedlock.New(b, fencedlock.Options{TTL: ttl})
+	locker := mustLocker(t, b, fencedlock.Options{TTL: ttl})
 	defer locker.Close()
 	other, _ := newBackend(t, srv, Options{})
-	otherLocker := fencedlock.New(other, fencedlock.Options{TTL: ttl})
+	otherLocker := mustLocker(t, other, fencedlock.Options{TTL: ttl})
 	defer otherLocker.Close()
 
 	lease, err := locker.TryAcquire(context.Background(), "orders")
@@ -138,9 +138,9 @@ func TestSeedLateReleaseDeletesNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	ba, _ := newBackend(t, srv, Options{})
 	bb, _ := newBackend(t, srv, Options{})
-	la := fencedlock.New(ba, fencedlock.Options{TTL: 100 * time.Millisecond, ManualRenew: true})
+	la := mustLocker(t, ba, fencedlock.Options{TTL: 100 * time.Millisecond, ManualRenew: true})
 	defer la.Close()
-	lb := fencedlock.New(bb, fencedlock.Options{TTL: 5 * time.Second})
+	lb := mustLocker(t, bb, fencedlock.Options{TTL: 5 * time.Second})
 	defer lb.Close()
 
 	a, err := la.TryAcquire(context.Background(), "orders")
@@ -186,9 +186,9 @@ func TestSeedPausedHolderWriteRejected(t *testing.T) {
 	srv := redistest.Start(t)
 	ba, _ := newBackend(t, srv, Options{})
 	bb, _ := newBackend(t, srv, Options{})
-	la := fencedlock.New(ba, fencedlock.Options{TTL: 100 * time.Millisecond, ManualRenew: true})
+	la := mustLocker(t, ba, fencedlock.Options{TTL: 100 * time.Millisecond, ManualRenew: true})
 	defer la.Close()
-	lb := fencedlock.New(bb, fencedlock.Options{TTL: 5 * time.Second})
+	lb := mustLocker(t, bb, fencedlock.Options{TTL: 5 * time.Second})
 	defer lb.Close()
 
 	var (

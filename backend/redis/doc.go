@@ -4,7 +4,7 @@
 //
 //	b, err := redis.New(client, redis.Options{}) // client is a rueidis.Client
 //	defer b.Close() // the caller owns b: Locker.Close does not close it
-//	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+//	locker, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
 //	defer locker.Close()
 //
 // # Keys

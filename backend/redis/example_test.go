@@ -32,7 +32,10 @@ func Example() {
 		panic(err)
 	}
 	defer b.Close() // whoever creates the backend closes it: Locker.Close does not
-	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	locker, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	if err != nil {
+		panic(err)
+	}
 	defer locker.Close()
 
 	var store fencing.Guard // the guarded resource

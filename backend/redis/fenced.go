@@ -126,36 +126,221 @@ func (b *Backend) checkResourceKey(op, key string) error {
 }
 
 // FencedGet reads a hash written by [Backend.FencedSet] in one round trip:
-// the value (ok false if the hash has no [ValueField]) and the highest
+// the value (Found false if the hash has no [ValueField]) and the highest
 // token accepted for key with its holder id (0 and "" if none yet).
-func (b *Backend) FencedGet(ctx context.Context, key string) (value string, ok bool, token fencing.Token, holder string, err error) {
+func (b *Backend) FencedGet(ctx context.Context, key string) (fencing.Record, error) {
+	var r fencing.Record
 	if b.closed.Load() {
-		return "", false, 0, "", errClosed("fenced get", key)
+		return r, errClosed("fenced get", key)
 	}
 	if key == "" {
-		return "", false, 0, "", fmt.Errorf("redis: fenced get: empty key: %w", fencedlock.ErrInvalid)
+		return r, fmt.Errorf("redis: fenced get: empty key: %w", fencedlock.ErrInvalid)
 	}
 	vals, err := b.c.Do(ctx, b.c.B().Hmget().Key(key).Field(ValueField, FenceField, HolderField).Build()).ToArray()
 	if err != nil {
-		return "", false, 0, "", wrap("fenced get", key, err)
+		return r, wrap("fenced get", key, err)
 	}
 	if len(vals) != 3 {
-		return "", false, 0, "", fmt.Errorf("redis: fenced get %q: unexpected reply of %d values", key, len(vals))
+		return r, fmt.Errorf("redis: fenced get %q: unexpected reply of %d values", key, len(vals))
 	}
 	if v, verr := vals[0].ToString(); verr == nil {
-		value, ok = v, true
+		r.Value, r.Found = v, true
 	} else if !rueidis.IsRedisNil(verr) {
-		return "", false, 0, "", wrap("fenced get", key, verr)
+		return fencing.Record{}, wrap("fenced get", key, verr)
 	}
 	if fs, ferr := vals[1].ToString(); ferr == nil {
 		t, perr := fencing.ParseToken(fs)
 		if perr != nil || t == 0 || t.String() != fs { // the script's form: no sign, no leading zero
-			return "", false, 0, "", fmt.Errorf("redis: fenced get %q: fence record %q: %w", key, fs, ErrCorrupt)
+			return fencing.Record{}, fmt.Errorf("redis: fenced get %q: fence record %q: %w", key, fs, ErrCorrupt)
 		}
-		token = t
-		holder, _ = vals[2].ToString()
+		r.Fence = t
+		r.Holder, _ = vals[2].ToString()
 	} else if !rueidis.IsRedisNil(ferr) {
-		return "", false, 0, "", wrap("fenced get", key, ferr)
+		return fencing.Record{}, wrap("fenced get", key, ferr)
 	}
-	return value, ok, token, holder, nil
+	return r, nil
+}
+
+// fencedEvalPreamble is the guard that [FencedScript] runs before the
+// user's body, in the same script: the rule of scripts/fenced_write.lua
+// (token greater than the stored fence, or equal to it from the same
+// holder; the token a uint64 in decimal, checked as a string), on the fence
+// record of KEYS[1] (fields FenceField and HolderField, as FencedSet keeps
+// them). An accepted token is recorded before the body runs; a rejected
+// one returns the error FENCEDLOCK_STALE <fence> <holder> and runs nothing.
+// ARGV[1] is the token, ARGV[2] the holder id.
+const fencedEvalPreamble = `-- fencedlock guard (backend/redis FencedScript)
+local fencedlock_FENCE, fencedlock_HOLDER = 'fencedlock:fence', 'fencedlock:holder'
+local fencedlock_MAX = '18446744073709551615'
+local function fencedlock_isToken(s)
+  if type(s) ~= 'string' or #s > #fencedlock_MAX or string.match(s, '^[1-9]%d*$') == nil then
+    return false
+  end
+  return #s < #fencedlock_MAX or s <= fencedlock_MAX
+end
+local fencedlock_token, fencedlock_holder = ARGV[1], ARGV[2]
+if not fencedlock_isToken(fencedlock_token) then
+  return redis.error_reply('ERR fencedlock: fenced eval: the token is not a fencing token (a decimal from 1 to ' ..
+    fencedlock_MAX .. ', no sign, no leading zero); nothing written')
+end
+if KEYS[1] == nil or fencedlock_holder == nil or fencedlock_holder == '' then
+  return redis.error_reply('ERR fencedlock: fenced eval needs a guarded key, a token and a holder id')
+end
+local fencedlock_rec = redis.call('HMGET', KEYS[1], fencedlock_FENCE, fencedlock_HOLDER)
+local fencedlock_fence, fencedlock_owner = fencedlock_rec[1], fencedlock_rec[2]
+if fencedlock_fence then
+  if not fencedlock_isToken(fencedlock_fence) or not fencedlock_owner then
+    return redis.error_reply('FENCEDLOCK_CORRUPT hash ' .. KEYS[1] .. ' holds a fence record fencedlock did not write')
+  end
+  local older
+  if #fencedlock_token ~= #fencedlock_fence then
+    older = #fencedlock_token < #fencedlock_fence
+  else
+    older = fencedlock_token < fencedlock_fence
+  end
+  if older or (fencedlock_token == fencedlock_fence and fencedlock_holder ~= fencedlock_owner) then
+    return redis.error_reply('FENCEDLOCK_STALE ' .. fencedlock_fence .. ' ' .. fencedlock_owner)
+  end
+end
+redis.call('HSET', KEYS[1], fencedlock_FENCE, fencedlock_token, fencedlock_HOLDER, fencedlock_holder)
+local fencedlock_keys, fencedlock_argv = {}, {}
+for i = 2, #KEYS do
+  fencedlock_keys[i - 1] = KEYS[i]
+end
+for i = 3, #ARGV do
+  fencedlock_argv[i - 2] = ARGV[i]
+end
+return (function(KEYS, ARGV)
+`
+
+// fencedEvalEnd closes the function around the user's body.
+const fencedEvalEnd = "\nend)(fencedlock_keys, fencedlock_argv)\n"
+
+// staleCode is the error code of a token the guard of a FencedScript
+// rejected.
+const staleCode = "FENCEDLOCK_STALE"
+
+// A FencedScript is a Lua body of yours run behind the fencing guard, in
+// one script: the guard (the rule of [Backend.FencedSet]) checks the
+// lease's token against the fence record of a guarded hash and records it,
+// then your body runs, on the same server, with nothing between them. Make
+// one with [Backend.NewFencedScript] once and reuse it; it is safe for
+// concurrent use.
+type FencedScript struct {
+	b      *Backend
+	script *rueidis.Lua
+}
+
+// NewFencedScript returns a FencedScript running body behind the guard.
+// body is the text of a Lua function body, exactly as you would write a
+// script for EVAL, with its own KEYS and ARGV: KEYS[1] of your body is the
+// first of the keys you pass to Exec and ARGV[1] the first of your args
+// (the guarded key, token and holder id are taken off before your body
+// sees them). Its return value is Exec's reply. The guard's locals are
+// named fencedlock_*; do not rely on them.
+//
+// The whole script is sent as EVALSHA (EVAL the first time), so the
+// server caches it by its SHA-1 like any other script.
+func (b *Backend) NewFencedScript(body string) *FencedScript {
+	return &FencedScript{b: b, script: rueidis.NewLuaScript(fencedEvalPreamble + body + fencedEvalEnd)}
+}
+
+// Exec runs the guard and then the body, as one script, with
+//
+//	KEYS = key, keys...           (your body sees keys... as KEYS)
+//	ARGV = token, holder, args... (your body sees args... as ARGV)
+//
+// key is the guarded hash: its fence record is kept in fields [FenceField]
+// and [HolderField], exactly as FencedSet keeps it, so FencedSet,
+// FencedHSet, FencedGet and FencedScripts can guard the same resource.
+// Your body may write that hash too (not the two reserved fields), or keep
+// its data in keys of its own.
+//
+// If the rule rejects token (older than the fence record, or equal to it
+// from another holder), nothing is written, the body does not run, and the
+// error wraps a *[fencing.StaleError] (and so [fencing.ErrStale]) with the
+// accepted token and holder id, as FencedSet's does. An accepted token is
+// recorded before the body runs: Redis does not roll back a script that
+// fails part way, so if the body fails (an error reply or a Lua error),
+// the fence record stays advanced with whatever the body wrote before it
+// failed, and the error is returned. A zero token wraps
+// [fencing.ErrInvalidToken]; an empty key or holder, or a key inside the
+// backend's KeyPrefix, [fencedlock.ErrInvalid]; nothing is sent then. A
+// key that is not a hash, or a fence record fencedlock did not write,
+// returns an error wrapping [ErrCorrupt] and runs nothing.
+//
+// On Redis Cluster every key must hash to the same slot as key: give them
+// one hash tag ("{order:42}" and "{order:42}:items"); keys in another slot
+// return an error wrapping [fencedlock.ErrInvalid] and nothing is sent.
+func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token, holder string, keys, args []string) (rueidis.RedisMessage, error) {
+	const op = "fenced eval"
+	b := s.b
+	if b.closed.Load() {
+		return rueidis.RedisMessage{}, errClosed(op, key)
+	}
+	if err := b.checkResourceKey(op, key); err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	cluster := len(keys) > 0 && b.c.Mode() == rueidis.ClientModeCluster
+	for _, k := range keys {
+		if err := b.checkResourceKey(op, k); err != nil {
+			return rueidis.RedisMessage{}, err
+		}
+		if cluster && hashSlot(k) != hashSlot(key) {
+			// rueidis would panic building a command across slots.
+			return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: key %q in another Cluster slot (give the keys one hash tag): %w", op, key, k, fencedlock.ErrInvalid)
+		}
+	}
+	if token == 0 {
+		return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
+	}
+	if holder == "" {
+		return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, fencedlock.ErrInvalid)
+	}
+	allKeys := make([]string, 0, 1+len(keys))
+	allKeys = append(allKeys, key)
+	allKeys = append(allKeys, keys...)
+	allArgs := make([]string, 0, 2+len(args))
+	allArgs = append(allArgs, token.String(), holder)
+	allArgs = append(allArgs, args...)
+	msg, err := s.script.Exec(ctx, b.c, allKeys, allArgs).ToMessage()
+	if err != nil {
+		if re, ok := rueidis.IsRedisErr(err); ok {
+			if rest, found := strings.CutPrefix(re.Error(), staleCode+" "); found {
+				fs, from, _ := strings.Cut(rest, " ")
+				accepted, perr := fencing.ParseToken(fs)
+				if perr != nil {
+					return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: unreadable fence record in reply: %w", op, key, ErrCorrupt)
+				}
+				return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: %w", op, key, &fencing.StaleError{
+					Token: token, Holder: holder, Accepted: accepted, AcceptedFrom: from,
+				})
+			}
+		}
+		return rueidis.RedisMessage{}, wrap(op, key, err)
+	}
+	return msg, nil
+}
+
+// hashSlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
+// key, or of its hash tag (the bytes between the first '{' and the next
+// '}', if not empty), modulo 16384.
+func hashSlot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc % 16384
 }

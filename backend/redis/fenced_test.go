@@ -99,13 +99,13 @@ func testFencedRule(t *testing.T, b *Backend, c rueidis.Client) {
 			t.Fatalf("step %d (%s): rejected write changed the hash: %v -> %v", i, s.why, before, after)
 		}
 	}
-	v, ok, tok, h, err := b.FencedGet(ctx, key)
-	if err != nil || !ok || tok != math.MaxUint64 || h != "F" || v != fmt.Sprintf("v%d", len(fencedSteps)-1) {
-		t.Fatalf("FencedGet = %q %v %d %q %v", v, ok, tok, h, err)
+	rec, err := b.FencedGet(ctx, key)
+	if want := (fencing.Record{Value: fmt.Sprintf("v%d", len(fencedSteps)-1), Found: true, Fence: math.MaxUint64, Holder: "F"}); err != nil || rec != want {
+		t.Fatalf("FencedGet = %+v %v, want %+v", rec, err, want)
 	}
-	v, ok, tok, h, err = b.FencedGet(ctx, "resource:absent")
-	if err != nil || ok || tok != 0 || h != "" || v != "" {
-		t.Fatalf("FencedGet of an absent hash = %q %v %d %q %v", v, ok, tok, h, err)
+	rec, err = b.FencedGet(ctx, "resource:absent")
+	if err != nil || rec != (fencing.Record{}) {
+		t.Fatalf("FencedGet of an absent hash = %+v %v", rec, err)
 	}
 }
 
@@ -219,7 +219,7 @@ func TestFencedCorrupt(t *testing.T) {
 		if after := hgetall(t, c, "h"); !maps.Equal(before, after) {
 			t.Fatalf("record %v: hash changed to %v", rec, after)
 		}
-		if _, _, _, _, err := b.FencedGet(ctx, "h"); rec[1] != "5" && !errors.Is(err, ErrCorrupt) {
+		if _, err := b.FencedGet(ctx, "h"); rec[1] != "5" && !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("FencedGet of record %v: %v", rec, err)
 		}
 	}
@@ -258,9 +258,9 @@ func TestFencedFailoverDuplicateFence(t *testing.T) {
 	bA, c := newBackend(t, srv, Options{})
 	bB, _ := newBackend(t, srv, Options{})
 	ctx := context.Background()
-	lA := fencedlock.New(bA, fencedlock.Options{TTL: 5 * time.Second})
+	lA := mustLocker(t, bA, fencedlock.Options{TTL: 5 * time.Second})
 	defer lA.Close()
-	lB := fencedlock.New(bB, fencedlock.Options{TTL: 5 * time.Second})
+	lB := mustLocker(t, bB, fencedlock.Options{TTL: 5 * time.Second})
 	defer lB.Close()
 
 	const resource = "orders-state"
@@ -287,9 +287,9 @@ func TestFencedFailoverDuplicateFence(t *testing.T) {
 	if !errors.As(err, &se) || se.Accepted != a.Fence() || se.AcceptedFrom != a.Holder() {
 		t.Fatalf("B's write with the duplicated fence: %v, want a StaleError naming A", err)
 	}
-	v, _, tok, h, err := bB.FencedGet(ctx, resource)
-	if err != nil || v != "written by A" || tok != a.Fence() || h != a.Holder() {
-		t.Fatalf("state after the duplicate: %q fence %d holder %s (%v)", v, tok, h, err)
+	rec, err := bB.FencedGet(ctx, resource)
+	if err != nil || rec.Value != "written by A" || rec.Fence != a.Fence() || rec.Holder != a.Holder() {
+		t.Fatalf("state after the duplicate: %+v (%v)", rec, err)
 	}
 	// The next grant is greater again and is accepted.
 	if err := bl.Release(ctx); err != nil {
@@ -343,7 +343,7 @@ func TestFencedCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	locker := fencedlock.New(b, fencedlock.Options{TTL: 5 * time.Second})
+	locker := mustLocker(t, b, fencedlock.Options{TTL: 5 * time.Second})
 	defer locker.Close()
 	ctx := context.Background()
 	keys := []string{"orders", "user:{42}:profile", "{x}", "a}b{c"}
@@ -366,8 +366,8 @@ func TestFencedCluster(t *testing.T) {
 		if err := b.FencedSet(ctx, key, "stale", l.Fence(), l.Holder()); !errors.Is(err, fencing.ErrStale) {
 			t.Fatalf("%s: older token: %v", key, err)
 		}
-		if v, _, tok, h, err := b.FencedGet(ctx, key); err != nil || v != "newer" || tok != l.Fence()+1 || h != "next" {
-			t.Fatalf("%s: %q %d %s %v", key, v, tok, h, err)
+		if rec, err := b.FencedGet(ctx, key); err != nil || rec.Value != "newer" || rec.Fence != l.Fence()+1 || rec.Holder != "next" {
+			t.Fatalf("%s: %+v %v", key, rec, err)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)

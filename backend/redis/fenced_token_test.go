@@ -56,8 +56,8 @@ func TestFencedWriteTokenRange(t *testing.T) {
 			t.Fatalf("token %q: hash changed to %v", tok, after)
 		}
 	}
-	if v, _, tok, h, err := b.FencedGet(ctx, "res"); err != nil || v != "v5" || tok != 5 || h != "A" {
-		t.Fatalf("FencedGet after the refused tokens: %q %d %q %v", v, tok, h, err)
+	if rec, err := b.FencedGet(ctx, "res"); err != nil || rec.Value != "v5" || rec.Fence != 5 || rec.Holder != "A" {
+		t.Fatalf("FencedGet after the refused tokens: %+v %v", rec, err)
 	}
 	if err := b.FencedSet(ctx, "res", "old", 4, "C"); !errors.Is(err, fencing.ErrStale) {
 		t.Fatalf("older FencedSet: %v, want ErrStale", err)
@@ -66,8 +66,8 @@ func TestFencedWriteTokenRange(t *testing.T) {
 	if out := evalByHand(t, srv, "fenced_write.lua", "res", ",", "18446744073709551615", "D", "value", "max"); out != "1" {
 		t.Fatalf("token 2^64-1: %q", out)
 	}
-	if v, _, tok, h, err := b.FencedGet(ctx, "res"); err != nil || v != "max" || uint64(tok) != 1<<64-1 || h != "D" {
-		t.Fatalf("FencedGet after 2^64-1: %q %d %q %v", v, tok, h, err)
+	if rec, err := b.FencedGet(ctx, "res"); err != nil || rec.Value != "max" || uint64(rec.Fence) != 1<<64-1 || rec.Holder != "D" {
+		t.Fatalf("FencedGet after 2^64-1: %+v %v", rec, err)
 	}
 	if err := b.FencedSet(ctx, "res", "old", 5, "C"); !errors.Is(err, fencing.ErrStale) {
 		t.Fatalf("FencedSet after 2^64-1: %v, want ErrStale", err)

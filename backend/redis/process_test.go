@@ -98,7 +98,7 @@ func processWorker(t *testing.T, addr, logPath string) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	locker := fencedlock.New(b, fencedlock.Options{TTL: 2 * time.Second})
+	locker := mustLocker(t, b, fencedlock.Options{TTL: 2 * time.Second})
 	defer locker.Close()
 	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {

@@ -356,7 +356,7 @@ func TestCancelledContext(t *testing.T) {
 	}
 
 	holder := acquire(t, b, "k", 10*time.Second)
-	locker := fencedlock.New(b, fencedlock.Options{TTL: time.Second})
+	locker := mustLocker(t, b, fencedlock.Options{TTL: time.Second})
 	defer locker.Close()
 	wctx, wcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer wcancel()
@@ -377,9 +377,9 @@ func TestWaiterWokenOnRelease(t *testing.T) {
 	srv := redistest.Start(t)
 	ba, c := newBackend(t, srv, Options{})
 	bb, _ := newBackend(t, srv, Options{})
-	la := fencedlock.New(ba, fencedlock.Options{TTL: 20 * time.Second})
+	la := mustLocker(t, ba, fencedlock.Options{TTL: 20 * time.Second})
 	defer la.Close()
-	lb := fencedlock.New(bb, fencedlock.Options{TTL: 20 * time.Second})
+	lb := mustLocker(t, bb, fencedlock.Options{TTL: 20 * time.Second})
 	defer lb.Close()
 	a, err := la.TryAcquire(context.Background(), "orders")
 	if err != nil {
@@ -456,7 +456,7 @@ func TestWaiterWithoutMessage(t *testing.T) {
 	}()
 	<-subscribed
 
-	lb := fencedlock.New(bb, fencedlock.Options{TTL: time.Second})
+	lb := mustLocker(t, bb, fencedlock.Options{TTL: time.Second})
 	defer lb.Close()
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()

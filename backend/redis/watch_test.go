@@ -218,7 +218,7 @@ func TestWatchServerDown(t *testing.T) {
 // fast path, with the release notification.
 func TestLockerHandOffMini(t *testing.T) {
 	b, _, _ := newMini(t)
-	locker := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	locker := mustLocker(t, b, fencedlock.Options{TTL: 10 * time.Second})
 	defer locker.Close()
 	a, err := locker.TryAcquire(context.Background(), "k")
 	if err != nil {

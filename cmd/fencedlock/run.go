@@ -148,7 +148,10 @@ func (e *env) run(ctx context.Context, args []string) int {
 		return e.openError("run", err)
 	}
 	defer closeBackend()
-	locker := fencedlock.New(b, fencedlock.Options{TTL: f.ttl})
+	locker, err := fencedlock.New(b, fencedlock.Options{TTL: f.ttl})
+	if err != nil {
+		return e.openError("run", err) // ErrInvalid: a usage error
+	}
 	defer locker.Close()
 
 	p := &progress{e: e, quiet: f.quiet, key: key}

@@ -111,10 +111,8 @@ func (r *redisResource) write(ctx context.Context, value string, fence fencing.T
 }
 
 func (r *redisResource) read(ctx context.Context) (resourceState, error) {
-	var s resourceState
-	var err error
-	s.value, s.ok, s.fence, s.holder, err = r.b.FencedGet(ctx, r.key)
-	return s, err
+	rec, err := r.b.FencedGet(ctx, r.key)
+	return resourceState{value: rec.Value, ok: rec.Found, fence: rec.Fence, holder: rec.Holder}, err
 }
 
 func (r *redisResource) reset(ctx context.Context) error {
@@ -152,10 +150,8 @@ func (r *etcdResource) write(ctx context.Context, value string, fence fencing.To
 }
 
 func (r *etcdResource) read(ctx context.Context) (resourceState, error) {
-	var s resourceState
-	var err error
-	s.value, s.ok, s.fence, s.holder, err = r.b.FencedGet(ctx, r.key)
-	return s, err
+	rec, err := r.b.FencedGet(ctx, r.key)
+	return resourceState{value: rec.Value, ok: rec.Found, fence: rec.Fence, holder: rec.Holder}, err
 }
 
 func (r *etcdResource) reset(ctx context.Context) error {

@@ -244,7 +244,7 @@ func TestRunTreeNeverOutlivesLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttl, grace := *treeTTL, 300*time.Millisecond
-	poller := fencedlock.New(b, fencedlock.Options{TTL: 5 * time.Second})
+	poller := mustLocker(t, b, fencedlock.Options{TTL: 5 * time.Second})
 	t.Cleanup(func() { _ = poller.Close() })
 
 	for _, mode := range []string{"SIGKILL", "SIGSTOP", "SIGTSTP", "normal exit"} {

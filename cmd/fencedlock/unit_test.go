@@ -296,7 +296,7 @@ func TestRunLeaseLostTerminatesCommand(t *testing.T) {
 // the holder's Locker is closed when the test ends.
 func holdMemKey(t *testing.T, store *memory.Store, key string) *fencedlock.Lease {
 	t.Helper()
-	holder := fencedlock.New(store.Backend(), fencedlock.Options{TTL: 5 * time.Second})
+	holder := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 5 * time.Second})
 	t.Cleanup(func() { _ = holder.Close() })
 	lease, err := holder.TryAcquire(context.Background(), key)
 	if err != nil {
@@ -336,7 +336,7 @@ func TestInspectOutput(t *testing.T) {
 	}
 
 	rec := &recordingBackend{Backend: store.Backend()}
-	locker := fencedlock.New(rec, fencedlock.Options{TTL: 5 * time.Second})
+	locker := mustLocker(t, rec, fencedlock.Options{TTL: 5 * time.Second})
 	defer locker.Close()
 	lease, err := locker.TryAcquire(ctx, "k")
 	if err != nil {

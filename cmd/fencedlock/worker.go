@@ -83,7 +83,10 @@ func (e *env) worker(ctx context.Context, args []string) int {
 		return fail(exitBackend, "%v", err)
 	}
 	defer closeBackend()
-	locker := fencedlock.New(b, fencedlock.Options{TTL: ttl})
+	locker, err := fencedlock.New(b, fencedlock.Options{TTL: ttl})
+	if err != nil {
+		return fail(exitUsage, "%v", err)
+	}
 	defer locker.Close()
 	cmds := bufio.NewScanner(e.stdin)
 	await := func(want string) error {

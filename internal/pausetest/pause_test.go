@@ -266,7 +266,7 @@ func runWorker(t *testing.T, role string) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	locker := fencedlock.New(b, fencedlock.Options{TTL: ttl})
+	locker := mustLocker(t, b, fencedlock.Options{TTL: ttl})
 	defer locker.Close()
 	rec, err := history.Open(os.Getenv(envHistory), os.Getenv(envName))
 	if err != nil {

@@ -127,7 +127,7 @@ func (e *env) locker(member int, opts fencedlock.Options) (*fencedlock.Locker, *
 	if opts.ReleaseTimeout == 0 {
 		opts.ReleaseTimeout = time.Second
 	}
-	l := fencedlock.New(b, opts)
+	l := mustLocker(e.t, b, opts)
 	e.t.Cleanup(func() { l.Close() })
 	return l, b
 }

@@ -81,7 +81,7 @@ func (e *env) pauseWorkload(t *testing.T, name string, fenced bool) (history.Res
 		}
 		t.Cleanup(func() { b.Close() })
 		opts.TTL, opts.ReleaseTimeout = ttl, time.Second
-		l := fencedlock.New(b, opts)
+		l := mustLocker(t, b, opts)
 		t.Cleanup(func() { l.Close() })
 		rec, err := history.Open(path, proc)
 		if err != nil {
@@ -158,10 +158,11 @@ func (e *env) pauseWorkload(t *testing.T, name string, fenced bool) (history.Res
 		}
 	}
 
-	value, _, _, _, err := victim.b.FencedGet(ctx, counter)
+	rec, err := victim.b.FencedGet(ctx, counter)
 	if err != nil {
 		t.Fatal(err)
 	}
+	value := rec.Value
 	if value == "" {
 		value = "0"
 	}
@@ -185,10 +186,11 @@ func (w *pauseWorker) round(ctx context.Context, between func()) error {
 	if err := w.record(ev, history.Acquire, ""); err != nil {
 		return err
 	}
-	cur, _, _, _, err := w.b.FencedGet(ctx, w.counter)
+	rec, err := w.b.FencedGet(ctx, w.counter)
 	if err != nil {
 		return err
 	}
+	cur := rec.Value
 	if cur == "" {
 		cur = "0"
 	}

@@ -417,9 +417,9 @@ func TestFencedPut(t *testing.T) {
 	if err := bb.FencedPut(ctx, data, "anon", b.Fence(), ""); !errors.Is(err, fencedlock.ErrInvalid) {
 		t.Fatalf("empty holder id: %v", err)
 	}
-	v, ok, tok, holder, err := bb.FencedGet(ctx, data)
-	if err != nil || !ok || v != "b1" || tok != b.Fence() || holder != b.Holder() {
-		t.Fatalf("stored %q %v fence %d holder %q (%v), want b1 %d %s", v, ok, tok, holder, err, b.Fence(), b.Holder())
+	rec, err := bb.FencedGet(ctx, data)
+	if err != nil || !rec.Found || rec.Value != "b1" || rec.Fence != b.Fence() || rec.Holder != b.Holder() {
+		t.Fatalf("stored %+v (%v), want b1 %d %s", rec, err, b.Fence(), b.Holder())
 	}
 	b.Release(ctx)
 }
@@ -475,7 +475,7 @@ func TestSameCodeAsOtherBackends(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := fencedlock.New(b, fencedlock.Options{TTL: ttl})
+		l := mustLocker(t, b, fencedlock.Options{TTL: ttl})
 		count, last, err := useLock(ctxFor(t, time.Minute), l, 4, 5)
 		l.Close()
 		b.Close() // a Locker does not close its backend
@@ -534,7 +534,7 @@ func TestTTLRoundedUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := fencedlock.New(b, fencedlock.Options{TTL: c.asked})
+		l := mustLocker(t, b, fencedlock.Options{TTL: c.asked})
 		// One attempt: the Grant's TTL is the applied lease.
 		ls, err := l.TryAcquire(ctx, "k")
 		if err != nil {

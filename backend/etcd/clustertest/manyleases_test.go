@@ -54,7 +54,7 @@ func TestManyLeasesSharedStreams(t *testing.T) {
 	e := newEnv(t)
 	var sc streamCounter
 	b := e.countedBackend(1, grpc.WithChainStreamInterceptor(sc.intercept))
-	l := fencedlock.New(b, fencedlock.Options{TTL: ttl, ReleaseTimeout: time.Second})
+	l := mustLocker(t, b, fencedlock.Options{TTL: ttl, ReleaseTimeout: time.Second})
 	defer l.Close()
 	ctx := ctxFor(t, time.Minute)
 

@@ -41,7 +41,7 @@ func TestRoundTrips(t *testing.T) {
 	e := newEnv(t)
 	var rc rpcCounter
 	b := e.countedBackend(1, grpc.WithChainUnaryInterceptor(rc.intercept))
-	l := fencedlock.New(b, fencedlock.Options{TTL: ttl, ManualRenew: true})
+	l := mustLocker(t, b, fencedlock.Options{TTL: ttl, ManualRenew: true})
 	defer l.Close()
 	other, _ := e.locker(2, fencedlock.Options{})
 	ctx := ctxFor(t, time.Minute)

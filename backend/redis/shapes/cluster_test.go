@@ -91,8 +91,8 @@ func TestClusterAcquireRenewReleaseFence(t *testing.T) {
 		if err := b.FencedSet(ctx, res, "late", ls.Fence(), ls.Holder()); !errors.Is(err, fencing.ErrStale) {
 			t.Fatalf("fenced write with the older fence: %v, want ErrStale", err)
 		}
-		if v, _, tok, _, err := b.FencedGet(ctx, res); err != nil || v != "v2" || tok != ls2.Fence() {
-			t.Fatalf("fenced get %q = %q, %d, %v", res, v, tok, err)
+		if rec, err := b.FencedGet(ctx, res); err != nil || rec.Value != "v2" || rec.Fence != ls2.Fence() {
+			t.Fatalf("fenced get %q = %+v, %v", res, rec, err)
 		}
 		if err := ls2.Release(ctx); err != nil {
 			t.Fatal(err)

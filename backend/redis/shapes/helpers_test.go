@@ -34,7 +34,7 @@ func newBackend(t testing.TB, c rueidis.Client, opts redis.Options) *redis.Backe
 // newLocker returns a Locker on b, closed when the test ends.
 func newLocker(t testing.TB, b fencedlock.Backend, opts fencedlock.Options) *fencedlock.Locker {
 	t.Helper()
-	l := fencedlock.New(b, opts)
+	l := mustLocker(t, b, opts)
 	t.Cleanup(func() { l.Close() })
 	return l
 }

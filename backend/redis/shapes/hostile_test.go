@@ -165,7 +165,7 @@ func TestHostileInput(t *testing.T) {
 		// Its own Locker and backend (closed in cleanup: Locker.Close
 		// does not close it).
 		b := newBackend(t, c, redis.Options{})
-		l := fencedlock.New(b, fencedlock.Options{TTL: 5 * time.Second})
+		l := mustLocker(t, b, fencedlock.Options{TTL: 5 * time.Second})
 		defer l.Close()
 		keys := []string{"\x00", "\xff\xfe", "a{b}c", "}{", "{", "%7B", "%", "%25", "\r\nPING\r\n", "with space", "ключ", "\x00{\x00}"}
 		for _, k := range keys {
@@ -199,19 +199,24 @@ func TestHostileInput(t *testing.T) {
 
 	t.Run("TTLs", func(t *testing.T) {
 		before := dbsize(t, c)
+		lb := newBackend(t, c, redis.Options{})
+		valid := mustLocker(t, lb, fencedlock.Options{})
+		defer valid.Close()
 		for _, ttl := range []time.Duration{time.Millisecond, fencedlock.MinTTL - 1, -time.Second, math.MinInt64, fencedlock.MaxTTL + 1, math.MaxInt64} {
-			lt := fencedlock.New(newBackend(t, c, redis.Options{}), fencedlock.Options{TTL: ttl})
-			_, err := lt.TryAcquire(ctx, "ttl")
-			if !errors.Is(err, fencedlock.ErrInvalid) || !strings.Contains(err.Error(), "TTL") {
-				t.Fatalf("TTL %v: %v, want ErrInvalid naming the TTL", ttl, err)
+			// Refused by New, and as a per-call option.
+			if lt, err := fencedlock.New(lb, fencedlock.Options{TTL: ttl}); lt != nil || !errors.Is(err, fencedlock.ErrInvalid) || !strings.Contains(err.Error(), "TTL") {
+				t.Fatalf("New with TTL %v: %v, want ErrInvalid naming the TTL", ttl, err)
 			}
-			lt.Close()
+			_, err := valid.TryAcquire(ctx, "ttl", fencedlock.WithTTL(ttl))
+			if !errors.Is(err, fencedlock.ErrInvalid) || !strings.Contains(err.Error(), "TTL") {
+				t.Fatalf("WithTTL(%v): %v, want ErrInvalid naming the TTL", ttl, err)
+			}
 		}
 		if after := dbsize(t, c); after != before {
 			t.Fatalf("refused TTLs changed the server")
 		}
 		// Zero is not invalid: it means the documented default.
-		lt := fencedlock.New(newBackend(t, c, redis.Options{}), fencedlock.Options{})
+		lt := mustLocker(t, newBackend(t, c, redis.Options{}), fencedlock.Options{})
 		defer lt.Close()
 		ls, err := lt.TryAcquire(ctx, "ttl")
 		if err != nil {
@@ -260,11 +265,13 @@ func FuzzRedisKeys(f *testing.F) {
 			}
 			return
 		}
-		l := fencedlock.New(b, fencedlock.Options{TTL: time.Duration(ttlMs) * time.Millisecond})
+		// The TTL is a per-call option: refused by TryAcquire exactly as
+		// New refuses it in Options.
+		l := mustLocker(t, b, fencedlock.Options{})
 		defer l.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ls, err := l.TryAcquire(ctx, key)
+		ls, err := l.TryAcquire(ctx, key, fencedlock.WithTTL(time.Duration(ttlMs)*time.Millisecond))
 		if err != nil {
 			if !errors.Is(err, fencedlock.ErrInvalid) {
 				t.Fatalf("key %q ttl %dms: %v", key, ttlMs, err)
