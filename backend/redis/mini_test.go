@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
 )
 
 // Fast unit tests on miniredis (no real time: its TTLs move with
@@ -76,12 +77,12 @@ func TestParseFence(t *testing.T) {
 	for s, want := range map[string]bool{"0": true, "1": true, "999999999999999": true,
 		"1000000000000000": true, "9007199254740992": true, "": false, "00": false, "01": false, "-1": false, "1a": false,
 		"9007199254740993": false, "9999999999999999": false, "10000000000000000": false, "18446744073709551616": false} {
-		if _, ok := parseFence(s); ok != want {
-			t.Errorf("parseFence(%q) ok=%v, want %v", s, ok, want)
+		if _, ok := redisscript.ParseFence(s); ok != want {
+			t.Errorf("ParseFence(%q) ok=%v, want %v", s, ok, want)
 		}
 	}
-	if f, _ := parseFence("12345"); f != 12345 {
-		t.Errorf("parseFence(12345) = %d", f)
+	if f, _ := redisscript.ParseFence("12345"); f != 12345 {
+		t.Errorf("ParseFence(12345) = %d", f)
 	}
 }
 

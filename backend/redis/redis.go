@@ -570,7 +570,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 		}
 	}
 	if s, err := vals[2].ToString(); err == nil {
-		f, ok := parseFence(s)
+		f, ok := redisscript.ParseFence(s)
 		if !ok {
 			return fencedlock.Info{}, fmt.Errorf("redis: inspect %q: fence counter %q: %w", key, s, ErrCorrupt)
 		}
@@ -625,29 +625,6 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 // (they hold fences up to MaxFence and would reject the new name's small
 // fences) while no holder of the old name can still write.
 const MaxFence fencing.Token = redisscript.MaxFence
-
-// maxFenceDigits is the length of MaxFence in decimal.
-const maxFenceDigits = 16
-
-// parseFence applies the acquire script's rule for a fence counter: "0" or
-// a decimal without sign or leading zero, at most MaxFence.
-func parseFence(s string) (fencing.Token, bool) {
-	if s == "" || len(s) > maxFenceDigits || (s[0] == '0' && len(s) > 1) {
-		return 0, false
-	}
-	var v uint64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + uint64(c-'0')
-	}
-	if fencing.Token(v) > MaxFence {
-		return 0, false
-	}
-	return fencing.Token(v), true
-}
 
 // Close ends the backend's subscriptions and goroutines. It does not close
 // the rueidis client. It is idempotent; other calls after Close return
