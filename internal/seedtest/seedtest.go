@@ -1,0 +1,276 @@
+// Package seedtest holds the four expectations of the original problem
+// statement as tests that each Redis backend (backend/redis on rueidis,
+// backend/goredis on go-redis) runs against a real redis-server, so that
+// both are held to exactly the same checks.
+package seedtest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// Backend is what the seed tests need of a Redis backend: the driver
+// contract, Inspect, and the Redis guard.
+type Backend interface {
+	fencedlock.Backend
+	fencedlock.Inspector
+	FencedSet(ctx context.Context, key, value string, token fencing.Token, holder string) error
+	FencedGet(ctx context.Context, key string) (fencing.Record, error)
+}
+
+// NewBackend returns a new Backend over srv with a client of its own (as
+// a separate process would have), closed when the test ends.
+type NewBackend func(t *testing.T, srv *redistest.Server) Backend
+
+// Run runs the seed tests as subtests of t, each on its own redis-server.
+func Run(t *testing.T, newBackend NewBackend) {
+	t.Run("OneHolderAtATime", func(t *testing.T) { oneHolderAtATime(t, newBackend) })
+	t.Run("LeaseSurvives5xTTL", func(t *testing.T) { leaseSurvives5xTTL(t, newBackend) })
+	t.Run("LateReleaseDeletesNothing", func(t *testing.T) { lateReleaseDeletesNothing(t, newBackend) })
+	t.Run("PausedHolderWriteRejected", func(t *testing.T) { pausedHolderWriteRejected(t, newBackend) })
+}
+
+func mustLocker(t testing.TB, b fencedlock.Backend, opts fencedlock.Options) *fencedlock.Locker {
+	t.Helper()
+	l, err := fencedlock.New(b, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func isNotHeld(err error) bool { return errors.Is(err, fencedlock.ErrNotHeld) }
+
+// oneHolderAtATime: several independent Backends (each with its
+// own client, as separate processes would be) contend for one key; an
+// overlap detector checks that no two of them are ever inside the critical
+// section together, and the fences seen inside it strictly increase.
+func oneHolderAtATime(t *testing.T, newBackend NewBackend) {
+	srv := redistest.Start(t)
+	const (
+		workers = 4
+		rounds  = 15
+		key     = "orders"
+	)
+	var (
+		inside   atomic.Int32
+		overlaps atomic.Int32
+		mu       sync.Mutex
+		fences   []fencing.Token
+		guard    fencing.Guard
+		wg       sync.WaitGroup
+		errs     = make(chan error, workers)
+	)
+	for w := 0; w < workers; w++ {
+		b := newBackend(t, srv)
+		locker := mustLocker(t, b, fencedlock.Options{TTL: time.Second})
+		t.Cleanup(func() { locker.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				lease, err := locker.Acquire(ctx, key)
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				mu.Lock()
+				fences = append(fences, lease.Fence())
+				mu.Unlock()
+				if err := guard.Do(lease.Fence(), lease.Holder(), func() error { time.Sleep(time.Millisecond); return nil }); err != nil {
+					errs <- err
+				}
+				inside.Add(-1)
+				if err := lease.Release(context.Background()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d overlapping holders", n)
+	}
+	if len(fences) != workers*rounds {
+		t.Fatalf("%d acquisitions, want %d", len(fences), workers*rounds)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("fence %d after %d: not strictly increasing", fences[i], fences[i-1])
+		}
+	}
+	t.Logf("%d workers x %d rounds: no overlap, fences %d..%d strictly increasing", workers, rounds, fences[0], fences[len(fences)-1])
+}
+
+// leaseSurvives5xTTL: a healthy holder's watchdog keeps a 500ms
+// lease for 5x its TTL; meanwhile nobody else gets the key and the server
+// still holds it for the same holder and fence.
+func leaseSurvives5xTTL(t *testing.T, newBackend NewBackend) {
+	srv := redistest.Start(t)
+	// 500ms: short enough to show five TTLs in 2.5s, long enough that a
+	// CI machine running packages in parallel under -race renews in time.
+	const ttl = 500 * time.Millisecond
+	b := newBackend(t, srv)
+	locker := mustLocker(t, b, fencedlock.Options{TTL: ttl})
+	defer locker.Close()
+	other := newBackend(t, srv)
+	otherLocker := mustLocker(t, other, fencedlock.Options{TTL: ttl})
+	defer otherLocker.Close()
+
+	lease, err := locker.TryAcquire(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(5 * ttl)
+	attempts := 0
+	for time.Now().Before(end) {
+		time.Sleep(ttl / 4)
+		attempts++
+		_, err := otherLocker.TryAcquire(context.Background(), "orders")
+		var held *fencedlock.HeldError
+		if !errors.As(err, &held) {
+			t.Fatalf("other TryAcquire after %v: %v, want *HeldError", time.Since(end.Add(-5*ttl)), err)
+		}
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatalf("lease lost after 5x TTL: %v", err)
+	}
+	info, err := b.Inspect(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Held || info.Holder != lease.Holder() || info.Fence != lease.Fence() || info.TTL <= 0 {
+		t.Fatalf("server state %+v, want held by %s with fence %d", info, lease.Holder(), lease.Fence())
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("lease of %v held for %v (%d contending attempts refused), fence %d", ttl, 5*ttl, attempts, lease.Fence())
+}
+
+// lateReleaseDeletesNothing: A's lease expires (no renewal), B
+// acquires, then A releases: ErrNotHeld, and B still holds the key.
+func lateReleaseDeletesNothing(t *testing.T, newBackend NewBackend) {
+	srv := redistest.Start(t)
+	ba := newBackend(t, srv)
+	bb := newBackend(t, srv)
+	la := mustLocker(t, ba, fencedlock.Options{TTL: 100 * time.Millisecond, ManualRenew: true})
+	defer la.Close()
+	lb := mustLocker(t, bb, fencedlock.Options{TTL: 5 * time.Second})
+	defer lb.Close()
+
+	a, err := la.TryAcquire(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := lb.Acquire(ctx, "orders") // waits for A's expiry (PTTL hint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-a.Done() // lost locally by then
+	lateErr := a.Release(context.Background())
+	if !isNotHeld(lateErr) {
+		t.Fatalf("late release: %v, want ErrNotHeld", lateErr)
+	}
+	// Also straight at the backend, with A's grant.
+	if err := ba.Release(context.Background(), fencedlock.Grant{Key: "orders", Owner: "not-the-owner"}); !isNotHeld(err) {
+		t.Fatalf("release by a stranger: %v, want ErrNotHeld", err)
+	}
+	info, err := bb.Inspect(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Held || info.Holder != b.Holder() || info.Fence != b.Fence() {
+		t.Fatalf("after A's late release: %+v, want still held by B (%s, fence %d)", info, b.Holder(), b.Fence())
+	}
+	if err := b.Err(); err != nil {
+		t.Fatalf("B's lease: %v", err)
+	}
+	if err := b.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("A (fence %d) released late: %v; B (fence %d) kept the key", a.Fence(), lateErr, b.Fence())
+}
+
+// pausedHolderWriteRejected: A acquires and is paused past its TTL
+// (it simply does not renew), B acquires a higher fence and writes through
+// a fencing.Guard; A's write with its old fence is rejected with ErrStale
+// and changes nothing.
+func pausedHolderWriteRejected(t *testing.T, newBackend NewBackend) {
+	srv := redistest.Start(t)
+	ba := newBackend(t, srv)
+	bb := newBackend(t, srv)
+	la := mustLocker(t, ba, fencedlock.Options{TTL: 100 * time.Millisecond, ManualRenew: true})
+	defer la.Close()
+	lb := mustLocker(t, bb, fencedlock.Options{TTL: 5 * time.Second})
+	defer lb.Close()
+
+	var (
+		guard fencing.Guard
+		value string
+	)
+	a, err := la.TryAcquire(context.Background(), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pauses here; B waits for A's lease to expire on the server.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := lb.Acquire(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("B's fence %d not above A's %d", b.Fence(), a.Fence())
+	}
+	if err := guard.Do(b.Fence(), b.Holder(), func() error { value = "written by B"; return nil }); err != nil {
+		t.Fatalf("B's write: %v", err)
+	}
+	// A resumes and writes with its fence.
+	err = guard.Do(a.Fence(), a.Holder(), func() error { value = "written by A"; return nil })
+	if !errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("A's late write: %v, want ErrStale", err)
+	}
+	if value != "written by B" {
+		t.Fatalf("value %q after A's rejected write", value)
+	}
+	if tok, holder := guard.Accepted(); tok != b.Fence() || holder != b.Holder() {
+		t.Fatalf("guard accepted %d from %s, want B's %d", tok, holder, b.Fence())
+	}
+	// The same through the Redis guard of this backend.
+	if err := bb.FencedSet(context.Background(), "orders:data", "written by B", b.Fence(), b.Holder()); err != nil {
+		t.Fatalf("B's fenced write: %v", err)
+	}
+	ferr := ba.FencedSet(context.Background(), "orders:data", "written by A", a.Fence(), a.Holder())
+	if !errors.Is(ferr, fencing.ErrStale) {
+		t.Fatalf("A's late fenced write: %v, want ErrStale", ferr)
+	}
+	rec, gerr := ba.FencedGet(context.Background(), "orders:data")
+	if gerr != nil || !rec.Found || rec.Value != "written by B" || rec.Fence != b.Fence() || rec.Holder != b.Holder() {
+		t.Fatalf("fenced get = %+v, %v; want B's write with fence %d", rec, gerr, b.Fence())
+	}
+	if err := b.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("A fence %d paused; B fence %d wrote; A's writes rejected: %v; %v", a.Fence(), b.Fence(), err, ferr)
+}
