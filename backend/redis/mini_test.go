@@ -88,7 +88,7 @@ func TestParseFence(t *testing.T) {
 
 func TestEscape(t *testing.T) {
 	for in, want := range map[string]string{"orders": "orders", "}": "%7D", "{": "%7B", "%": "%25", "a{b}c%d": "a%7Bb%7Dc%25d"} {
-		if got := escape(in); got != want {
+		if got := redisscript.Escape(in); got != want {
 			t.Errorf("escape(%q) = %q, want %q", in, got, want)
 		}
 	}

@@ -285,33 +285,11 @@ func infoField(info, name string) string {
 // Options returns the options in effect, defaults filled in.
 func (b *Backend) Options() Options { return b.opts }
 
-// escape writes '%', '{' and '}' of key as %25, %7B and %7D.
-func escape(key string) string {
-	if !strings.ContainsAny(key, "%{}") {
-		return key
-	}
-	var sb strings.Builder
-	sb.Grow(len(key) + 8)
-	for i := 0; i < len(key); i++ {
-		switch c := key[i]; c {
-		case '%':
-			sb.WriteString("%25")
-		case '{':
-			sb.WriteString("%7B")
-		case '}':
-			sb.WriteString("%7D")
-		default:
-			sb.WriteByte(c)
-		}
-	}
-	return sb.String()
-}
-
 // LockKey returns the Redis key of the lock named key: KeyPrefix + "{" +
 // escaped key + "}" (see the package documentation). Pass it to
 // internal/redisscript/release.lua to release a lock by hand.
 func (b *Backend) LockKey(key string) string {
-	return b.opts.KeyPrefix + "{" + escape(key) + "}"
+	return b.opts.KeyPrefix + "{" + redisscript.Escape(key) + "}"
 }
 
 // FenceKey returns the Redis key of the fence counter of key: LockKey(key)

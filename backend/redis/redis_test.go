@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -113,7 +114,7 @@ func TestKeySlots(t *testing.T) {
 			t.Errorf("key %q: lock key %q in slot %d, fence key %q in slot %d", k, lk, ls, fk, fs)
 		}
 		// The tag is the escaped key: slot of the escaped key alone.
-		if es := num(t, c, "CLUSTER", "KEYSLOT", escape(k)); es != ls {
+		if es := num(t, c, "CLUSTER", "KEYSLOT", redisscript.Escape(k)); es != ls {
 			t.Errorf("key %q: slot %d, want the slot %d of its escaped form", k, ls, es)
 		}
 		if prev, dup := seen[lk]; dup {
