@@ -31,6 +31,8 @@ test: generate-check
 ## lint: gofmt, go vet, staticcheck, go mod tidy -diff and go mod verify in
 ## every module.
 lint: tools
+	@bin="$$(git ls-files -z | xargs -0 grep -IL '' -- | while read -r f; do [ -s "$$f" ] && echo "$$f"; done)"; \
+		test -z "$$bin" || { echo "binary files are tracked (build outputs do not belong in git):"; echo "$$bin"; exit 1; }
 	@set -e; test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	@set -e; for d in $(MODULE_DIRS); do \
 		echo "== lint $$d"; \
