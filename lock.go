@@ -455,6 +455,7 @@ func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) 
 	}
 	ls.deadline = sent.Add(ttl - lt.margin)
 	ls.next = sent.Add(lt.renew)
+	ls.keepalive = ls.keptAlive()
 	ls.ctx, ls.cancel = context.WithCancelCause(context.Background())
 
 	l.mu.Lock()
@@ -467,22 +468,13 @@ func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) 
 		return nil, fmt.Errorf("fencedlock: locker: %w", ErrClosed)
 	}
 	l.leases[ls] = struct{}{}
-	l.wg.Add(1) // the watchdog timer: Done in finish
-	if l.keeper != nil && !lt.manual {
-		l.wg.Add(1) // the keepalive reader: Done when it returns
-		ls.kaDone = make(chan struct{})
-	}
+	l.wg.Add(1) // the lease's watchdog: Done when it settles
 	l.mu.Unlock()
 
 	if l.debug() {
 		l.log.Debug("fencedlock: acquired", "key", g.Key, "fence", g.Fence, "holder", ls.holder, "ttl", ttl)
 	}
-	if ls.kaDone != nil {
-		go ls.readKeepAlive(l.keeper.KeepAlive(ls.ctx, g))
-	}
-	ls.mu.Lock()
-	ls.timer = time.AfterFunc(ls.wakeLocked(time.Now()), ls.tick)
-	ls.mu.Unlock()
+	ls.startWatchdog()
 	return ls, nil
 }
 
