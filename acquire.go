@@ -26,9 +26,13 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LeaseOption
 }
 
 // Acquire blocks until key is held or ctx is done. While another owner
-// holds the key it waits for the backend's release notification (see
-// [Notifier]) or the holder's remaining TTL, and otherwise backs off
-// exponentially with jitter between Options.MinRetryDelay and MaxRetryDelay.
+// holds the key it waits as the backend allows: in the server's queue (a
+// [WaitAcquirer]); or for a release notification (a [Notifier]), looking
+// again when the holder's remaining TTL ends and after MaxRetryDelay at
+// the latest, since notifications may be lost; or else polling, with an
+// exponential backoff from Options.MinRetryDelay up to MaxRetryDelay
+// (each sleep drawn from [d/2, d]) cut short by the holder's remaining
+// TTL when the backend reports it (see [HeldError]).
 //
 // When ctx ends first, the error is both [ErrNotAcquired] and ctx.Err(), and
 // also the last attempt's error if that attempt failed for another reason
@@ -308,7 +312,8 @@ func (l *Locker) cleanup(ctx context.Context, req AcquireRequest) {
 	}
 }
 
-// jitter is full jitter: a random duration in [d/2, d].
+// jitter returns a random duration in [d/2, d] ("equal jitter"): waiters
+// spread out, and none comes back sooner than half the backoff.
 func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 0

@@ -102,10 +102,10 @@ func (ls *Lease) endedErr(op string, end error) error {
 	return fmt.Errorf("fencedlock: %s %q: %w: %w", op, ls.grant.Key, ErrNotHeld, end)
 }
 
-// Renew renews the lease now. The watchdog does this on its own unless
-// Options.ManualRenew is set (or [WithManualRenew] was given for this
-// lease). ctx bounds the request (Release does not
-// cancel a manual renewal in flight). If the server no longer holds the
+// Renew renews the lease now. The watchdog (or a [KeepAliver] backend)
+// does this on its own unless Options.ManualRenew is set (or
+// [WithManualRenew] was given for this lease). ctx bounds the request
+// (Release does not cancel a manual renewal in flight). If the server no longer holds the
 // lease for this owner, the lease is lost and the error wraps [ErrNotHeld];
 // an error no retry can fix ([ErrPermanent]) loses it too. Once the lease
 // has ended, Renew fails with an error wrapping [ErrNotHeld] and the end
@@ -150,7 +150,8 @@ func (ls *Lease) renew(ctx context.Context) error {
 // Release ends the lease (its context is cancelled with cause
 // [ErrReleased]), cancels the watchdog's renewal in flight, deletes the key
 // on the server if this owner still holds it, and waits for the cancelled
-// renewal to return. It runs detached from ctx's cancellation, so a caller
+// renewal to return (with a [KeepAliver], it waits for the backend's
+// keepalive to stop before it deletes the key). It runs detached from ctx's cancellation, so a caller
 // whose context is already cancelled still releases, and the whole of it
 // is bounded by Options.ReleaseTimeout when the backend returns once its
 // context ends; with a watchdog renewal in flight (whose client may hold

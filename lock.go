@@ -10,8 +10,10 @@ import (
 )
 
 // Locker grants leases on named keys from one Backend. It is safe for
-// concurrent use. Every Lease it grants is renewed by a watchdog that ends
-// when the lease is released or lost, or when the Locker is closed.
+// concurrent use. Every Lease it grants has a watchdog, a timer that
+// renews it (unless it is renewed by hand, or by a [KeepAliver] backend)
+// and reports it lost at its local deadline, until the lease is released
+// or lost, or the Locker is closed.
 //
 // A Locker does not own its Backend: whoever created the Backend closes it,
 // after closing every Locker on it (as database/sql does not close a driver
@@ -57,6 +59,7 @@ func New(b Backend, opts Options) (*Locker, error) {
 // Options returns the options in effect, defaults filled in.
 func (l *Locker) Options() Options { return l.opts }
 
+// check refuses an invalid key and a closed Locker.
 func (l *Locker) check(key string) error {
 	if err := ValidateKey(key); err != nil {
 		return err
@@ -105,7 +108,8 @@ func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) 
 
 // Do acquires key (waiting as [Locker.Acquire] does), runs fn while holding
 // it and releases it. fn's context is cancelled when ctx is done or when the
-// lease is lost; fn should stop and not write after that. If the lease was
+// lease ends early (lost, or released by the Locker's Close); fn should
+// stop and not write after that. If the lease was
 // lost before fn returned (or before the release), Do's error wraps
 // [ErrLeaseLost] whatever fn returned, joined with fn's error if any: the
 // work may have run unprotected. Otherwise Do returns fn's error, or the
@@ -141,8 +145,9 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 
 // Close releases every lease the Locker still holds, all at once, and
 // waits for their watchdogs and for waiting Acquires to stop, within
-// Options.ReleaseTimeout: a backend call that ignores its context is not
-// waited for past it (Close then reports it; the call ends on its own).
+// Options.ReleaseTimeout plus 20ms: a backend call that ignores its
+// context is not waited for past that (Close then reports it; the call
+// ends on its own).
 // Waiting Acquires return at once with errors wrapping [ErrClosed], as do
 // all calls after Close. Close does not close the Backend: whoever created
 // it closes it, after the Lockers on it. Close is idempotent.
@@ -203,6 +208,7 @@ func (l *Locker) Close() error {
 // return after its context ended.
 const closeGrace = 20 * time.Millisecond
 
+// forget removes an ended lease from the leases Close releases.
 func (l *Locker) forget(ls *Lease) {
 	l.mu.Lock()
 	delete(l.leases, ls)

@@ -22,7 +22,8 @@ const (
 	DefaultRenewDivisor = 3
 	// DefaultSafetyDivisor sets the default safety margin: TTL/10 (plus 1ms).
 	DefaultSafetyDivisor = 10
-	// DefaultMinRetryDelay is the first backoff of a waiting Acquire.
+	// DefaultMinRetryDelay is the first backoff of a waiting Acquire (its
+	// first sleep lies in [DefaultMinRetryDelay/2, DefaultMinRetryDelay]).
 	DefaultMinRetryDelay = 5 * time.Millisecond
 	// DefaultMaxRetryDelay caps the backoff of a waiting Acquire.
 	DefaultMaxRetryDelay = time.Second
@@ -45,17 +46,21 @@ type Options struct {
 	// expire it, to absorb clock drift and delivery delays. Default
 	// TTL/10 + 1ms. It must be shorter than TTL/2.
 	SafetyMargin time.Duration
-	// MinRetryDelay and MaxRetryDelay bound the exponential backoff (with
-	// full jitter) of a waiting Acquire when the backend gives no better
-	// signal. Defaults DefaultMinRetryDelay and DefaultMaxRetryDelay.
+	// MinRetryDelay and MaxRetryDelay bound the exponential backoff of a
+	// waiting Acquire when the backend gives no better signal: the backoff
+	// d starts at MinRetryDelay and doubles up to MaxRetryDelay, and each
+	// sleep is drawn from [d/2, d]. MaxRetryDelay also bounds a wait for a
+	// release notification. Defaults DefaultMinRetryDelay and
+	// DefaultMaxRetryDelay.
 	MinRetryDelay time.Duration
 	MaxRetryDelay time.Duration
 	// ReleaseTimeout bounds Release, Close and the cleanup after a failed
 	// Acquire (see Lease.Release and Locker.Close for calls a backend does
 	// not abort when their context ends). Default DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
-	// ManualRenew turns the watchdog's renewals off: leases are renewed only
-	// by Lease.Renew. The local deadline is still enforced.
+	// ManualRenew turns the watchdog's renewals off (and a KeepAliver
+	// backend's): leases are renewed only by Lease.Renew. The local
+	// deadline is still enforced.
 	ManualRenew bool
 	// Logger receives debug and warning records (keys, fences and holder ids;
 	// never owner tokens). Default: no logging.
