@@ -298,7 +298,7 @@ func (l *Locker) waitErr(ctx context.Context, key string, last error) error {
 // release is owner-checked, so it can delete nothing but our own key. It
 // runs detached from ctx's cancellation, bounded by Options.ReleaseTimeout.
 func (l *Locker) cleanup(ctx context.Context, req AcquireRequest) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.ReleaseTimeout)
+	rctx, cancel := context.WithTimeout(detached(ctx), l.opts.ReleaseTimeout)
 	defer cancel()
 	err := l.release(rctx, &Grant{Key: req.Key, Owner: req.Owner})
 	switch {

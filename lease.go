@@ -20,18 +20,21 @@ import (
 // permanently, or no renewal succeeded before the local deadline). Once
 // ended, a lease never holds again.
 type Lease struct {
-	l      *Locker
-	grant  Grant
-	holder string
-	lt     leaseTiming // this lease's TTL, renew interval, margin, ManualRenew
+	l     *Locker
+	grant Grant
+	lt    leaseTiming // this lease's TTL, renew interval, margin, ManualRenew
 
-	// ctx is cancelled when the lease ends (cause: ErrReleased or a
-	// *lostError); it also cancels the watchdog's renewal in flight.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	holderOnce sync.Once
+	holder     string // HolderID(grant.Owner), made on first use
 
 	// The state machine of watchdog.go, under mu.
-	mu        sync.Mutex
+	mu sync.Mutex
+	// ctx is cancelled when the lease ends (cause: ErrReleased or a
+	// *lostError); it also cancels the watchdog's renewal in flight. It is
+	// made on first use (see context): an acquire+release that nobody
+	// watches does not pay for it.
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
 	state     leaseState
 	err       error         // nil while held; ErrReleased or a *lostError after
 	timer     *time.Timer   // the watchdog: runs tick
@@ -55,7 +58,10 @@ func (ls *Lease) Fence() fencing.Token { return ls.grant.Fence }
 // Holder returns the lease's holder id: non-secret, derived from the owner
 // token (see [HolderID]). Guards use it to accept an equal fence only from
 // the same holder.
-func (ls *Lease) Holder() string { return ls.holder }
+func (ls *Lease) Holder() string {
+	ls.holderOnce.Do(func() { ls.holder = HolderID(ls.grant.Owner) })
+	return ls.holder
+}
 
 // TTL returns the lease the server granted on acquire.
 func (ls *Lease) TTL() time.Duration { return ls.grant.TTL }
@@ -63,10 +69,24 @@ func (ls *Lease) TTL() time.Duration { return ls.grant.TTL }
 // Context returns a context that is cancelled when the lease is lost or
 // released. context.Cause tells which: an error wrapping [ErrLeaseLost]
 // (with the reason) or [ErrReleased].
-func (ls *Lease) Context() context.Context { return ls.ctx }
+func (ls *Lease) Context() context.Context { return ls.context() }
 
 // Done returns a channel closed when the lease is lost or released.
-func (ls *Lease) Done() <-chan struct{} { return ls.ctx.Done() }
+func (ls *Lease) Done() <-chan struct{} { return ls.context().Done() }
+
+// context returns the lease's context, made on first use: already
+// cancelled (with the end as its cause) if the lease has ended.
+func (ls *Lease) context() context.Context {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.ctx == nil {
+		ls.ctx, ls.cancel = context.WithCancelCause(context.Background())
+		if ls.state != held {
+			ls.cancel(ls.err)
+		}
+	}
+	return ls.ctx
+}
 
 // Err returns nil while the lease is held, then an error wrapping
 // [ErrLeaseLost] (and the reason) or [ErrReleased]. It reads the clock
@@ -136,12 +156,12 @@ func (ls *Lease) renew(ctx context.Context) error {
 	// another TTL while nobody thinks it is held: free it. (After Release,
 	// Release itself deletes the key.)
 	if err == nil && errors.Is(ended, ErrLeaseLost) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.l.opts.ReleaseTimeout)
+		rctx, cancel := context.WithTimeout(detached(ctx), ls.l.opts.ReleaseTimeout)
 		rerr := ls.l.release(rctx, &ls.grant)
 		cancel()
 		if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
 			ls.l.log.Warn("fencedlock: could not release a key renewed after its lease was lost; it expires with its TTL",
-				"key", ls.grant.Key, "fence", ls.grant.Fence, "holder", ls.holder, "err", rerr)
+				"key", ls.grant.Key, "fence", ls.grant.Fence, "holder", ls.Holder(), "err", rerr)
 		}
 	}
 	return ls.endedErr("renew", ended)
@@ -162,7 +182,7 @@ func (ls *Lease) renew(ctx context.Context) error {
 // second Release deletes nothing and returns an error wrapping
 // [ErrNotHeld] and [ErrReleased].
 func (ls *Lease) Release(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.l.opts.ReleaseTimeout)
+	rctx, cancel := context.WithTimeout(detached(ctx), ls.l.opts.ReleaseTimeout)
 	defer cancel()
 	ls.mu.Lock()
 	if ls.released {

@@ -279,3 +279,42 @@ func TestRenewalAnsweredNearDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestContextMadeAfterEnd: the lease's context, made on first use, is
+// cancelled with the lease's end as its cause when it is first asked for
+// after the end (released, or lost), and is the same context on every call.
+func TestContextMadeAfterEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustLocker(t, memory.New(), fencedlock.Options{TTL: 3 * time.Second})
+		defer l.Close()
+		released, err := l.TryAcquire(t.Context(), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := released.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if ctx := released.Context(); ctx.Err() == nil || !errors.Is(context.Cause(ctx), fencedlock.ErrReleased) || ctx != released.Context() {
+			t.Fatalf("context after Release: err %v, cause %v", ctx.Err(), context.Cause(ctx))
+		}
+		// Renewed by hand (no renewal: nothing asks for the context before
+		// the end), lost at its local deadline.
+		lost, err := l.TryAcquire(t.Context(), "b", fencedlock.WithManualRenew(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		select {
+		case <-lost.Done():
+		default:
+			t.Fatal("Done not closed after the loss")
+		}
+		if cause := context.Cause(lost.Context()); !errors.Is(cause, fencedlock.ErrLeaseLost) {
+			t.Fatalf("cause %v, want ErrLeaseLost", cause)
+		}
+		if h := lost.Holder(); len(h) != 16 || h != lost.Holder() || h == released.Holder() {
+			t.Fatalf("holder ids %q, %q", h, released.Holder())
+		}
+	})
+}

@@ -73,7 +73,7 @@ func (l *Locker) check(key string) error {
 }
 
 func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) {
-	ls := &Lease{l: l, grant: g, holder: HolderID(g.Owner), lt: lt}
+	ls := &Lease{l: l, grant: g, lt: lt}
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = lt.ttl
@@ -84,15 +84,13 @@ func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) 
 	ls.deadline = sent.Add(ttl - lt.margin)
 	ls.next = sent.Add(lt.renew)
 	ls.keepalive = ls.keptAlive()
-	ls.ctx, ls.cancel = context.WithCancelCause(context.Background())
 
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		ls.cancel(ErrClosed)
 		rctx, cancel := context.WithTimeout(context.Background(), l.opts.ReleaseTimeout)
 		defer cancel()
-		_ = l.release(rctx, &g)
+		_ = l.release(rctx, &ls.grant) // (not &g: g would escape on every call)
 		return nil, fmt.Errorf("fencedlock: locker: %w", ErrClosed)
 	}
 	l.leases[ls] = struct{}{}
@@ -100,7 +98,7 @@ func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) 
 	l.mu.Unlock()
 
 	if l.debug() {
-		l.log.Debug("fencedlock: acquired", "key", g.Key, "fence", g.Fence, "holder", ls.holder, "ttl", ttl)
+		l.log.Debug("fencedlock: acquired", "key", g.Key, "fence", g.Fence, "holder", ls.Holder(), "ttl", ttl)
 	}
 	ls.startWatchdog()
 	return ls, nil
@@ -238,4 +236,14 @@ func (l *Locker) release(ctx context.Context, g *Grant) error {
 	case <-t.C:
 		return fmt.Errorf("fencedlock: release %q: backend did not return when its context ended: %w", g.Key, context.Cause(ctx))
 	}
+}
+
+// detached returns ctx without its cancellation and deadline (as
+// context.WithoutCancel), keeping its values: ctx itself when it has
+// neither, which saves an allocation on the common path of Release.
+func detached(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }

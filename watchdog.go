@@ -60,7 +60,7 @@ const (
 // it in its WaitGroup; settleLocked returns that count.
 func (ls *Lease) startWatchdog() {
 	if ls.keptAlive() {
-		go ls.readKeepAlive(ls.l.keeper.KeepAlive(ls.ctx, ls.grant))
+		go ls.readKeepAlive(ls.l.keeper.KeepAlive(ls.context(), ls.grant))
 	}
 	ls.mu.Lock()
 	if ls.state == held { // Close may have ended it already
@@ -110,10 +110,11 @@ func (ls *Lease) tick() {
 	ls.armed = true
 	ls.mu.Unlock()
 
-	err := ls.renew(ls.ctx)
+	ctx := ls.context()
+	err := ls.renew(ctx)
 	interval := ls.lt.renew
 	if err != nil {
-		if ls.ctx.Err() == nil && !errors.Is(err, ErrNotHeld) && ls.l.debug() {
+		if ctx.Err() == nil && !errors.Is(err, ErrNotHeld) && ls.l.debug() {
 			ls.l.log.Debug("fencedlock: renewal failed; retrying", "key", ls.grant.Key, "err", err)
 		}
 		// Retry sooner than a full interval: the deadline is near.
@@ -173,8 +174,10 @@ func (ls *Lease) end(to leaseState, cause error) bool {
 	// Cancelling under ls.mu: done (settleLocked) is never reached before
 	// the context is cancelled. Nothing derived from ls.ctx takes ls.mu
 	// while it is cancelled (context.AfterFunc runs its function on a
-	// goroutine of its own).
-	ls.cancel(cause)
+	// goroutine of its own). A context made later is made cancelled.
+	if ls.cancel != nil {
+		ls.cancel(cause)
+	}
 	if ls.armed && ls.timer.Stop() {
 		ls.armed = false
 	}
@@ -188,7 +191,7 @@ func (ls *Lease) end(to leaseState, cause error) bool {
 // already ended. It is the one place a loss is reported.
 func (ls *Lease) lose(reason error) {
 	if ls.end(lost, &lostError{key: ls.grant.Key, reason: reason}) {
-		ls.l.log.Warn("fencedlock: lease lost", "key", ls.grant.Key, "fence", ls.grant.Fence, "holder", ls.holder, "reason", reason)
+		ls.l.log.Warn("fencedlock: lease lost", "key", ls.grant.Key, "fence", ls.grant.Fence, "holder", ls.Holder(), "reason", reason)
 	}
 }
 
@@ -262,7 +265,10 @@ func (ls *Lease) readKeepAlive(kc <-chan Renewal) {
 	for r := range kc {
 		ls.renewed(r.Sent, r.TTL, r.Err)
 	}
-	if ls.ctx.Err() == nil {
+	ls.mu.Lock()
+	stoppedEarly := ls.state == held
+	ls.mu.Unlock()
+	if stoppedEarly {
 		ls.lose(errors.New("keepalive stopped"))
 	}
 	ls.mu.Lock()
