@@ -11,14 +11,15 @@ import (
 )
 
 // Lease is a held lock. Its watchdog (a timer, see watchdog.go) renews it
-// until Release, loss, or the Locker's Close. All methods are safe for
-// concurrent use. Printing a Lease (fmt, slog) shows its key, fence and
-// holder id, never its owner token.
+// (unless it is renewed by hand, or by a [KeepAliver] backend) and
+// enforces its local deadline until Release, loss, or the Locker's Close.
+// All methods are safe for concurrent use. Printing a Lease (fmt, slog)
+// shows its key, fence and holder id, never its owner token.
 //
 // A lease is held until it ends, once: released (Release, or the Locker's
 // Close) or lost (the server reported it gone, a renewal failed
-// permanently, or no renewal succeeded before the local deadline). Once
-// ended, a lease never holds again.
+// permanently, a KeepAliver's keepalive stopped, or no renewal succeeded
+// before the local deadline). Once ended, a lease never holds again.
 type Lease struct {
 	l     *Locker
 	grant Grant

@@ -18,7 +18,8 @@ import (
 // next renewal is due or at the local deadline, whichever comes first.
 //
 // releasing, lost: the lease has ended (err is set, ctx is cancelled with
-// err as its cause, which aborts a renewal in flight), but the watchdog
+// err as its cause, which aborts a renewal in flight; a ctx first asked
+// for later is made cancelled, see Lease.context), but the watchdog
 // may still be finishing: a tick that had already fired, a renewal in
 // flight, the keepalive reader of a [KeepAliver].
 //
@@ -39,9 +40,10 @@ import (
 //     ignores its context (the timer is armed for the deadline during the
 //     renewal; its tick then loses the lease, which cancels the call).
 //  4. At most one watchdog renewal is in flight (renewing), and the timer
-//     has at most one tick pending (armed: armed, or fired and its tick
-//     not yet run). Every Reset of the timer sets armed; every tick
-//     clears it first.
+//     has at most one tick pending: armed is true from a Reset of the
+//     timer until its tick runs (a fired timer whose tick waits for ls.mu
+//     is still armed), or until a Stop that reports it stopped. A tick
+//     clears armed first.
 //  5. The deadline only moves later: it is sent + TTL - margin of the
 //     latest successful renewal (sent: when its request was sent).
 //  6. done is reached once: when the state is releasing or lost and
@@ -49,7 +51,7 @@ import (
 type leaseState uint8
 
 const (
-	held      leaseState = iota // renewed by the watchdog; the timer is armed or a renewal is in flight
+	held      leaseState = iota // the timer is armed or a watchdog renewal is in flight
 	releasing                   // ended by Release or Close; the watchdog may be finishing
 	lost                        // ended by a loss; the watchdog may be finishing
 	done                        // ended, and the watchdog has stopped
