@@ -108,6 +108,22 @@ func newKeeper(linger time.Duration) *keeper {
 	return &keeper{Backend: memory.New(), linger: linger, ch: make(chan fencedlock.Renewal), closed: make(chan time.Time, 1)}
 }
 
+// keptLease acquires "k" on a Locker (TTL 3s) over a new keeper, and
+// returns them with the time of the acquire. The Locker is closed at the
+// end of the test.
+func keptLease(t *testing.T, linger time.Duration) (*keeper, *fencedlock.Locker, *fencedlock.Lease, time.Time) {
+	t.Helper()
+	k := newKeeper(linger)
+	l := mustLocker(t, k, fencedlock.Options{TTL: 3 * time.Second})
+	t.Cleanup(func() { l.Close() })
+	start := time.Now()
+	ls, err := l.TryAcquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, l, ls, start
+}
+
 func (k *keeper) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fencedlock.Renewal {
 	out := make(chan fencedlock.Renewal)
 	go func() {
@@ -137,18 +153,10 @@ func (k *keeper) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fence
 // loses the lease at once, a keepalive that stops on its own loses it,
 // and Release returns after the keepalive has stopped.
 func TestKeepAliverLease(t *testing.T) {
-	const ttl = 3 * time.Second
-	opts := fencedlock.Options{TTL: ttl}
+	const ttl = 3 * time.Second // keptLease's
 	t.Run("deadline", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			k := newKeeper(0)
-			l := mustLocker(t, k, opts)
-			defer l.Close()
-			start := time.Now()
-			ls, err := l.TryAcquire(t.Context(), "k")
-			if err != nil {
-				t.Fatal(err)
-			}
+			k, l, ls, start := keptLease(t, 0)
 			margin := l.Options().SafetyMargin
 			time.Sleep(2 * time.Second)
 			k.ch <- fencedlock.Renewal{Sent: start.Add(time.Second), TTL: ttl}
@@ -172,13 +180,7 @@ func TestKeepAliverLease(t *testing.T) {
 	})
 	t.Run("not held", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			k := newKeeper(0)
-			l := mustLocker(t, k, opts)
-			defer l.Close()
-			ls, err := l.TryAcquire(t.Context(), "k")
-			if err != nil {
-				t.Fatal(err)
-			}
+			k, _, ls, _ := keptLease(t, 0)
 			time.Sleep(time.Second)
 			k.ch <- fencedlock.Renewal{Sent: time.Now(), Err: fencedlock.ErrNotHeld}
 			synctest.Wait()
@@ -190,13 +192,7 @@ func TestKeepAliverLease(t *testing.T) {
 	})
 	t.Run("stopped", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			k := newKeeper(0)
-			l := mustLocker(t, k, opts)
-			defer l.Close()
-			ls, err := l.TryAcquire(t.Context(), "k")
-			if err != nil {
-				t.Fatal(err)
-			}
+			k, _, ls, _ := keptLease(t, 0)
 			time.Sleep(time.Second)
 			close(k.ch)
 			synctest.Wait()
@@ -207,13 +203,7 @@ func TestKeepAliverLease(t *testing.T) {
 	})
 	t.Run("release", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			k := newKeeper(50 * time.Millisecond)
-			l := mustLocker(t, k, opts)
-			defer l.Close()
-			ls, err := l.TryAcquire(t.Context(), "k")
-			if err != nil {
-				t.Fatal(err)
-			}
+			k, _, ls, _ := keptLease(t, 50*time.Millisecond)
 			time.Sleep(time.Second)
 			released := time.Now()
 			if err := ls.Release(t.Context()); err != nil {
