@@ -276,6 +276,34 @@ func TestNoOptionAllocs(t *testing.T) {
 	}
 }
 
+// TestAcquireReleaseAllocs: an uncontended TryAcquire+Release on a
+// backend that allocates nothing (memory) costs at most 8 allocations in
+// the root package (9 under -race): the owner token, the Lease, its
+// watchdog timer (with the function it runs) and Release's bounded
+// context (4). The lease context and the holder id are made only when
+// asked for. (13 before they were.)
+func TestAcquireReleaseAllocs(t *testing.T) {
+	l := mustLocker(t, memory.New(), fencedlock.Options{TTL: time.Minute})
+	defer l.Close()
+	ctx := context.Background()
+	n := testing.AllocsPerRun(200, func() {
+		ls, err := l.TryAcquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	want := 8.0
+	if raceEnabled {
+		want++
+	}
+	if n > want {
+		t.Fatalf("%v allocations per TryAcquire+Release, want at most %v", n, want)
+	}
+}
+
 // BenchmarkTryAcquireRelease measures a TryAcquire+Release on the memory
 // backend, without and with a per-call option.
 func BenchmarkTryAcquireRelease(b *testing.B) {
