@@ -6,7 +6,8 @@
 // backend/memory). Every lease carries:
 //
 //   - a TTL on the server, so a crashed holder's lock expires;
-//   - a watchdog that renews it every TTL/3 and reports loss through
+//   - a watchdog (a timer, not a goroutine) that renews it every
+//     Options.RenewInterval (TTL/3 by default) and reports loss through
 //     [Lease.Context] and [Lease.Done] before the server could give the key
 //     to anyone else (the local deadline is computed from the monotonic time
 //     taken before each request, minus a safety margin);

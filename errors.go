@@ -14,8 +14,9 @@ var (
 	// context's error.
 	ErrNotAcquired = errors.New("fencedlock: not acquired")
 	// ErrLeaseLost is the cause of a lease's context when the lease was lost:
-	// the server reported another owner or no lock, or no renewal succeeded
-	// before the local deadline. It wraps the reason.
+	// the server reported another owner or no lock, a renewal failed with
+	// [ErrPermanent], a backend's keepalive stopped, or no renewal
+	// succeeded before the local deadline. It wraps the reason.
 	ErrLeaseLost = errors.New("fencedlock: lease lost")
 	// ErrReleased is the cause of a lease's context after Release.
 	ErrReleased = errors.New("fencedlock: lease released")

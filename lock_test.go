@@ -548,20 +548,28 @@ func TestManualRenew(t *testing.T) {
 	})
 }
 
-// TestRealTime: a short real-time run on the real clock: a 100ms lease is
-// kept for 600ms by the watchdog, and a second locker gets the key only
-// after release, with a greater fence.
+// TestRealTime: a short real-time run on the real clock: a 500ms lease is
+// kept for 1s (six renewals) by the watchdog, and a second locker gets the
+// key only after release, with a greater fence.
+//
+// The TTL is sized by measurement: with a 100ms lease (renewal every 33ms,
+// deadline 89ms after a renewal is sent) this test lost its lease in 7 of
+// 160 runs under -race on 2 cores at load average 9-12, where the gap
+// between renewals reached 86ms (2.6x the interval). A 500ms lease
+// tolerates 283ms of lateness (deadline 449ms minus interval 166ms), over
+// 5x the measured gap.
 func TestRealTime(t *testing.T) {
+	const ttl = 500 * time.Millisecond
 	store := memory.NewStore()
-	a := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 100 * time.Millisecond})
-	b := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 100 * time.Millisecond})
+	a := mustLocker(t, store.Backend(), fencedlock.Options{TTL: ttl})
+	b := mustLocker(t, store.Backend(), fencedlock.Options{TTL: ttl})
 	defer a.Close()
 	defer b.Close()
 	ls, err := a.TryAcquire(t.Context(), "rt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(2 * ttl)
 	if err := ls.Err(); err != nil {
 		t.Fatalf("lost: %v", err)
 	}

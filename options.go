@@ -1,6 +1,124 @@
 package fencedlock
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
+
+// Limits and defaults. A zero field of [Options] takes the default below.
+const (
+	// MaxKeyLen is the longest key, in bytes, a Locker accepts.
+	MaxKeyLen = 1024
+	// MinTTL is the shortest lease a Locker accepts. Shorter leases leave
+	// no room for a renewal round trip and the safety margin.
+	MinTTL = 50 * time.Millisecond
+	// MaxTTL is the longest lease a Locker accepts. A crashed holder keeps a
+	// key for up to its TTL, so longer leases are almost always mistakes.
+	MaxTTL = 24 * time.Hour
+
+	// DefaultTTL is the lease used when Options.TTL is zero.
+	DefaultTTL = 10 * time.Second
+	// DefaultRenewDivisor sets the default renew interval: TTL/3.
+	DefaultRenewDivisor = 3
+	// DefaultSafetyDivisor sets the default safety margin: TTL/10 (plus 1ms).
+	DefaultSafetyDivisor = 10
+	// DefaultMinRetryDelay is the first backoff of a waiting Acquire (its
+	// first sleep lies in [DefaultMinRetryDelay/2, DefaultMinRetryDelay]).
+	DefaultMinRetryDelay = 5 * time.Millisecond
+	// DefaultMaxRetryDelay caps the backoff of a waiting Acquire.
+	DefaultMaxRetryDelay = time.Second
+	// DefaultReleaseTimeout bounds a Release, which runs detached from the
+	// caller's cancellation.
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+// Options configures a [Locker]. The zero value means the documented
+// defaults.
+type Options struct {
+	// TTL is the lease the server applies on acquire and on every renewal.
+	// Default DefaultTTL; it must lie within [MinTTL, MaxTTL].
+	TTL time.Duration
+	// RenewInterval is how often the watchdog renews a held lease.
+	// Default TTL/3. It must be shorter than TTL minus SafetyMargin.
+	RenewInterval time.Duration
+	// SafetyMargin is subtracted from every lease to form the holder's local
+	// deadline: the lease is reported lost that long before the server could
+	// expire it, to absorb clock drift and delivery delays. Default
+	// TTL/10 + 1ms. It must be shorter than TTL/2.
+	SafetyMargin time.Duration
+	// MinRetryDelay and MaxRetryDelay bound the exponential backoff of a
+	// waiting Acquire when the backend gives no better signal: the backoff
+	// d starts at MinRetryDelay and doubles up to MaxRetryDelay, and each
+	// sleep is drawn from [d/2, d]. MaxRetryDelay also bounds a wait for a
+	// release notification. Defaults DefaultMinRetryDelay and
+	// DefaultMaxRetryDelay.
+	MinRetryDelay time.Duration
+	MaxRetryDelay time.Duration
+	// ReleaseTimeout bounds Release, Close and the cleanup after a failed
+	// Acquire (see Lease.Release and Locker.Close for calls a backend does
+	// not abort when their context ends). Default DefaultReleaseTimeout.
+	ReleaseTimeout time.Duration
+	// ManualRenew turns the watchdog's renewals off (and a KeepAliver
+	// backend's): leases are renewed only by Lease.Renew. The local
+	// deadline is still enforced.
+	ManualRenew bool
+	// Logger receives debug and warning records (keys, fences and holder ids;
+	// never owner tokens). Default: no logging.
+	Logger *slog.Logger
+}
+
+func (o Options) resolve() (Options, error) {
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.TTL < MinTTL || o.TTL > MaxTTL {
+		return o, invalidf("TTL %v out of range [%v, %v]", o.TTL, MinTTL, MaxTTL)
+	}
+	if o.SafetyMargin == 0 {
+		o.SafetyMargin = o.TTL/DefaultSafetyDivisor + time.Millisecond
+	}
+	if o.SafetyMargin < 0 || o.SafetyMargin >= o.TTL/2 {
+		return o, invalidf("SafetyMargin %v out of range [0, TTL/2)", o.SafetyMargin)
+	}
+	if o.RenewInterval == 0 {
+		o.RenewInterval = o.TTL / DefaultRenewDivisor
+	}
+	if o.RenewInterval < 0 || o.RenewInterval >= o.TTL-o.SafetyMargin {
+		return o, invalidf("RenewInterval %v out of range (0, TTL-SafetyMargin)", o.RenewInterval)
+	}
+	if o.MinRetryDelay == 0 {
+		o.MinRetryDelay = DefaultMinRetryDelay
+	}
+	if o.MaxRetryDelay == 0 {
+		o.MaxRetryDelay = DefaultMaxRetryDelay
+	}
+	if o.MinRetryDelay < 0 || o.MaxRetryDelay < o.MinRetryDelay {
+		return o, invalidf("retry delays [%v, %v] invalid", o.MinRetryDelay, o.MaxRetryDelay)
+	}
+	if o.ReleaseTimeout == 0 {
+		o.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if o.ReleaseTimeout < 0 {
+		return o, invalidf("ReleaseTimeout %v negative", o.ReleaseTimeout)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// ValidateKey reports whether key is acceptable as a lock name: 1 to
+// [MaxKeyLen] bytes. Any bytes are allowed, including slashes, braces,
+// spaces and invalid UTF-8.
+func ValidateKey(key string) error {
+	if key == "" {
+		return invalidf("empty key")
+	}
+	if len(key) > MaxKeyLen {
+		return invalidf("key of %d bytes exceeds MaxKeyLen %d", len(key), MaxKeyLen)
+	}
+	return nil
+}
 
 // A LeaseOption sets a per-lease option of one call of [Locker.Acquire],
 // [Locker.TryAcquire] or [Locker.Do], in place of the Locker's [Options]

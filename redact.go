@@ -108,7 +108,7 @@ type leaseView struct {
 }
 
 func (ls *Lease) view() leaseView {
-	return leaseView{Key: ls.grant.Key, Fence: ls.grant.Fence, Holder: ls.holder, TTL: ls.grant.TTL}
+	return leaseView{Key: ls.grant.Key, Fence: ls.grant.Fence, Holder: ls.Holder(), TTL: ls.grant.TTL}
 }
 
 // Format implements [fmt.Formatter]: every verb prints the lease's key,
@@ -122,7 +122,7 @@ func (ls *Lease) String() string { return fmt.Sprintf("%+v", ls.view()) }
 // id, never its owner token.
 func (ls *Lease) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("key", ls.grant.Key), slog.Uint64("fence", uint64(ls.grant.Fence)),
-		slog.String("holder", ls.holder), slog.Duration("ttl", ls.grant.TTL))
+		slog.String("holder", ls.Holder()), slog.Duration("ttl", ls.grant.TTL))
 }
 
 // MarshalJSON encodes what a printed lease shows.
