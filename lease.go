@@ -45,6 +45,8 @@ type Lease struct {
 	lastErr  error     // last renewal failure
 	err      error     // nil while held; ErrReleased or a *lostError after
 	released bool      // Release was called
+
+	since time.Time // when the lease was granted (observed leases only)
 }
 
 // Key returns the lock name.
@@ -114,6 +116,7 @@ func (ls *Lease) end(cause error) bool {
 	if stopped {
 		ls.finish() // no tick pending; one running (or not yet armed) finishes itself
 	}
+	ls.observeEnd(cause) // observe: released or lost (before Done closes)
 	ls.cancel(cause)
 	ls.l.forget(ls)
 	return true
@@ -157,6 +160,7 @@ func (ls *Lease) Renew(ctx context.Context) error {
 func (ls *Lease) renew(ctx context.Context) error {
 	sent := time.Now()
 	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.lt.ttl)
+	ls.observeRenew(ctx, sent, false, err) // observe: a renewal
 	ls.mu.Lock()
 	// A success that comes back after the local deadline, while nobody has
 	// declared the lease lost yet (Err, the watchdog), still proves the key
@@ -331,6 +335,7 @@ func (ls *Lease) readKeepAlive(kc <-chan Renewal) {
 }
 
 func (ls *Lease) keepAlive(r Renewal) {
+	ls.observeRenew(ls.ctx, r.Sent, true, r.Err) // observe: a KeepAliver's renewal
 	if r.Err != nil {
 		if errors.Is(r.Err, ErrNotHeld) || permanent(r.Err) {
 			ls.lose(r.Err)
@@ -364,7 +369,10 @@ func (ls *Lease) keepAlive(r Renewal) {
 // local only) and returns an error wrapping [ErrNotHeld] and the loss. A
 // second Release deletes nothing and returns an error wrapping
 // [ErrNotHeld] and [ErrReleased].
-func (ls *Lease) Release(ctx context.Context) error {
+func (ls *Lease) Release(ctx context.Context) (err error) {
+	// observe: release start and end
+	ctx, ro := ls.observeRelease(ctx)
+	defer ro.end(&err)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ls.l.opts.ReleaseTimeout)
 	defer cancel()
 	ls.mu.Lock()
@@ -395,7 +403,6 @@ func (ls *Lease) Release(ctx context.Context) error {
 	// with a renewal in flight the release is not waited for past the
 	// bound either. Without one, it runs on this goroutine: the common
 	// path pays no goroutine hand-off.
-	var err error
 	if ls.tickRunning() {
 		err = ls.l.release(rctx, &ls.grant)
 	} else {

@@ -66,6 +66,10 @@ type Options struct {
 	// Logger receives debug and warning records (keys, fences and holder ids;
 	// never owner tokens). Default: no logging.
 	Logger *slog.Logger
+	// Observer receives the events of acquires, renewals, releases and
+	// losses, for metrics and traces (see [Observer]). Default: none, at no
+	// cost.
+	Observer Observer
 }
 
 func (o Options) resolve() (Options, error) {
@@ -138,6 +142,9 @@ type Locker struct {
 	waitq  WaitAcquirer
 	keeper KeepAliver
 
+	obs     Observer // Options.Observer; nil: nothing observed
+	backend string   // the backend's name in events (set with obs only)
+
 	mu      sync.Mutex
 	closed  bool
 	closeCh chan struct{}
@@ -161,6 +168,9 @@ func New(b Backend, opts Options) (*Locker, error) {
 	l.notify, _ = b.(Notifier)
 	l.waitq, _ = b.(WaitAcquirer)
 	l.keeper, _ = b.(KeepAliver)
+	if o.Observer != nil { // observe: events carry the backend's name
+		l.obs, l.backend = o.Observer, backendName(b)
+	}
 	return l, nil
 }
 
@@ -190,7 +200,10 @@ func newOwner() string { return rand.Text() }
 //
 // opts set this lease's TTL, renewal and safety margin in place of the
 // Locker's (see [LeaseOption]).
-func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LeaseOption) (ls *Lease, err error) {
+	// observe: acquire start and end
+	ctx, ao := l.observeAcquire(ctx, key, false)
+	defer ao.end(&ls, &err)
 	if err := l.check(key); err != nil {
 		return nil, err
 	}
@@ -225,7 +238,10 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LeaseOption
 // Acquire returns. ctx bounds only the wait: the returned Lease lives until
 // released or lost. opts set this lease's TTL, renewal and safety margin in
 // place of the Locker's (see [LeaseOption]).
-func (l *Locker) Acquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...LeaseOption) (ls *Lease, err error) {
+	// observe: acquire start and end
+	ctx, ao := l.observeAcquire(ctx, key, true)
+	defer ao.end(&ls, &err)
 	if err := l.check(key); err != nil {
 		return nil, err
 	}
@@ -325,6 +341,7 @@ func (l *Locker) wait(ctx context.Context, req AcquireRequest, lt leaseTiming, f
 			}
 		}
 		held := errors.Is(err, ErrNotAcquired)
+		l.observeWait(wctx, err) // observe: a wait (held, or a failed attempt)
 		if held {
 			last = nil
 		} else {
@@ -376,6 +393,7 @@ func (l *Locker) wait(ctx context.Context, req AcquireRequest, lt leaseTiming, f
 		case <-wctx.Done():
 			return nil, l.waitErr(wctx, req.Key, last)
 		case <-notify:
+			l.observeWait(wctx, nil) // observe: woken by a release notification
 		case <-timer.C:
 		}
 	}
@@ -474,6 +492,7 @@ func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) 
 	}
 	l.mu.Unlock()
 
+	ls.observeStart() // observe: the lease's start
 	if l.debug() {
 		l.log.Debug("fencedlock: acquired", "key", g.Key, "fence", g.Fence, "holder", ls.holder, "ttl", ttl)
 	}
@@ -499,11 +518,13 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	octx, ostart := l.observeCritical(ctx, ls) // observe: the critical section's start
+	fctx, cancel := context.WithCancelCause(octx)
 	defer cancel(nil)
 	stop := context.AfterFunc(ls.Context(), func() { cancel(context.Cause(ls.Context())) })
 	defer stop()
 	ferr := fn(fctx, ls)
+	l.observeCriticalEnd(octx, ls, ostart, ferr) // observe: the critical section's end
 	rerr := ls.Release(context.WithoutCancel(ctx))
 	lost := ls.Err() // after Release: ErrReleased, or the loss that came first
 	if !errors.Is(lost, ErrLeaseLost) {
