@@ -420,3 +420,9 @@ func TestObserverAcquireErrors(t *testing.T) {
 		t.Fatalf("a wait ended by its context reports no wait time: %+v", ends[2])
 	}
 }
+
+// BenchmarkLockerPathsObserved is BenchmarkLockerPaths with an Observer
+// that does nothing: the cost of the hook's calls and event structs.
+func BenchmarkLockerPathsObserved(b *testing.B) {
+	benchLockerPaths(b, fencedlock.Options{TTL: time.Minute, Observer: fencedlock.NopObserver{}})
+}

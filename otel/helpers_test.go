@@ -193,7 +193,7 @@ func (tm *telemetry) describe() string {
 	for _, s := range tm.spans.Ended() {
 		var kv []string
 		for _, a := range s.Attributes() {
-			kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.Emit()))
+			kv = append(kv, fmt.Sprintf("%s=%s", a.Key, a.Value.String()))
 		}
 		var ev []string
 		for _, e := range s.Events() {
