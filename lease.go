@@ -46,7 +46,7 @@ type Lease struct {
 	err      error     // nil while held; ErrReleased or a *lostError after
 	released bool      // Release was called
 
-	since time.Time // when the lease was granted (observed leases only)
+	since time.Duration // when the lease was granted, after obsEpoch (observed leases only)
 }
 
 // Key returns the lock name.
