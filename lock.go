@@ -464,6 +464,7 @@ func jitter(d time.Duration) time.Duration {
 
 func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) {
 	ls := &Lease{l: l, grant: g, holder: HolderID(g.Owner), lt: lt}
+	ls.observeStart() // observe: the lease's start (before Close can see it)
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = lt.ttl
@@ -492,7 +493,6 @@ func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) 
 	}
 	l.mu.Unlock()
 
-	ls.observeStart() // observe: the lease's start
 	if l.debug() {
 		l.log.Debug("fencedlock: acquired", "key", g.Key, "fence", g.Fence, "holder", ls.holder, "ttl", ttl)
 	}

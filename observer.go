@@ -353,9 +353,11 @@ func (ls *Lease) observeStart() {
 	}
 }
 
-// observeRenew reports a renewal sent at sent with outcome err.
+// observeRenew reports a renewal sent at sent with outcome err. A renewal
+// that failed because the lease ended meanwhile (Release cancels it) is no
+// renewal failure and is not reported.
 func (ls *Lease) observeRenew(ctx context.Context, sent time.Time, keepAlive bool, err error) {
-	if ls.l.obs == nil {
+	if ls.l.obs == nil || err != nil && ls.ctx.Err() != nil {
 		return
 	}
 	e := RenewEvent{LeaseInfo: ls.info(), KeepAlive: keepAlive, Err: err}
