@@ -51,7 +51,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...LeaseOption) (
 // acquire is TryAcquire (wait false) and Acquire (wait true): the one
 // place an acquisition starts and ends. The uncontended path is one
 // attempt on the caller's context, with nothing set up for waiting.
-func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wait bool) (*Lease, error) {
+func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wait bool) (ls *Lease, err error) {
+	ctx, ao := l.observeAcquire(ctx, key, wait) // observe: acquire start and end
+	defer ao.end(&ls, &err)
 	if err := l.check(key); err != nil {
 		return nil, err
 	}
@@ -163,6 +165,7 @@ func (l *Locker) poll(ctx context.Context, req AcquireRequest, lt leaseTiming, f
 			}
 		}
 		held := errors.Is(err, ErrNotAcquired)
+		l.observeWait(ctx, err) // observe: a wait (held, or a failed attempt)
 		if held {
 			last = nil
 		} else {
@@ -201,6 +204,7 @@ func (l *Locker) poll(ctx context.Context, req AcquireRequest, lt leaseTiming, f
 		case <-ctx.Done():
 			return nil, unknown, l.waitErr(ctx, req.Key, last)
 		case <-notify:
+			l.observeWait(ctx, nil) // observe: woken by a release notification
 		case <-timer.C:
 		}
 	}

@@ -47,6 +47,8 @@ type Lease struct {
 	next      time.Time     // next renewal due (watchdog renewals only)
 	lastErr   error         // last renewal failure
 	released  bool          // Release was called
+
+	since time.Duration // when the lease was granted, after obsEpoch (observed leases only)
 }
 
 // Key returns the lock name.
@@ -145,6 +147,7 @@ func (ls *Lease) Renew(ctx context.Context) error {
 func (ls *Lease) renew(ctx context.Context) error {
 	sent := time.Now()
 	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.lt.ttl)
+	ls.observeRenew(ctx, sent, false, err) // observe: a renewal
 	if err == nil && ttl <= 0 {
 		ttl = ls.lt.ttl
 	}
@@ -182,7 +185,9 @@ func (ls *Lease) renew(ctx context.Context) error {
 // local only) and returns an error wrapping [ErrNotHeld] and the loss. A
 // second Release deletes nothing and returns an error wrapping
 // [ErrNotHeld] and [ErrReleased].
-func (ls *Lease) Release(ctx context.Context) error {
+func (ls *Lease) Release(ctx context.Context) (err error) {
+	ctx, ro := ls.observeRelease(ctx) // observe: release start and end
+	defer ro.end(&err)
 	rctx, cancel := context.WithTimeout(detached(ctx), ls.l.opts.ReleaseTimeout)
 	defer cancel()
 	ls.mu.Lock()
@@ -213,7 +218,6 @@ func (ls *Lease) Release(ctx context.Context) error {
 	ls.mu.Lock()
 	inFlight := ls.renewing
 	ls.mu.Unlock()
-	var err error
 	if inFlight {
 		err = ls.l.release(rctx, &ls.grant)
 	} else {

@@ -29,6 +29,9 @@ type Locker struct {
 	keeper KeepAliver
 	policy waitPolicy // how a waiting Acquire sleeps between attempts
 
+	obs     Observer // Options.Observer; nil: nothing observed
+	backend string   // the backend's name in events (set with obs only)
+
 	mu      sync.Mutex
 	closed  bool
 	closeCh chan struct{}
@@ -53,6 +56,9 @@ func New(b Backend, opts Options) (*Locker, error) {
 	l.waitq, _ = b.(WaitAcquirer)
 	l.keeper, _ = b.(KeepAliver)
 	l.policy = waitPolicy{max: o.MaxRetryDelay, notifier: l.notify != nil, jitter: jitter}
+	if o.Observer != nil { // observe: events carry the backend's name
+		l.obs, l.backend = o.Observer, backendName(b)
+	}
 	return l, nil
 }
 
@@ -74,6 +80,7 @@ func (l *Locker) check(key string) error {
 
 func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) {
 	ls := &Lease{l: l, grant: g, lt: lt}
+	ls.observeStart() // observe: the lease's start (before Close can see it)
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = lt.ttl
@@ -118,11 +125,13 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	octx, ostart := l.observeCritical(ctx, ls) // observe: the critical section's start
+	fctx, cancel := context.WithCancelCause(octx)
 	defer cancel(nil)
 	stop := context.AfterFunc(ls.Context(), func() { cancel(context.Cause(ls.Context())) })
 	defer stop()
 	ferr := fn(fctx, ls)
+	l.observeCriticalEnd(octx, ls, ostart, ferr) // observe: the critical section's end
 	rerr := ls.Release(context.WithoutCancel(ctx))
 	lost := ls.Err() // after Release: ErrReleased, or the loss that came first
 	if !errors.Is(lost, ErrLeaseLost) {

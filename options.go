@@ -65,6 +65,10 @@ type Options struct {
 	// Logger receives debug and warning records (keys, fences and holder ids;
 	// never owner tokens). Default: no logging.
 	Logger *slog.Logger
+	// Observer receives the events of acquires, renewals, releases and
+	// losses, for metrics and traces (see [Observer]). Default: none, at no
+	// cost.
+	Observer Observer
 }
 
 func (o Options) resolve() (Options, error) {

@@ -177,6 +177,7 @@ func (ls *Lease) end(to leaseState, cause error) bool {
 	// the context is cancelled. Nothing derived from ls.ctx takes ls.mu
 	// while it is cancelled (context.AfterFunc runs its function on a
 	// goroutine of its own). A context made later is made cancelled.
+	ls.observeEnd(cause) // observe: released or lost (before Done closes; under ls.mu)
 	if ls.cancel != nil {
 		ls.cancel(cause)
 	}
@@ -265,6 +266,7 @@ func deadlineReason(lastErr error) error {
 // can no longer keep the lease alive), then lets the watchdog settle.
 func (ls *Lease) readKeepAlive(kc <-chan Renewal) {
 	for r := range kc {
+		ls.observeRenew(context.Background(), r.Sent, true, r.Err) // observe: a KeepAliver's renewal
 		ls.renewed(r.Sent, r.TTL, r.Err)
 	}
 	ls.mu.Lock()

@@ -426,6 +426,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 			g.held = resp.Header.Revision
 			break
 		}
+		fencedlock.NoteQueued(ctx) // observe: queued behind a holder (a hand-off if granted)
 		lost, broke, err := b.waitDeleted(ctx, name, g.rev, kvs[0], renewals)
 		if lost {
 			return fail(errWaiterLost)

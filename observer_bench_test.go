@@ -1,0 +1,60 @@
+package fencedlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/memory"
+)
+
+// BenchmarkLockerPaths measures the Locker's uncontended paths on the
+// memory backend with no Observer: what every call pays for the hook
+// while it is unset (compare with the commit before the hook).
+func BenchmarkLockerPaths(b *testing.B) {
+	benchLockerPaths(b, fencedlock.Options{TTL: time.Minute})
+}
+
+func benchLockerPaths(b *testing.B, opts fencedlock.Options) {
+	ctx := context.Background()
+	b.Run("TryAcquireRelease", func(b *testing.B) {
+		l := mustLocker(b, memory.New(), opts)
+		defer l.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			ls, err := l.TryAcquire(ctx, "k")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("AcquireRelease", func(b *testing.B) {
+		l := mustLocker(b, memory.New(), opts)
+		defer l.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			ls, err := l.Acquire(ctx, "k")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ls.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Do", func(b *testing.B) {
+		l := mustLocker(b, memory.New(), opts)
+		defer l.Close()
+		fn := func(context.Context, *fencedlock.Lease) error { return nil }
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := l.Do(ctx, "k", fn); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,49 @@
+package otelfencedlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// redisStore runs the scenarios on a real redis-server with the rueidis
+// backend (a Notifier: waiters are woken by release notifications).
+func redisStore(t *testing.T) store {
+	srv := redistest.Start(t)
+	admin := srv.Client(t, nil)
+	return store{
+		name: "redis",
+		backend: func(t *testing.T) fencedlock.Backend {
+			b, err := redis.New(srv.Client(t, nil), redis.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			return b
+		},
+		del: func(t *testing.T, key string) {
+			b, err := redis.New(admin, redis.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			n, err := admin.Do(context.Background(), admin.B().Del().Key(b.LockKey(key)).Build()).AsInt64()
+			if err != nil || n != 1 {
+				t.Fatalf("DEL %s: %d, %v", b.LockKey(key), n, err)
+			}
+		},
+		// The first held attempt is followed by a watch and a second
+		// attempt; a release after that one is announced.
+		waitKind:    fencedlock.WaitHeld,
+		waitsBefore: 2,
+		ttl:         3 * time.Second,
+	}
+}
+
+func TestRedisHandOff(t *testing.T) { handOff(t, redisStore(t)) }
+
+func TestRedisLostByDel(t *testing.T) { lostByDel(t, redisStore(t)) }
