@@ -18,8 +18,10 @@ import (
 
 // Defaults used for the zero fields of [Config].
 const (
-	// DefaultTTL is the lease the suite uses when Config.MinTTL is zero.
-	DefaultTTL = 250 * time.Millisecond
+	// DefaultMinTTL is Config.MinTTL when it is zero: the lease of the
+	// renewal and expiry properties. (Not fencedlock.DefaultTTL, the
+	// Locker's default lease.)
+	DefaultMinTTL = 250 * time.Millisecond
 	// DefaultExpirySlack is used when Config.ExpirySlack is zero.
 	DefaultExpirySlack = 100 * time.Millisecond
 	// DefaultQueueDelay is used when Config.QueueDelay is zero.
@@ -53,7 +55,7 @@ type Config struct {
 	// MinTTL is the shortest lease the backend enforces precisely. The
 	// properties about renewal and expiry request leases of this length;
 	// the others request 20*MinTTL, so that no lease runs out in the middle
-	// of a check on a slow machine. Zero means DefaultTTL. Backends with
+	// of a check on a slow machine. Zero means DefaultMinTTL. Backends with
 	// coarse expiry set it higher (etcd leases are whole seconds with a
 	// server minimum, so 2s there). It must be at least fencedlock.MinTTL.
 	MinTTL time.Duration
@@ -81,7 +83,7 @@ type Config struct {
 
 func (c Config) resolve() (Config, error) {
 	if c.MinTTL == 0 {
-		c.MinTTL = DefaultTTL
+		c.MinTTL = DefaultMinTTL
 	}
 	if c.MinTTL < fencedlock.MinTTL || c.MinTTL > time.Minute {
 		return c, fmt.Errorf("conformance: Config.MinTTL %v out of range [%v, 1m]", c.MinTTL, fencedlock.MinTTL)

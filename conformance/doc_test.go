@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/fencedlock/fencedlock/conformance"
 )
@@ -58,5 +59,59 @@ func TestGuideCoverageTable(t *testing.T) {
 		if only := strings.Contains(guide, "`"+v.name+"` (only)"); only != exclusive[v.name] {
 			t.Errorf("GUIDE.md marks %s (only) = %v, but TestBrokenBackendsAreReported asserts exclusive = %v", v.name, only, exclusive[v.name])
 		}
+	}
+}
+
+// TestGuideNamesOnlyProperties checks the converse of
+// TestGuideCoverageTable: every name in a property column of GUIDE.md's
+// tables (the coverage table's second column, every column but the first
+// of the key-states table) is a property Run checks, so that a property
+// removed or renamed cannot stay in the guide. A cell lists names separated
+// by commas; text in parentheses or backquotes, "—" and phrases that do not
+// start with a capital letter (such as "not visible through a Harness") are
+// notes, not names.
+func TestGuideNamesOnlyProperties(t *testing.T) {
+	src, err := os.ReadFile("GUIDE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := conformance.PropertyNames()
+	notes := regexp.MustCompile("\\([^)]*\\)|`[^`]*`")
+	name := regexp.MustCompile(`^[A-Z]\w*$`)
+	tables := 0
+	var columns []int // the property columns of the current table
+	for line := range strings.Lines(string(src)) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			columns = nil
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		switch {
+		case columns == nil && strings.TrimSpace(cells[1]) == "Property":
+			columns = []int{1}
+			tables++
+			continue
+		case columns == nil && strings.TrimSpace(cells[0]) == "State":
+			columns = []int{1, 2, 3, 4}
+			tables++
+			continue
+		case columns == nil || strings.HasPrefix(cells[0], "---"):
+			continue
+		}
+		for _, c := range columns {
+			for item := range strings.SplitSeq(notes.ReplaceAllString(cells[c], ""), ",") {
+				item = strings.TrimSpace(item)
+				if item == "" || item == "—" || !unicode.IsUpper([]rune(item)[0]) {
+					continue
+				}
+				if !name.MatchString(item) || !slices.Contains(run, item) {
+					t.Errorf("GUIDE.md names %q as a property in %q, but Run checks no such property", item, line)
+				}
+			}
+		}
+	}
+	if tables != 2 {
+		t.Errorf("found %d property tables in GUIDE.md, want 2 (the coverage table and the key states)", tables)
 	}
 }

@@ -46,7 +46,7 @@ func (b *lateRenewBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl ti
 
 // TestLateRenewalIsNotAViolation runs the suite on a correct backend whose
 // first renewal on each backend is sent 150ms late: more than a
-// DefaultTTL lease (250ms, renewed every 83ms, lost locally at 224ms) can
+// DefaultMinTTL lease (250ms, renewed every 83ms, lost locally at 224ms) can
 // absorb. The suite must pass, retrying what the lateness left undecided.
 func TestLateRenewalIsNotAViolation(t *testing.T) {
 	conformance.Run(t, func(*testing.T) conformance.Harness {

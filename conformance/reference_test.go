@@ -534,7 +534,7 @@ func (b refKeeperBackend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-c
 	out := make(chan fencedlock.Renewal, 1)
 	ttl := g.TTL
 	if ttl <= 0 {
-		ttl = conformance.DefaultTTL
+		ttl = conformance.DefaultMinTTL
 	}
 	go func() {
 		defer close(out)

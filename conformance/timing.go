@@ -11,13 +11,198 @@ import (
 	"github.com/fencedlock/fencedlock"
 )
 
-// This file holds the properties about renewal: that renewals keep a lease
-// (RenewKeepsLease) and that a renewal sets the lease to the TTL it returns,
-// from when it was sent (RenewTTL). Both judge timing by what they measured
-// (when each request was sent and returned) rather than by fixed bounds,
-// so that a loaded machine makes them inconclusive, never wrong: an
-// inconclusive run is retried once with a longer TTL, and only a measured
-// violation fails.
+// This file holds the properties about time: that renewals keep a lease
+// (RenewKeepsLease), that a renewal sets the lease to the TTL it returns,
+// from when it was sent (RenewTTL), that an unrenewed lease ends within
+// TTL + ExpirySlack and not before (ExpiryWithoutRenew), and that the send
+// times a backend reports under latency never overstate a lease
+// (SentIsSendTime). They judge timing by what they measured (when each
+// request was sent and returned) rather than by fixed bounds, so that a
+// loaded machine makes them inconclusive, never wrong: an inconclusive run
+// is retried once with a longer TTL, and only a measured violation fails.
+// (It is a little over 500 lines: the recorder and the retry of
+// inconclusive runs are shared by these four properties and nothing else.)
+
+func testExpiry(t *testing.T, e *env) {
+	e.retryTimed(t, e.ttl, func(ttl time.Duration) *inconclusive { return e.expiry(t, ttl) })
+}
+
+// expiry checks that an unrenewed lease of ttl lets another backend in
+// within its TTL + ExpirySlack, never before its TTL. A run whose poller
+// was descheduled across the moment the key became free decides nothing.
+func (e *env) expiry(t *testing.T, requested time.Duration) *inconclusive {
+	t.Helper()
+	key := e.key("expiry")
+	l := e.locker(t, func(o *fencedlock.Options) { o.TTL, o.ManualRenew = requested, true })
+	sentA := time.Now()
+	a, err := l.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	b := e.backend(t)
+	ttl := grantTTL(a.TTL(), requested)
+	// The store's clock may run at a slightly different rate than ours.
+	earliest := sentA.Add(ttl - ttl/100 - time.Millisecond)
+	if !e.held(t, key) && time.Now().Before(earliest) {
+		t.Fatalf("key free %v after TryAcquire, before its TTL of %v", time.Since(sentA).Round(time.Millisecond), ttl)
+	}
+	g, sent, got, gap := e.acquireByGap(t, b, key, sentA.Add(ttl+e.cfg.ExpirySlack), "unrenewed lease")
+	if got.Before(earliest) {
+		t.Fatalf("another backend took the key %v after the holder's request was sent, before its TTL of %v",
+			got.Sub(sentA).Round(time.Millisecond), ttl)
+	}
+	defer b.Release(e.ctx, g)
+	if maxGap := max(ttl/4, 4*e.pollInterval()); gap > maxGap {
+		return &inconclusive{why: fmt.Sprintf("the poller's attempts were %v apart when the key became free", gap.Round(time.Millisecond)), late: gap - e.pollInterval()}
+	}
+	t.Logf("key taken by another backend %v after the holder's acquire (TTL %v, slack %v)",
+		sent.Sub(sentA).Round(time.Millisecond), ttl, e.cfg.ExpirySlack)
+	if g.Fence <= a.Fence() {
+		t.Errorf("fence after expiry %v, want > %v", g.Fence, a.Fence())
+	}
+	if !e.waitDone(a.Done(), e.schedAllowance()) {
+		t.Fatal("the expired holder's lease is not reported lost")
+	}
+	if !errors.Is(context.Cause(a.Context()), fencedlock.ErrLeaseLost) {
+		t.Fatalf("cause = %v, want ErrLeaseLost", context.Cause(a.Context()))
+	}
+	return nil
+}
+
+func testSentIsSendTime(t *testing.T, e *env) {
+	delay := max(e.ttl/4, 20*time.Millisecond)
+	newDelayed := func() fencedlock.Backend {
+		t.Helper()
+		d, ok := e.h.(Delayer)
+		if !ok {
+			return e.backend(t)
+		}
+		b, err := d.NewDelayedBackend(e.ctx, delay)
+		if err != nil {
+			t.Fatalf("harness NewDelayedBackend: %v", err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	if _, ok := e.h.(Delayer); ok {
+		t.Logf("responses delayed by %v", delay)
+	} else {
+		delay = 0
+		t.Logf("the harness is not a Delayer: checked without latency, which cannot tell a send time from a receive time")
+	}
+	// A margin of 1ns: the deadline itself must lie before the store
+	// lets anyone else in.
+	paused := func(o *fencedlock.Options) {
+		o.TTL, o.ManualRenew, o.SafetyMargin = e.ttl, true, time.Nanosecond
+	}
+	other := e.backend(t)
+	// notBefore fails t if another backend gets key before the deadline
+	// dl (less the clock-rate allowance). The bound from above is lenient
+	// (3x the TTL): it is RenewTTL's and ExpiryWithoutRenew's to check.
+	notBefore := func(key string, dl time.Time, ttl time.Duration, notAfter time.Time, what string) {
+		t.Helper()
+		g, _, got := e.acquireBy(t, other, key, notAfter, what)
+		if limit := dl.Add(-ttl/100 - time.Millisecond); got.Before(limit) {
+			t.Fatalf("%s: another backend got the key %v before the holder's local deadline (responses delayed by %v): the reported send time or TTL overstates the lease",
+				what, limit.Sub(got).Round(time.Millisecond), delay)
+		}
+		t.Logf("%s: another backend got the key %v after the holder's local deadline", what, got.Sub(dl).Round(time.Millisecond))
+		if err := other.Release(e.ctx, g); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+
+	// Grant.Sent: a paused holder's deadline from its Acquire. The store
+	// applied the request at least delay before the response came back,
+	// so the send time the deadline rests on must lie before that.
+	key := e.key("sent-acquire")
+	l := mustLocker(t, newDelayed(), e.lockerOpts(paused))
+	t.Cleanup(func() { _ = l.Close() })
+	ls, err := l.TryAcquire(e.ctx, key)
+	returned := time.Now()
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	ttl := grantTTL(ls.TTL(), e.ttl)
+	if sent := ls.Deadline().Add(-ttl + time.Nanosecond); sent.After(returned.Add(-delay + time.Millisecond)) {
+		t.Fatalf("Grant.Sent lies %v after the store could have applied the request (the response took %v to come back): it is not the send time",
+			sent.Sub(returned.Add(-delay)).Round(time.Millisecond), delay)
+	}
+	notBefore(key, ls.Deadline(), ttl, time.Now().Add(3*ttl+e.cfg.ExpirySlack), "Grant.Sent and Grant.TTL")
+
+	// Renew's TTL: the deadline from a renewal the Locker sent. With the
+	// responses delayed, the Acquire and the Renew take two delays of the
+	// lease's TTL; a loaded machine can push the Renew's answer past the
+	// local deadline, and the Locker then (rightly) reports the lease
+	// lost. That says nothing about the backend: inconclusive, retried
+	// once with a lease three times longer.
+	for attempt, rttl := 0, e.ttl; ; attempt, rttl = attempt+1, 3*e.ttl {
+		key = e.key("sent-renew")
+		ls, err = l.TryAcquire(e.ctx, key, fencedlock.WithTTL(rttl), fencedlock.WithSafetyMargin(time.Nanosecond), fencedlock.WithManualRenew(true))
+		if err != nil {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		renewSent := time.Now()
+		if err := ls.Renew(e.ctx); err != nil {
+			if attempt == 0 && errors.Is(err, fencedlock.ErrLeaseLost) && time.Now().After(renewSent.Add(rttl/2)) {
+				t.Logf("inconclusive with TTL %v: Renew answered %v after it was sent (responses delayed by %v), after the lease's local deadline: %v; not a violation: retrying once with TTL %v",
+					rttl, time.Since(renewSent).Round(time.Millisecond), delay, err, 3*e.ttl)
+				continue
+			}
+			t.Fatalf("Renew: %v", err)
+		}
+		notBefore(key, ls.Deadline(), grantTTL(ls.TTL(), rttl), time.Now().Add(3*rttl+e.cfg.ExpirySlack), "the TTL Renew returned")
+		break
+	}
+
+	// Renewal.Sent: the deadline from a KeepAliver's renewals, which stop
+	// when the holder crashes.
+	b := newDelayed()
+	ka, ok := b.(fencedlock.KeepAliver)
+	if !ok {
+		return
+	}
+	key = e.key("sent-keepalive")
+	g := e.grabTTL(t, b, key, e.ttl)
+	ctx, cancel := context.WithCancel(e.ctx)
+	ch := ka.KeepAlive(ctx, g)
+	var dl time.Time
+	renewals := 0
+	for renewals < 2 {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				cancel()
+				t.Fatalf("KeepAlive channel closed after %d renewals of a held key", renewals)
+			}
+			if r.Err != nil {
+				cancel()
+				t.Fatalf("KeepAlive of a held key reported %v", r.Err)
+			}
+			if limit := time.Now().Add(-delay + time.Millisecond); r.Sent.After(limit) {
+				cancel()
+				t.Fatalf("Renewal.Sent lies %v after the store could have applied the renewal (responses take %v to come back): it is not the send time",
+					r.Sent.Sub(limit.Add(-time.Millisecond)).Round(time.Millisecond), delay)
+			}
+			renewals++
+			if d := r.Sent.Add(r.TTL); d.After(dl) {
+				dl = d
+			}
+		case <-time.After(ttl + e.schedAllowance()):
+			cancel()
+			t.Fatalf("no KeepAlive renewal within %v", ttl+e.schedAllowance())
+		}
+	}
+	cancel()
+	for r := range ch { // renewals confirmed before it stopped count too
+		if r.Err == nil {
+			if d := r.Sent.Add(r.TTL); d.After(dl) {
+				dl = d
+			}
+		}
+	}
+	notBefore(key, dl, ttl, time.Now().Add(3*ttl+e.cfg.ExpirySlack), "Renewal.Sent and Renewal.TTL")
+}
 
 // renewCall is one Renew call seen by a renewRecorder.
 type renewCall struct {

@@ -1,0 +1,235 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	mrand "math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+)
+
+// This file holds the properties about a context that ends during an
+// acquisition: a waiting Acquire that gives up (CancelledAcquire) and an
+// attempt cancelled at a random point of its round trip (CancelledAttempt).
+
+func testCancelledAcquire(t *testing.T, e *env) {
+	key := e.key("cancel")
+	holder := e.locker(t, nil)
+	waiter := e.locker(t, e.short) // a waiter left behind would hold the key for MinTTL
+	h, err := holder.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	prompt := e.ttl + e.schedAllowance()
+
+	cases := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(e.ctx, e.ttl/2) }, context.DeadlineExceeded},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(e.ctx)
+			time.AfterFunc(e.ttl/2, cancel)
+			return ctx, cancel
+		}, context.Canceled},
+		{"already cancelled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(e.ctx)
+			cancel()
+			return ctx, cancel
+		}, context.Canceled},
+	}
+	for _, c := range cases {
+		ctx, cancel := c.ctx()
+		res := make(chan error, 1)
+		go func() {
+			ls, err := waiter.Acquire(ctx, key)
+			if err == nil {
+				_ = ls.Release(e.ctx)
+			}
+			res <- err
+		}()
+		<-ctx.Done()
+		ended := time.Now()
+		select {
+		case err := <-res:
+			if !errors.Is(err, fencedlock.ErrNotAcquired) || !errors.Is(err, c.want) {
+				t.Fatalf("%s: Acquire of a held key: %v, want an error wrapping both ErrNotAcquired and %v", c.name, err, c.want)
+			}
+		case <-time.After(prompt):
+			t.Fatalf("%s: Acquire still waiting %v after its context ended", c.name, prompt)
+		}
+		t.Logf("%s: returned %v after the context ended", c.name, time.Since(ended).Round(time.Microsecond))
+		cancel()
+	}
+	wq, queued := e.backend(t).(fencedlock.WaitAcquirer)
+	if queued {
+		ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
+		_, err := wq.AcquireWait(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("AcquireWait of a held key with an expiring context: %v, want an error wrapping context.DeadlineExceeded", err)
+		}
+	}
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	// Nothing of the cancelled waits may stand in the way now.
+	fresh := e.backend(t)
+	g, err := fresh.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
+	if err != nil {
+		t.Fatalf("a fresh backend's Acquire right after the holder released: %v (a cancelled wait left something behind)", err)
+	}
+	if err := fresh.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if !queued {
+		return
+	}
+
+	// For a queue: a cancelled waiter between a holder and a live waiter
+	// must not delay the live one.
+	h, err = holder.TryAcquire(e.ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	// This waiter's lease is long: left in the queue, it would hold the key
+	// far longer than the bound below.
+	waiter2 := e.locker(t, nil)
+	ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
+	_, err = waiter2.Acquire(ctx, key)
+	cancel()
+	if !errors.Is(err, fencedlock.ErrNotAcquired) {
+		t.Fatalf("cancelled Acquire: %v", err)
+	}
+	live := e.locker(t, nil)
+	got := make(chan acquired, 1)
+	go func() {
+		ls, err := live.Acquire(e.ctx, key)
+		got <- acquired{ls, err}
+	}()
+	time.Sleep(e.cfg.QueueDelay)
+	released := time.Now()
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	// A cancelled waiter left in the queue would hold the key for a TTL.
+	bound := e.hold / 2
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("live waiter: %v", r.err)
+		}
+		t.Logf("live waiter got the key %v after the release", time.Since(released).Round(time.Millisecond))
+		_ = r.ls.Release(e.ctx)
+	case <-time.After(bound):
+		t.Fatalf("live waiter still waiting %v after the holder released: a cancelled waiter blocks the queue", bound)
+	}
+}
+
+func testCancelledAttempt(t *testing.T, e *env) {
+	b := e.backend(t)
+	// The round trip of an Acquire of a free key, to place the
+	// cancellations: the median of a few.
+	var trips, renewTrips, releaseTrips []time.Duration
+	for range 5 {
+		key := e.key("trip")
+		start := time.Now()
+		g := e.grab(t, b, key)
+		trips = append(trips, time.Since(start))
+		start = time.Now()
+		if _, err := b.Renew(e.ctx, g, e.hold); err != nil {
+			t.Fatalf("Renew of a held key: %v", err)
+		}
+		renewTrips = append(renewTrips, time.Since(start))
+		start = time.Now()
+		if err := b.Release(e.ctx, g); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		releaseTrips = append(releaseTrips, time.Since(start))
+	}
+	median := func(d []time.Duration) time.Duration {
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	trip, renewTrip, releaseTrip := median(trips), median(renewTrips), median(releaseTrips)
+	const attempts = 40
+	var applied, cancelled int
+	for i := range attempts {
+		key := e.key("attempt")
+		req := fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
+		// Cancel at a random point between before the call and twice its
+		// round trip; every fourth attempt before it starts.
+		var after time.Duration
+		if i%4 != 0 {
+			after = time.Duration(mrand.Int64N(int64(2*trip) + 1))
+		}
+		ctx, cancel := context.WithTimeout(e.ctx, after)
+		g, err := b.Acquire(ctx, req)
+		ctxErr := ctx.Err()
+		cancel()
+		if err == nil {
+			applied++
+			if err := b.Release(e.ctx, g); err != nil {
+				t.Fatalf("attempt %d: Release of a grant: %v", i+1, err)
+			}
+			continue
+		}
+		cancelled++
+		if errors.Is(err, fencedlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			t.Fatalf("attempt %d: Acquire of a free key cancelled %v after it started (context: %v) returned %v: ErrNotAcquired without the context's error reports \"held by another\" for an outcome the store may have applied",
+				i+1, after, ctxErr, err)
+		}
+		// The Locker's clean-up after an unknown outcome: a Release of
+		// Grant{Key, Owner} must leave the key free.
+		if err := b.Release(e.ctx, fencedlock.Grant{Key: key, Owner: req.Owner}); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+			t.Fatalf("attempt %d: Release of Grant{Key, Owner} after a cancelled Acquire: %v", i+1, err)
+		}
+		if e.held(t, key) {
+			// Tell the lead which way it went: a second Release that
+			// frees the key means the Acquire was applied after the
+			// first one, its request still in flight when it returned.
+			again := b.Release(e.ctx, fencedlock.Grant{Key: key, Owner: req.Owner})
+			t.Fatalf("attempt %d: key held after a cancelled Acquire (%v) and its owner's Release of Grant{Key, Owner} (a second Release: %v; nil means the Acquire's request was applied after the first Release: the backend returned while it was still in flight)", i+1, err, again)
+		}
+	}
+	t.Logf("%d attempts on free keys cancelled within 2x the round trip (%v): %d granted, %d failed", attempts, trip, applied, cancelled)
+
+	// Renew and Release by the holder, cancelled likewise: the owner holds
+	// the key, so ErrNotHeld without the context's error is never right.
+	isCtx := func(err error) bool {
+		return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	}
+	const renewals = 20
+	for i := range renewals {
+		key := e.key("held")
+		g := e.grab(t, b, key)
+		after := time.Duration(mrand.Int64N(int64(2*renewTrip) + 1))
+		ctx, cancel := context.WithTimeout(e.ctx, after)
+		_, err := b.Renew(ctx, g, e.hold)
+		cancel()
+		if errors.Is(err, fencedlock.ErrNotHeld) && !isCtx(err) {
+			t.Fatalf("renewal %d: Renew of a held key cancelled %v after it started returned %v: ErrNotHeld without the context's error reports \"not held\" for a key its owner holds",
+				i+1, after, err)
+		}
+		ctx, cancel = context.WithTimeout(e.ctx, time.Duration(mrand.Int64N(int64(2*releaseTrip)+1)))
+		err = b.Release(ctx, g)
+		cancel()
+		if errors.Is(err, fencedlock.ErrNotHeld) && !isCtx(err) {
+			t.Fatalf("release %d: Release of a held key cancelled mid-flight returned %v: ErrNotHeld without the context's error reports \"not held\" for a key its owner held", i+1, err)
+		}
+		if err != nil {
+			// Unknown outcome: the owner's Release again frees the key.
+			if err := b.Release(e.ctx, fencedlock.Grant{Key: key, Owner: g.Owner}); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+				t.Fatalf("release %d: Release after a cancelled one: %v", i+1, err)
+			}
+		}
+		if e.held(t, key) {
+			t.Fatalf("release %d: key held after its owner's Release (%v)", i+1, err)
+		}
+	}
+	t.Logf("%d renewals and releases of held keys cancelled within 2x their round trips (%v, %v)", renewals, renewTrip, releaseTrip)
+}
