@@ -6,6 +6,7 @@
 //	fencedlock demo                          the paused-holder story on an embedded Redis, with real processes
 //	fencedlock run [flags] KEY -- CMD [ARGS] run CMD while holding KEY; kill it if the lease is lost
 //	fencedlock inspect [flags] KEY           show whether KEY is held, by whom, for how long, its last fence
+//	fencedlock list [flags] [PREFIX]         list the locks under PREFIX (SCAN / range, bounded and paced)
 //	fencedlock release --force [flags] KEY   break KEY whoever holds it, fenced (operators; see docs/operations.md)
 //
 // Run "fencedlock COMMAND -help" for the flags and examples of each command.
@@ -151,6 +152,7 @@ Usage:
   fencedlock demo [flags]                       the paused-holder story, with real processes (embedded Redis by default)
   fencedlock run [flags] KEY -- COMMAND [ARGS]  run COMMAND while holding KEY; terminate it if the lease is lost
   fencedlock inspect [flags] KEY                is KEY held (exit 0) or free (1), by which holder, for how long, its last fence
+  fencedlock list [flags] [PREFIX]              the locks under PREFIX: held, holder, remaining lease, last fence (SCAN, paced)
   fencedlock release --force [flags] KEY        break KEY whoever holds it, fenced, with an audit line (operators)
   fencedlock --version                          the module version of this binary
 
@@ -198,6 +200,8 @@ func (e *env) main(ctx context.Context, args []string) int {
 		return e.inspect(ctx, args[1:])
 	case "release":
 		return e.releaseCmd(ctx, args[1:])
+	case "list":
+		return e.list(ctx, args[1:])
 	case "demo":
 		return e.demo(ctx, args[1:])
 	case workerCommand:
@@ -214,7 +218,7 @@ func (e *env) main(ctx context.Context, args []string) int {
 		fmt.Fprint(e.stdout, mainUsage+exitCodeHelp)
 		return exitOK
 	}
-	fmt.Fprintf(e.stderr, "fencedlock: unknown command %q; the commands are demo, run, inspect and release (see fencedlock -help)\n", args[0])
+	fmt.Fprintf(e.stderr, "fencedlock: unknown command %q; the commands are demo, run, inspect, list and release (see fencedlock -help)\n", args[0])
 	return exitUsage
 }
 

@@ -88,7 +88,7 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, cmd := range []string{"run", "inspect", "demo", "release"} {
+	for _, cmd := range []string{"run", "inspect", "demo", "release", "list"} {
 		for _, flag := range []string{"-help", "--help", "-h"} {
 			e, out, _ := memEnv(memory.NewStore(), nil)
 			if code := e.main(context.Background(), []string{cmd, flag}); code != exitOK {
