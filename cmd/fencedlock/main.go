@@ -169,11 +169,23 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-	getenv func(string) string
+	// commandStderr, if set, is where run's COMMAND (through its
+	// supervisor) writes its standard error when stderr is fencedlock's own
+	// log stream (--log-format json); otherwise COMMAND writes to stderr.
+	commandStderr io.Writer
+	getenv        func(string) string
 	// open makes the backend of a command; tests may replace it.
 	open func(ctx context.Context, cfg backendConfig) (fencedlock.Backend, func(), error)
 	// self is the path of this executable, for demo workers.
 	self func() (string, error)
+}
+
+// commandErr is the standard error of run's COMMAND.
+func (e *env) commandErr() io.Writer {
+	if e.commandStderr != nil {
+		return e.commandStderr
+	}
+	return e.stderr
 }
 
 func main() {
