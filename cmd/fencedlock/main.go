@@ -36,6 +36,18 @@
 // do; a resource that must never see a stale write should check
 // FENCEDLOCK_FENCE.
 //
+// # Operator commands
+//
+// list shows the locks under a prefix (SCAN with COUNT and a pace between
+// calls on Redis, never KEYS; paged ranges on etcd; bounded by --max and
+// --timeout). inspect --watch follows one key's state changes until
+// interrupted. release --force breaks a lock whoever holds it, fenced: one
+// atomic step deletes it and consumes a fence (fencedlock.ForceReleaser),
+// which it writes as a barrier to each --resource the lock guards, so that
+// the old holder's next guarded write is rejected; it prints an audit line.
+// run and inspect take --log-format json for log pipelines. See
+// docs/operations.md.
+//
 // # demo
 //
 // demo re-executes this binary as two hidden worker processes and plays the
@@ -74,7 +86,8 @@
 //	         was terminated (SIGTERM, then SIGKILL by the lease's local deadline)
 //	126      run: the command could not be started; 127: not found
 //	128+N    run: the command was killed by signal N
-//	1        inspect: the key is free (0: held)
+//	1        inspect: the key is free (0: held); list: the listing stopped at --max or --timeout;
+//	         release --force: a barrier was rejected (a later holder wrote a newer fence)
 //	1        demo: the outcome was unsafe (a stale write was accepted) or the scenario failed
 //
 // A command that itself exits with 64, 69, 75 or 76 makes those codes
@@ -111,7 +124,8 @@ const (
 
 const exitCodeHelp = `Exit codes:
   0        success (run: COMMAND exited 0; inspect: the key is held)
-  1        inspect: the key is free; demo: the outcome was unsafe or the scenario failed
+  1        inspect: the key is free; demo: the outcome was unsafe or the scenario failed;
+           list: incomplete (--max or --timeout); release --force: a barrier was rejected
   N        run: COMMAND's own exit code
   64       usage error (bad flag, key, TTL or URL; run: missing --)
   69       backend error (cannot reach or use the server)
@@ -135,6 +149,7 @@ const runExitCodes = `Exit codes:
 const inspectExitCodes = `Exit codes (as test(1): usable in "if fencedlock inspect KEY; then ..."):
   0        the key is held
   1        the key is free
+  0        --watch: interrupted (SIGINT, SIGTERM)
   64       usage error (bad flag, key or URL)
   69       backend error (cannot reach or use the server)
 `
