@@ -43,6 +43,11 @@ func testForceReleaser(t *testing.T, e *env) {
 	if g3.Fence <= r.After {
 		t.Fatalf("grant after ForceRelease has fence %v, want > After %v", g3.Fence, r.After)
 	}
+	// The broken holder's Renew and Release, once the key has a new
+	// holder, change nothing.
+	if _, err := b1.Renew(e.ctx, g, e.hold); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("Renew by the broken holder while another holds the key: %v, want ErrNotHeld", err)
+	}
 	wantNotHeld(t, "Release by the broken holder", b1.Release(e.ctx, g))
 	e.mustBeHeld(t, b3, &g3, "the old holder's Release after a forced release deleted the new holder's lock")
 	if err := b3.Release(e.ctx, g3); err != nil {

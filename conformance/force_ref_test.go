@@ -19,6 +19,13 @@ func init() {
 	brokenVariants = append(brokenVariants,
 		variant{"ForceReleaseKeepsFence", []string{"ForceReleaser"}, plain(bugForceKeepsFence)})
 	exclusive["ForceReleaseKeepsFence"] = true // no other property calls ForceRelease
+	// A Renew without owner check keeps a forcibly released lease alive
+	// once the waiter holds the key: ForceReleaser reports it too.
+	for i := range brokenVariants {
+		if brokenVariants[i].name == "RenewWithoutOwnerCheck" {
+			brokenVariants[i].want = append(brokenVariants[i].want, "ForceReleaser")
+		}
+	}
 }
 
 // ForceRelease makes the reference backend a fencedlock.ForceReleaser:
