@@ -105,6 +105,10 @@
 //     its fence, and never reveals the owner token.
 //   - KeepAliver: KeepAlive keeps a key held past its TTL, closes its
 //     channel when its context ends, and reports an invalidated key.
+//   - ForceReleaser: ForceRelease breaks a held key at once (the holder's
+//     Renew and Release report ErrNotHeld, its Locker the loss by its next
+//     renewal), reports the broken fence, and every later grant, a queued
+//     waiter's too, is above the consumed fence ForceResult.After.
 //
 // # What a failure means
 //

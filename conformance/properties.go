@@ -37,6 +37,7 @@ var properties = []property{
 	{"WaitAcquirer", "If the backend is a WaitAcquirer, AcquireWait agrees with Acquire (exclusive, greater fence, blocks while held) and grants waiters in FIFO order.", testWaitAcquirer},
 	{"Inspector", "If the backend is an Inspector, Inspect agrees with Acquire on whether a key is held and on its fence, and never reveals the owner token.", testInspector},
 	{"KeepAliver", "If the backend is a KeepAliver, KeepAlive confirms renewals that keep a key held past its TTL and reports an invalidated key.", testKeepAliver},
+	{"ForceReleaser", "If the backend is a ForceReleaser, ForceRelease breaks a held key at once (the holder's Renew and Release: ErrNotHeld; its Locker reports the loss by its next renewal), reports the broken fence, and every later grant, a queued waiter's too, is above the consumed fence After.", testForceReleaser},
 }
 
 // wantNotHeld fails t unless err, returned by the call what describes,

@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/fencedlock/fencedlock"
 )
@@ -15,6 +18,11 @@ const inspectHeader = `Usage: fencedlock inspect [flags] KEY
 Show whether the lock KEY is held, the holder id (a non-secret hash of the
 owner token; the token itself is never shown), the remaining lease, and the
 last fencing token granted on KEY. Nothing is changed on the server.
+
+With --watch it follows KEY until interrupted (SIGINT, SIGTERM; exit 0),
+printing one line (or JSON object) with the time each time the state
+changes: taken, released or expired, taken over by another holder (a new
+fence). It reads the state every --interval; a renewal is not a change.
 `
 
 const inspectFooter = backendHelp + `
@@ -24,28 +32,45 @@ Examples:
 
 JSON output (--json): {"key":"orders","held":true,"holder":"3f2a9c0e1b7d4a65","ttl_ms":8123,"fence":42}
 ("holder" and "ttl_ms" are omitted when the lock is free; "fence" is 0 if no lease was ever granted).
+With --watch, one such object per change and line, with "at" (RFC 3339) added.
 
 ` + inspectExitCodes
 
 // inspectOutput is the --json form of inspect.
 type inspectOutput struct {
-	Key    string `json:"key"`
-	Held   bool   `json:"held"`
-	Holder string `json:"holder,omitempty"`
-	TTLms  int64  `json:"ttl_ms,omitempty"`
-	Fence  uint64 `json:"fence"`
+	At     *time.Time `json:"at,omitempty"` // --watch: when the change was seen
+	Key    string     `json:"key"`
+	Held   bool       `json:"held"`
+	Holder string     `json:"holder,omitempty"`
+	TTLms  int64      `json:"ttl_ms,omitempty"`
+	Fence  uint64     `json:"fence"`
 }
 
 func (e *env) inspect(ctx context.Context, args []string) int {
 	var (
-		cfg     backendConfig
-		jsonOut bool
+		cfg      backendConfig
+		jsonOut  bool
+		watch    bool
+		interval time.Duration
+		logFmt   string
 	)
 	fs := e.newFlagSet("inspect", inspectHeader, inspectFooter)
 	addBackendFlags(fs, &cfg)
 	fs.BoolVar(&jsonOut, "json", false, "print one JSON object instead of text")
+	fs.BoolVar(&watch, "watch", false, "follow KEY's state changes until interrupted")
+	fs.DurationVar(&interval, "interval", 250*time.Millisecond, "with --watch: how often to read the state")
+	logFormatFlag(fs, &logFmt)
 	if code, stop := e.parse(fs, args); stop {
 		return code
+	}
+	if err := checkLogFormat(logFmt); err != nil {
+		return e.usageError("inspect", "%v", err)
+	}
+	if logFmt == logJSON {
+		e = &env{stdin: e.stdin, stdout: e.stdout, stderr: newJSONLines(e.stderr, "inspect"), getenv: e.getenv, open: e.open, self: e.self}
+	}
+	if interval < 10*time.Millisecond {
+		return e.usageError("inspect", "--interval %v is below 10ms", interval)
 	}
 	if fs.NArg() != 1 {
 		return e.usageError("inspect", "want exactly one KEY, got %d arguments", fs.NArg())
@@ -66,6 +91,9 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	if !ok {
 		fmt.Fprintf(e.stderr, "fencedlock inspect: the %s backend cannot describe locks\n", cfg.describe())
 		return exitBackend
+	}
+	if watch {
+		return e.watch(ctx, in, key, interval, jsonOut)
 	}
 	ictx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
@@ -107,4 +135,75 @@ func heldCode(held bool) int {
 		return exitOK
 	}
 	return exitFailure
+}
+
+// watch prints key's state each time it changes, until SIGINT or SIGTERM
+// (exit 0) or ctx ends. A failed read is reported on standard error and
+// retried at the next interval: a watch for debugging outlives a blip.
+func (e *env) watch(ctx context.Context, in fencedlock.Inspector, key string, interval time.Duration, jsonOut bool) int {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var (
+		last    *inspectOutput
+		failing bool
+	)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case <-t.C:
+		}
+		ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
+		info, err := in.Inspect(ictx, key)
+		cancel()
+		t.Reset(interval)
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitOK
+			}
+			if !failing {
+				fmt.Fprintf(e.stderr, "fencedlock inspect: %s (retrying every %v)\n", errText(err), interval)
+			}
+			failing = true
+			continue
+		}
+		if failing {
+			fmt.Fprintf(e.stderr, "fencedlock inspect: reading %q again\n", key)
+			failing = false
+		}
+		now := time.Now().UTC()
+		out := inspectOutput{At: &now, Key: key, Held: info.Held, Fence: uint64(info.Fence)}
+		if info.Held {
+			out.Holder, out.TTLms = info.Holder, info.TTL.Milliseconds()
+		}
+		if last != nil && last.Held == out.Held && last.Holder == out.Holder && last.Fence == out.Fence {
+			continue // unchanged (a renewal only moves the TTL)
+		}
+		last = &out
+		if jsonOut {
+			if err := json.NewEncoder(e.stdout).Encode(out); err != nil {
+				fmt.Fprintf(e.stderr, "fencedlock inspect: %v\n", err)
+				return exitFailure
+			}
+			continue
+		}
+		fmt.Fprintf(e.stdout, "%s  %q %s\n", now.Format("2006-01-02T15:04:05.000Z07:00"), key, describeState(out))
+	}
+}
+
+// describeState renders a watched state for a text line.
+func describeState(o inspectOutput) string {
+	if !o.Held {
+		if o.Fence == 0 {
+			return "free"
+		}
+		return fmt.Sprintf("free (last fence %d)", o.Fence)
+	}
+	holder := "holder " + o.Holder
+	if o.Holder == "" {
+		holder = "another owner"
+	}
+	return fmt.Sprintf("held by %s, fence %d, lease ends in %v unless renewed", holder, o.Fence, roundDuration(time.Duration(o.TTLms)*time.Millisecond))
 }

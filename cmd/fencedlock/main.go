@@ -6,6 +6,8 @@
 //	fencedlock demo                          the paused-holder story on an embedded Redis, with real processes
 //	fencedlock run [flags] KEY -- CMD [ARGS] run CMD while holding KEY; kill it if the lease is lost
 //	fencedlock inspect [flags] KEY           show whether KEY is held, by whom, for how long, its last fence
+//	fencedlock list [flags] [PREFIX]         list the locks under PREFIX (SCAN / range, bounded and paced)
+//	fencedlock release --force [flags] KEY   break KEY whoever holds it, fenced (operators; see docs/operations.md)
 //
 // Run "fencedlock COMMAND -help" for the flags and examples of each command.
 //
@@ -33,6 +35,18 @@
 // and what still escapes. Terminating the command is the best a lock can
 // do; a resource that must never see a stale write should check
 // FENCEDLOCK_FENCE.
+//
+// # Operator commands
+//
+// list shows the locks under a prefix (SCAN with COUNT and a pace between
+// calls on Redis, never KEYS; paged ranges on etcd; bounded by --max and
+// --timeout). inspect --watch follows one key's state changes until
+// interrupted. release --force breaks a lock whoever holds it, fenced: one
+// atomic step deletes it and consumes a fence (fencedlock.ForceReleaser),
+// which it writes as a barrier to each --resource the lock guards, so that
+// the old holder's next guarded write is rejected; it prints an audit line.
+// run and inspect take --log-format json for log pipelines. See
+// docs/operations.md.
 //
 // # demo
 //
@@ -72,7 +86,8 @@
 //	         was terminated (SIGTERM, then SIGKILL by the lease's local deadline)
 //	126      run: the command could not be started; 127: not found
 //	128+N    run: the command was killed by signal N
-//	1        inspect: the key is free (0: held)
+//	1        inspect: the key is free (0: held); list: the listing stopped at --max or --timeout;
+//	         release --force: a barrier was rejected (a later holder wrote a newer fence)
 //	1        demo: the outcome was unsafe (a stale write was accepted) or the scenario failed
 //
 // A command that itself exits with 64, 69, 75 or 76 makes those codes
@@ -109,7 +124,8 @@ const (
 
 const exitCodeHelp = `Exit codes:
   0        success (run: COMMAND exited 0; inspect: the key is held)
-  1        inspect: the key is free; demo: the outcome was unsafe or the scenario failed
+  1        inspect: the key is free; demo: the outcome was unsafe or the scenario failed;
+           list: incomplete (--max or --timeout); release --force: a barrier was rejected
   N        run: COMMAND's own exit code
   64       usage error (bad flag, key, TTL or URL; run: missing --)
   69       backend error (cannot reach or use the server)
@@ -133,6 +149,7 @@ const runExitCodes = `Exit codes:
 const inspectExitCodes = `Exit codes (as test(1): usable in "if fencedlock inspect KEY; then ..."):
   0        the key is held
   1        the key is free
+  0        --watch: interrupted (SIGINT, SIGTERM)
   64       usage error (bad flag, key or URL)
   69       backend error (cannot reach or use the server)
 `
@@ -150,6 +167,8 @@ Usage:
   fencedlock demo [flags]                       the paused-holder story, with real processes (embedded Redis by default)
   fencedlock run [flags] KEY -- COMMAND [ARGS]  run COMMAND while holding KEY; terminate it if the lease is lost
   fencedlock inspect [flags] KEY                is KEY held (exit 0) or free (1), by which holder, for how long, its last fence
+  fencedlock list [flags] [PREFIX]              the locks under PREFIX: held, holder, remaining lease, last fence (SCAN, paced)
+  fencedlock release --force [flags] KEY        break KEY whoever holds it, fenced, with an audit line (operators)
   fencedlock --version                          the module version of this binary
 
 Run "fencedlock COMMAND -help" for the flags and examples of a command.
@@ -165,11 +184,23 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-	getenv func(string) string
+	// commandStderr, if set, is where run's COMMAND (through its
+	// supervisor) writes its standard error when stderr is fencedlock's own
+	// log stream (--log-format json); otherwise COMMAND writes to stderr.
+	commandStderr io.Writer
+	getenv        func(string) string
 	// open makes the backend of a command; tests may replace it.
 	open func(ctx context.Context, cfg backendConfig) (fencedlock.Backend, func(), error)
 	// self is the path of this executable, for demo workers.
 	self func() (string, error)
+}
+
+// commandErr is the standard error of run's COMMAND.
+func (e *env) commandErr() io.Writer {
+	if e.commandStderr != nil {
+		return e.commandStderr
+	}
+	return e.stderr
 }
 
 func main() {
@@ -194,6 +225,10 @@ func (e *env) main(ctx context.Context, args []string) int {
 		return e.run(ctx, args[1:])
 	case "inspect":
 		return e.inspect(ctx, args[1:])
+	case "release":
+		return e.releaseCmd(ctx, args[1:])
+	case "list":
+		return e.list(ctx, args[1:])
 	case "demo":
 		return e.demo(ctx, args[1:])
 	case workerCommand:
@@ -210,7 +245,7 @@ func (e *env) main(ctx context.Context, args []string) int {
 		fmt.Fprint(e.stdout, mainUsage+exitCodeHelp)
 		return exitOK
 	}
-	fmt.Fprintf(e.stderr, "fencedlock: unknown command %q; the commands are demo, run and inspect (see fencedlock -help)\n", args[0])
+	fmt.Fprintf(e.stderr, "fencedlock: unknown command %q; the commands are demo, run, inspect, list and release (see fencedlock -help)\n", args[0])
 	return exitUsage
 }
 

@@ -5,13 +5,25 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/fencedlock/fencedlock"
 )
 
-// progressInterval is how often a waiting run reports who holds the lock.
-const progressInterval = 2 * time.Second
+// progressAfter is how long a waiting run waits before its (n+1)th report
+// of who holds the lock (the first is made at once): 2 s, then 10 s, then
+// every minute, so that a short wait is followed closely and a long one
+// does not flood a log.
+func progressAfter(n int) time.Duration {
+	switch n {
+	case 0:
+		return 2 * time.Second
+	case 1:
+		return 10 * time.Second
+	}
+	return time.Minute
+}
 
 // inspectTimeout bounds one Inspect made for a progress or error message.
 const inspectTimeout = 2 * time.Second
@@ -24,13 +36,32 @@ type progress struct {
 	e     *env
 	quiet bool
 	key   string
+	// log, if set (--log-format json), receives the messages as slog
+	// records with attributes instead of text lines.
+	log *slog.Logger
 }
 
 func (p *progress) printf(format string, args ...any) {
 	if p.quiet {
 		return
 	}
+	if p.log != nil {
+		p.log.Info(fmt.Sprintf(format, args...), "key", p.key)
+		return
+	}
 	fmt.Fprintf(p.e.stderr, "fencedlock: "+format+"\n", args...)
+}
+
+// acquired reports the lease taken.
+func (p *progress) acquired(l *fencedlock.Lease) {
+	if p.quiet {
+		return
+	}
+	if p.log != nil {
+		p.log.Info("acquired", "key", p.key, "fence", uint64(l.Fence()), "holder", l.Holder(), "ttl_ms", l.TTL().Milliseconds())
+		return
+	}
+	p.printf("acquired %q: fence %v, holder %s, lease %v", p.key, l.Fence(), l.Holder(), roundDuration(l.TTL()))
 }
 
 // waiting reports who holds the key and for how long.
@@ -38,7 +69,29 @@ func (p *progress) waiting(ctx context.Context, b fencedlock.Backend, since time
 	if p.quiet {
 		return
 	}
-	p.printf("waiting for %q: held%s; waited %v", p.key, describeHolder(ctx, b, p.key), roundDuration(time.Since(since)))
+	waited := time.Since(since)
+	if p.log != nil {
+		attrs := []any{"key", p.key, "waited_ms", waited.Milliseconds()}
+		if in, ok := b.(fencedlock.Inspector); ok {
+			ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
+			info, err := in.Inspect(ictx, p.key)
+			cancel()
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return
+			case err != nil:
+				attrs = append(attrs, "inspect_error", errText(err))
+			default:
+				attrs = append(attrs, "held", info.Held)
+				if info.Held {
+					attrs = append(attrs, "holder", info.Holder, "fence", uint64(info.Fence), "ttl_ms", info.TTL.Milliseconds())
+				}
+			}
+		}
+		p.log.Info("waiting", attrs...)
+		return
+	}
+	p.printf("waiting for %q: held%s; waited %v", p.key, describeHolder(ctx, b, p.key), roundDuration(waited))
 }
 
 // describeHolder returns ": held by holder H (fence F), lease ends in T" for

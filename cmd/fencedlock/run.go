@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -89,6 +90,7 @@ type runFlags struct {
 	try     bool
 	grace   time.Duration
 	quiet   bool
+	logFmt  string
 }
 
 func (e *env) run(ctx context.Context, args []string) int {
@@ -100,6 +102,7 @@ func (e *env) run(ctx context.Context, args []string) int {
 	fs.BoolVar(&f.try, "try", false, "make one attempt; exit 75 at once if the lock is held")
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "`time` between SIGTERM and SIGKILL to COMMAND's tree; bounded by the lease's local deadline (see above)")
 	fs.BoolVar(&f.quiet, "q", false, "quiet: no progress messages on standard error (errors are still printed)")
+	logFormatFlag(fs, &f.logFmt)
 	if code, stop := e.parse(fs, args); stop {
 		return code
 	}
@@ -133,8 +136,19 @@ func (e *env) run(ctx context.Context, args []string) int {
 	if f.try && f.wait > 0 {
 		return e.usageError("run", "--try and --wait exclude each other")
 	}
+	if err := checkLogFormat(f.logFmt); err != nil {
+		return e.usageError("run", "%v", err)
+	}
 	if err := f.backend.resolve(e.getenv); err != nil {
 		return e.usageError("run", "%v", err)
+	}
+	var log *slog.Logger
+	if f.logFmt == logJSON {
+		// From here on every message run writes is a JSON record; the
+		// command's own output (and so the supervisor's stderr) is not.
+		j := newJSONLines(e.stderr, "run")
+		log = j.logger()
+		e = &env{stdin: e.stdin, stdout: e.stdout, stderr: j, commandStderr: e.commandErr(), getenv: e.getenv, open: e.open, self: e.self}
 	}
 
 	// Signals: caught from now on, so that an interrupt while waiting
@@ -154,7 +168,7 @@ func (e *env) run(ctx context.Context, args []string) int {
 	}
 	defer locker.Close()
 
-	p := &progress{e: e, quiet: f.quiet, key: key}
+	p := &progress{e: e, quiet: f.quiet, key: key, log: log}
 	lease, code := e.acquire(ctx, locker, b, key, &f, sigs, p)
 	if lease == nil {
 		return code
@@ -167,7 +181,7 @@ func (e *env) run(ctx context.Context, args []string) int {
 		return exitNotAcquired
 	default:
 	}
-	p.printf("acquired %q: fence %v, holder %s, lease %v", key, lease.Fence(), lease.Holder(), roundDuration(lease.TTL()))
+	p.acquired(lease)
 	return e.runCommand(lease, &f, rest, sigs, p)
 }
 
@@ -204,7 +218,8 @@ func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b fencedlo
 		done <- result{l, err}
 	}()
 	p.waiting(wctx, b, waitStart)
-	report := time.NewTicker(progressInterval)
+	reports := 0
+	report := time.NewTimer(progressAfter(reports))
 	defer report.Stop()
 	for {
 		select {
@@ -221,6 +236,8 @@ func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b fencedlo
 			cancel(fmt.Errorf("interrupted by %v", sig))
 		case <-report.C:
 			p.waiting(wctx, b, waitStart)
+			reports++
+			report.Reset(progressAfter(reports))
 		}
 	}
 }
@@ -285,8 +302,12 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 		"-env", "FENCEDLOCK_FENCE=" + lease.Fence().String(),
 		"-env", "FENCEDLOCK_HOLDER=" + lease.Holder(),
 		"--", path}
+	if f.logFmt == logJSON {
+		// The supervisor writes its messages as JSON records too.
+		args = append([]string{supervisorCommand, "-log-format", logJSON}, args[1:]...)
+	}
 	sup := exec.Command(self, append(args, argv...)...)
-	sup.Stdin, sup.Stdout, sup.Stderr = e.stdin, e.stdout, e.stderr
+	sup.Stdin, sup.Stdout, sup.Stderr = e.stdin, e.stdout, e.commandErr()
 	sup.Env = childEnv(os.Environ())
 	sup.ExtraFiles = []*os.File{ctlR, stW}
 	// Its own process group: a Ctrl-Z or a signal to fencedlock's group

@@ -106,9 +106,14 @@ func (e *env) supervise(args []string) int {
 	fs.DurationVar(&s.killLead, "kill-lead", 100*time.Millisecond, "")
 	fs.StringVar(&s.name, "name", "", "")
 	fs.Var(&envs, "env", "")
+	logFmt := fs.String("log-format", logText, "")
 	if err := fs.Parse(args); err != nil || fs.NArg() < 2 {
 		fmt.Fprintf(e.stderr, "fencedlock: %s is run by fencedlock run, not by hand\n", supervisorCommand)
 		return exitUsage
+	}
+	if *logFmt == logJSON {
+		// Its own messages only; COMMAND inherits the real stderr.
+		s.stderr = newJSONLines(e.stderr, "run")
 	}
 	path, argv := fs.Arg(0), fs.Args()[1:]
 

@@ -187,6 +187,39 @@ var scripts = []Script{
 		},
 		Usage: "redis-cli --eval internal/redisscript/fenced_write.lua orders , 42 holder-id value 7",
 	},
+	{
+		Name:    "force_release",
+		Summary: "Delete a lock whoever holds it and advance its fence counter, in one step (an operator's forced release).",
+		Keys: []Param{
+			{"lock key", "the lock"},
+			{"fence key", "the fence counter (same hash slot as KEYS[1])"},
+		},
+		Returns: []string{
+			"{owner or nil, PTTL of the lock key before, fence counter before (\"0\" if none), fence after}",
+			"The fence after is consumed: granted to no one, so every later grant is greater.",
+			"The caller must not reveal the owner token.",
+			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write; nothing changed",
+			"error " + consts.ExhaustedCode + ": the counter is at " + consts.MaxFence + "; nothing changed",
+		},
+		Usage: "redis-cli --eval internal/redisscript/force_release.lua 'fencedlock:{orders}' 'fencedlock:{orders}:fence'",
+	},
+	{
+		Name:    "fence_barrier",
+		Summary: "Raise the fence record of a guarded hash to a token, without writing any other field, if the fencing rule accepts it.",
+		Keys: []Param{
+			{"hash", "the guarded resource (see fenced_write.lua)"},
+		},
+		Args: []Param{
+			{"token", "the fencing token: a uint64 in decimal, 1 to 18446744073709551615"},
+			{"holder", "the holder id recorded with it (non-empty; never an owner token)"},
+		},
+		Returns: []string{
+			"{1}: the fence record now holds token and holder",
+			"{0, fence, holder}: rejected (token older than fence, or equal from another holder)",
+			"error " + consts.CorruptCode + ": the fence record was not written by fencedlock; nothing written",
+		},
+		Usage: "redis-cli --eval internal/redisscript/fence_barrier.lua orders , 43 operator-holder-id",
+	},
 }
 
 // funcs are the template functions: dict builds the argument of a shared

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package demo
 
 import (
 	"bufio"
@@ -15,10 +15,6 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencing"
 )
-
-// workerCommand is the hidden subcommand the demo runs in its worker
-// processes. It is not part of the command-line interface.
-const workerCommand = "__demo-worker"
 
 // Worker roles.
 const (
@@ -40,13 +36,16 @@ type workerEvent struct {
 	At     int64  `json:"at,omitempty"` // when it happened, Unix nanoseconds
 }
 
-// worker runs one demo process. Its server comes from the environment
-// (FENCEDLOCK_REDIS or FENCEDLOCK_ETCD and friends), set by the demo; it
+// Worker runs one worker process of the demo, started by [Run] with
+// [Config.WorkerArgs] and then its own arguments args. Its server comes
+// from server, which the command makes from the environment
+// (FENCEDLOCK_REDIS or FENCEDLOCK_ETCD and friends, set by the demo); it
 // takes the lock there and writes the resource there, on one connection.
-// It reads commands ("go", "release") from standard input, one per line.
-func (e *env) worker(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet(workerCommand, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+// It reads commands ("go", "release") from stdin, one per line, and
+// reports events as JSON lines on stdout. It returns the exit code.
+func Worker(ctx context.Context, server func() (Server, error), args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	var (
 		role, key, name, resource string
 		unfenced                  bool
@@ -65,7 +64,7 @@ func (e *env) worker(ctx context.Context, args []string) int {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 
-	enc := json.NewEncoder(e.stdout)
+	enc := json.NewEncoder(stdout)
 	emit := func(ev workerEvent) {
 		ev.At = time.Now().UnixNano()
 		_ = enc.Encode(ev)
@@ -74,11 +73,11 @@ func (e *env) worker(ctx context.Context, args []string) int {
 		emit(workerEvent{Ev: "error", Detail: fmt.Sprintf(format, a...)})
 		return code
 	}
-	var cfg backendConfig
-	if err := cfg.resolve(e.getenv); err != nil {
+	s, err := server()
+	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
-	b, res, closeBackend, err := openDemo(ctx, cfg, resource, unfenced)
+	b, res, closeBackend, err := open(ctx, s, resource, unfenced)
 	if err != nil {
 		return fail(exitBackend, "%v", err)
 	}
@@ -88,7 +87,7 @@ func (e *env) worker(ctx context.Context, args []string) int {
 		return fail(exitUsage, "%v", err)
 	}
 	defer locker.Close()
-	cmds := bufio.NewScanner(e.stdin)
+	cmds := bufio.NewScanner(stdin)
 	await := func(want string) error {
 		if !cmds.Scan() {
 			if err := cmds.Err(); err != nil {

@@ -1,11 +1,12 @@
 //go:build unix
 
-package main
+package demo
 
 import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,9 +25,9 @@ import (
 // result back. With --no-fencing the workers write with a plain HSET or
 // Put, as code that ignores the fence would.
 
-// demoResource is the resource key on the demo's server, with the
+// resource is the resource key on the demo's server, with the
 // connection that writes it.
-type demoResource interface {
+type resource interface {
 	// write writes value with a lease's fence and holder id: through the
 	// fenced helper, or plainly if the resource was opened unfenced. A
 	// stale write returns an error wrapping fencing.ErrStale.
@@ -48,17 +49,16 @@ type resourceState struct {
 	holder string
 }
 
-// openDemo connects to the server c names and returns the lock backend,
-// the resource at key on the same connection, and a function that closes
-// both.
-func openDemo(ctx context.Context, c backendConfig, key string, unfenced bool) (fencedlock.Backend, demoResource, func(), error) {
-	ctx, cancel := openContext(ctx)
+// open connects to s and returns the lock backend, the resource at key
+// on the same connection, and a function that closes both.
+func open(ctx context.Context, s Server, key string, unfenced bool) (fencedlock.Backend, resource, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	if key == "" {
 		return nil, nil, nil, fmt.Errorf("empty resource key: %w", fencedlock.ErrInvalid)
 	}
-	if c.redisURL != "" {
-		client, b, err := dialRedis(c)
+	if s.DialRedis != nil {
+		client, b, err := s.DialRedis()
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -69,7 +69,10 @@ func openDemo(ctx context.Context, c backendConfig, key string, unfenced bool) (
 		}
 		return b, &redisResource{b: b, c: client, key: key, unfenced: unfenced}, closeAll, nil
 	}
-	client, b, err := dialEtcd(ctx, c)
+	if s.DialEtcd == nil {
+		return nil, nil, nil, fmt.Errorf("demo: no server to dial: %w", fencedlock.ErrInvalid)
+	}
+	client, b, err := s.DialEtcd(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -80,6 +83,9 @@ func openDemo(ctx context.Context, c backendConfig, key string, unfenced bool) (
 	}
 	return b, &etcdResource{b: b, c: client, key: key, unfenced: unfenced}, closeAll, nil
 }
+
+// openTimeout bounds how long connecting to the server may take.
+const openTimeout = 5 * time.Second
 
 // outsidePrefix refuses a resource key among the backend's own keys,
 // which the fenced helpers refuse too.

@@ -1,0 +1,121 @@
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+var _ fencedlock.ForceReleaser = (*Backend)(nil)
+
+// ForceRelease deletes key's whole queue (the holder's entry and every
+// waiter's) in one Txn, whoever holds it: an operator's forced release
+// (see [fencedlock.ForceReleaser]). The Txn reads the holder first, so the
+// result names the lease it broke. ForceResult.Before is the holder's
+// fence (its entry's create revision; 0 if the key was free) and After
+// the store's revision after the Txn: every entry created later, and so
+// every later fence, is greater. Waiters find their entry gone and start
+// over at the end of the queue (see [Backend.AcquireWait]). The holder's
+// etcd lease is left to expire; its next renewal finds its key deleted
+// and reports the lease lost.
+//
+// Write After to the resources the lock guards with [Backend.FenceBarrier]
+// so that the old holder's next [Backend.FencedPut] is rejected.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (fencedlock.ForceResult, error) {
+	var r fencedlock.ForceResult
+	if err := b.begin(); err != nil {
+		return r, err
+	}
+	defer b.wg.Done()
+	ctx, cancel := b.withClose(ctx)
+	defer cancel()
+	if err := fencedlock.ValidateKey(key); err != nil {
+		return r, fmt.Errorf("etcd: force release: %w", err)
+	}
+	dir := b.lockDir(key)
+	resp, err := b.c.Txn(ctx).Then(
+		clientv3.OpGet(dir, clientv3.WithFirstCreate()...),
+		clientv3.OpDelete(dir, clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return r, b.ctxErr(ctx, errorf("force release %q: %w", key, err))
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		r.Held = true
+		r.Holder = string(kvs[0].Value)
+		r.Before = fencing.Token(kvs[0].CreateRevision)
+	}
+	r.After = fencing.Token(resp.Header.Revision)
+	if r.After <= r.Before {
+		return r, errorf("force release %q: revision %d not above the holder's %d", key, r.After, r.Before)
+	}
+	return r, nil
+}
+
+// FenceBarrier raises the fence record of key, a resource guarded by
+// [Backend.FencedPut], to token from holder without writing key itself, if
+// the fencing rule accepts it (one Txn, the check of FencedPut). After it,
+// a FencedPut with a smaller token, or the same token from another holder,
+// is rejected. An operator writes ForceResult.After from
+// [Backend.ForceRelease] this way. A rejection returns an error wrapping a
+// *[fencing.StaleError].
+func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.Token, holder string) error {
+	if err := b.begin(); err != nil {
+		return err
+	}
+	defer b.wg.Done()
+	ctx, cancel := b.withClose(ctx)
+	defer cancel()
+	if key == "" || strings.HasPrefix(key, b.opts.Prefix) {
+		return fmt.Errorf("etcd: fence barrier %q: key empty or inside the backend's prefix %q: %w", key, b.opts.Prefix, fencedlock.ErrInvalid)
+	}
+	if token == 0 {
+		return fmt.Errorf("etcd: fence barrier %q: zero token: %w", key, fencing.ErrInvalidToken)
+	}
+	if holder == "" {
+		return fmt.Errorf("etcd: fence barrier %q: empty holder id: %w", key, fencedlock.ErrInvalid)
+	}
+	fk := b.fenceKey(key)
+	rec := fenceRecord(token, holder)
+	put := clientv3.OpPut(fk, rec)
+	// The rule of FencedPut: no record, a smaller fence, or this record.
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(fk), "=", 0)).
+		Then(put).
+		Else(clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), "<", rec[:fenceDigits])},
+			[]clientv3.Op{put},
+			[]clientv3.Op{clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), "=", rec)},
+				nil,
+				[]clientv3.Op{clientv3.OpGet(fk)})})).
+		Commit()
+	if err != nil {
+		return b.ctxErr(ctx, fmt.Errorf("etcd: fence barrier %q: %w", key, err))
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	r2 := resp.Responses[0].GetResponseTxn()
+	if r2.GetSucceeded() {
+		return nil
+	}
+	r3 := r2.GetResponses()[0].GetResponseTxn()
+	if r3.GetSucceeded() {
+		return nil
+	}
+	stale := &fencing.StaleError{Token: token, Holder: holder}
+	if kvs := r3.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		acc, from, perr := parseFenceRecord(kvs[0].Value)
+		if perr != nil {
+			return fmt.Errorf("etcd: fence barrier %q: %w", key, perr)
+		}
+		stale.Accepted, stale.AcceptedFrom = acc, from
+	}
+	return fmt.Errorf("etcd: fence barrier %q: %w", key, stale)
+}

@@ -1,0 +1,106 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
+)
+
+var (
+	forceReleaseScript = rueidis.NewLuaScript(redisscript.ForceReleaseLua)
+	fenceBarrierScript = rueidis.NewLuaScript(redisscript.FenceBarrierLua)
+)
+
+var _ fencedlock.ForceReleaser = (*Backend)(nil)
+
+// ForceRelease deletes the lock key whoever holds it and advances its fence
+// counter, in one step (internal/redisscript/force_release.lua): an
+// operator's forced release (see [fencedlock.ForceReleaser]). The fence it
+// consumes, ForceResult.After, is granted to no one: write it to the
+// hashes the lock guards with [Backend.FenceBarrier] so that the old
+// holder's next [Backend.FencedSet] is rejected. The old holder's next
+// renewal reports the lease lost. Waiters are not woken: they find the key
+// free at their next poll.
+//
+// A key fencedlock did not write returns an error wrapping [ErrCorrupt],
+// a counter at [MaxFence] one wrapping [ErrFenceExhausted]; nothing is
+// changed then.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (fencedlock.ForceResult, error) {
+	var r fencedlock.ForceResult
+	if b.closed.Load() {
+		return r, errClosed("force release", key)
+	}
+	if err := fencedlock.ValidateKey(key); err != nil {
+		return r, fmt.Errorf("redis: force release: %w", err)
+	}
+	lk := b.LockKey(key)
+	vals, err := forceReleaseScript.Exec(ctx, b.c, []string{lk, lk + fenceSuffix}, nil).ToArray()
+	if err != nil {
+		return r, wrap("force release", key, err)
+	}
+	if len(vals) != 4 {
+		return r, fmt.Errorf("redis: force release %q: unexpected reply of %d values", key, len(vals))
+	}
+	if owner, err := vals[0].ToString(); err == nil {
+		r.Held = true
+		r.Holder = fencedlock.HolderID(owner)
+	}
+	before, err1 := vals[2].ToString()
+	after, err2 := vals[3].AsInt64()
+	f, ok := redisscript.ParseFence(before)
+	if err1 != nil || err2 != nil || !ok || after <= 0 || fencing.Token(after) <= f {
+		return r, fmt.Errorf("redis: force release %q: unreadable fences in reply: %w", key, ErrCorrupt)
+	}
+	r.Before, r.After = f, fencing.Token(after)
+	return r, nil
+}
+
+// FenceBarrier raises the fence record of key, a hash guarded by
+// [Backend.FencedSet] or [Backend.FencedHSet], to token from holder without
+// writing any other field, if the fencing rule accepts it (one step,
+// internal/redisscript/fence_barrier.lua). After it, a guarded write with
+// a smaller token, or the same token from another holder, is rejected.
+// An operator writes ForceResult.After from [Backend.ForceRelease] this way.
+// Errors are those of FencedSet: a rejection wraps a *[fencing.StaleError].
+func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.Token, holder string) error {
+	const op = "fence barrier"
+	if b.closed.Load() {
+		return errClosed(op, key)
+	}
+	if err := b.checkResourceKey(op, key); err != nil {
+		return err
+	}
+	if token == 0 {
+		return fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
+	}
+	if holder == "" {
+		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, fencedlock.ErrInvalid)
+	}
+	vals, err := fenceBarrierScript.Exec(ctx, b.c, []string{key}, []string{token.String(), holder}).ToArray()
+	if err != nil {
+		return wrap(op, key, err)
+	}
+	if len(vals) == 0 {
+		return fmt.Errorf("redis: %s %q: empty reply", op, key)
+	}
+	if n, err := vals[0].AsInt64(); err == nil && n == 1 {
+		return nil
+	}
+	if len(vals) != 3 {
+		return fmt.Errorf("redis: %s %q: unexpected reply of %d values", op, key, len(vals))
+	}
+	fs, err1 := vals[1].ToString()
+	from, err2 := vals[2].ToString()
+	accepted, perr := fencing.ParseToken(fs)
+	if err1 != nil || err2 != nil || perr != nil {
+		return fmt.Errorf("redis: %s %q: unreadable fence record in reply: %w", op, key, ErrCorrupt)
+	}
+	return fmt.Errorf("redis: %s %q: %w", op, key, &fencing.StaleError{
+		Token: token, Holder: holder, Accepted: accepted, AcceptedFrom: from,
+	})
+}

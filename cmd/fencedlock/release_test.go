@@ -1,0 +1,176 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock/backend/memory"
+)
+
+// TestReleaseForceStopsWritingHolder runs a real holder: `fencedlock run`
+// on a real redis-server whose command keeps writing a hash through the
+// guard (fenced_write.lua via redis-cli, with $FENCEDLOCK_FENCE and
+// $FENCEDLOCK_HOLDER), one write every 50 ms. `fencedlock release --force
+// --resource HASH KEY` must make the holder's next guarded write rejected
+// (the barrier) and its watchdog report the loss at its next renewal
+// (server said not held: run exits 76 well before the lease's TTL).
+func TestReleaseForceStopsWritingHolder(t *testing.T) {
+	s, url := redisServer(t)
+	env := []string{"FENCEDLOCK_REDIS=" + url}
+	script, err := filepath.Abs("../../internal/redisscript/fenced_write.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(t.TempDir(), "writes")
+	const ttl = 6 * time.Second // renew interval 2s
+	// Each line: the write's number, the script's first reply line (1
+	// accepted, 0 rejected) and the time it returned (ns).
+	loop := fmt.Sprintf(`i=0; while [ $i -lt 2000 ]; do i=$((i+1)); r=$(redis-cli -u %s --no-auth-warning --eval %s job:resource , "$FENCEDLOCK_FENCE" "$FENCEDLOCK_HOLDER" value "$i" | head -n 1); echo "$i $r $(date +%%s%%N)" >> %s; sleep 0.05; done`,
+		url, script, log)
+	holder := bin.Start(t, env, "run", "--ttl", ttl.String(), "job", "--", "/bin/sh", "-c", loop)
+	// Wait for a few accepted writes.
+	deadline := time.Now().Add(20 * time.Second)
+	for countWrites(t, log, "1") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder made no accepted write in 20s; stderr:\n%s", holder.Stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	code, p := bin.Run(t, env, "release", "--force", "--resource", "job:resource", "job")
+	forcedAt := time.Now()
+	t.Logf("release --force: %s", p.Stdout)
+	if code != exitOK {
+		t.Fatalf("release --force: exit %d; stderr:\n%s", code, p.Stderr)
+	}
+	audit := p.Stdout.String()
+	for _, want := range []string{`forced release of "job" by `, "was held by holder ", "fence before 1, after 2", `barrier fence 2 written to ["job:resource"]`} {
+		if !strings.Contains(audit, want) {
+			t.Errorf("audit line lacks %q: %s", want, audit)
+		}
+	}
+
+	// The watchdog: run reports the loss and exits 76 at its next renewal.
+	if code := holder.Wait(ttl + 10*time.Second); code != exitLeaseLost {
+		t.Fatalf("holder exited %d, want %d; stderr:\n%s", code, exitLeaseLost, holder.Stderr)
+	}
+	lossAfter := time.Since(forcedAt)
+	stderr := holder.Stderr.String()
+	t.Logf("holder's run reported the loss and exited %v after release --force returned (renew interval %v, TTL %v); stderr:\n%s", lossAfter.Round(time.Millisecond), ttl/3, ttl, stderr)
+	if !strings.Contains(stderr, "not held") {
+		t.Errorf("the loss is not reported as the server's (not held):\n%s", stderr)
+	}
+	// Reported by a renewal (every TTL/3), not by the local deadline: the
+	// exit comes before the lease could have run out. The supervisor's
+	// own terminate-and-wait adds at most its grace.
+	if lossAfter >= ttl {
+		t.Errorf("loss reported %v after the forced release, not before the lease's TTL %v: not by a renewal", lossAfter, ttl)
+	}
+
+	// Every write that returned after release --force returned was rejected.
+	var before, after, acceptedAfter int
+	for _, w := range readWrites(t, log) {
+		if w.at.Before(forcedAt) {
+			before++
+			continue
+		}
+		after++
+		if w.result != "0" {
+			acceptedAfter++
+			t.Errorf("write %d returned %v after the forced release with %q: accepted", w.n, w.at.Sub(forcedAt), w.result)
+		}
+	}
+	t.Logf("writes: %d before the forced release returned, %d after it (all rejected: %v)", before, after, acceptedAfter == 0)
+	if after == 0 {
+		t.Errorf("the holder made no write after the forced release: nothing shows its next write was rejected")
+	}
+	hash, err := s.CLI(t, "HGET", "job:resource", "fencedlock:fence")
+	if err != nil || strings.TrimSpace(hash) != "2" {
+		t.Errorf("the resource's fence record is %q (%v), want the barrier 2", hash, err)
+	}
+
+	// The next holder's fence is above the barrier and its write accepted.
+	code, p = bin.Run(t, env, "run", "job", "--", "/bin/sh", "-c",
+		fmt.Sprintf(`redis-cli -u %s --no-auth-warning --eval %s job:resource , "$FENCEDLOCK_FENCE" "$FENCEDLOCK_HOLDER" value next | head -n 1; echo "fence $FENCEDLOCK_FENCE"`, url, script))
+	if code != 0 || !strings.Contains(p.Stdout.String(), "1\nfence 3") {
+		t.Errorf("next holder: exit %d, output %q, want its write accepted with fence 3; stderr:\n%s", code, p.Stdout, p.Stderr)
+	}
+}
+
+type write struct {
+	n      int
+	result string
+	at     time.Time
+}
+
+func readWrites(t *testing.T, path string) []write {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var ws []write
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		n, err1 := strconv.Atoi(f[0])
+		ns, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		ws = append(ws, write{n, f[1], time.Unix(0, ns)})
+	}
+	return ws
+}
+
+func countWrites(t *testing.T, path, result string) int {
+	n := 0
+	for _, w := range readWrites(t, path) {
+		if w.result == result {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReleaseForceUsage: --force is required, a backend without
+// ForceRelease is a backend error, and --json carries the audit facts.
+func TestReleaseForceUsage(t *testing.T) {
+	store := memory.NewStore()
+	e, _, errb := memEnv(store, nil)
+	if code := e.main(context.Background(), []string{"release", "k"}); code != exitUsage || !strings.Contains(errb.String(), "only --force") {
+		t.Errorf("release without --force: exit %d, stderr %q", code, errb)
+	}
+	e, _, errb = memEnv(store, nil)
+	if code := e.main(context.Background(), []string{"release", "--force", "k"}); code != exitBackend || !strings.Contains(errb.String(), "cannot force a release") {
+		t.Errorf("release --force on the memory backend: exit %d, stderr %q", code, errb)
+	}
+
+	_, url := redisServer(t)
+	env := []string{"FENCEDLOCK_REDIS=" + url}
+	for i, wantAfter := range []uint64{1, 2} {
+		code, p := bin.Run(t, env, "release", "--force", "--json", "free")
+		if code != exitOK {
+			t.Fatalf("release --force --json of a free key: exit %d; stderr:\n%s", code, p.Stderr)
+		}
+		var rec releaseOutput
+		if err := json.Unmarshal([]byte(p.Stdout.String()), &rec); err != nil {
+			t.Fatalf("output %q: %v", p.Stdout, err)
+		}
+		if rec.Key != "free" || rec.Held || rec.Holder != "" || rec.Before != wantAfter-1 || rec.After != wantAfter ||
+			!strings.Contains(rec.By, "@") || rec.PID == 0 || len(rec.Operator) != 16 || time.Since(rec.At) > time.Minute {
+			t.Errorf("forced release %d of a free key: %+v, want not held, fence %d -> %d, with who and when", i, rec, wantAfter-1, wantAfter)
+		}
+	}
+}
