@@ -188,11 +188,18 @@ type (
 func (b *Backend) run(ctx context.Context, s script, cmd []any) *redis.Cmd {
 	cmd[0], cmd[1] = "evalsha", s.sha
 	r := b.c.Do(ctx, cmd...)
-	if redis.HasErrorPrefix(r.Err(), "NOSCRIPT") {
+	if isNoScript(r.Err()) {
 		cmd[0], cmd[1] = "eval", s.lua
 		r = b.c.Do(ctx, cmd...)
 	}
 	return r
+}
+
+// isNoScript reports whether err is the server's NOSCRIPT reply. It tests
+// for nil first: redis.HasErrorPrefix allocates on every call, nil or not
+// (one allocation per command on the hot path).
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // Backend is a [fencedlock.Backend] on Redis through go-redis. It also
@@ -402,11 +409,14 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	if b.closed.Load() {
 		return fencedlock.Grant{}, errClosed("acquire", req.Key)
 	}
-	// The fence key holds the lock key as its prefix: one allocation.
-	fk := b.opts.KeyPrefix + "{" + redisscript.Escape(req.Key) + "}" + redisscript.FenceSuffix
-	lk := fk[:len(fk)-len(redisscript.FenceSuffix)]
+	// The three keys are substrings of one string (one allocation):
+	// lock key + FenceSuffix + lock key + AbandonedSuffix.
+	p, esc := b.opts.KeyPrefix, redisscript.Escape(req.Key)
+	keys := p + "{" + esc + "}" + redisscript.FenceSuffix + p + "{" + esc + "}" + redisscript.AbandonedSuffix
+	lk := keys[:len(p)+len(esc)+2]
+	fk := keys[:len(lk)+len(redisscript.FenceSuffix)]
 	ttl := b.ttlArg(req.TTL)
-	c := &acquireCall{lk: lk, fk: fk, ak: lk + redisscript.AbandonedSuffix, owner: req.Owner}
+	c := &acquireCall{lk: lk, fk: fk, ak: keys[len(fk):], owner: req.Owner}
 	c.cmd = [...]any{nil, nil, 3, &c.lk, &c.fk, &c.ak, &c.owner, ttl.arg}
 	cmd := c.cmd[:]
 	var (
@@ -476,7 +486,7 @@ func (b *Backend) execWait(ctx context.Context, s script, key string, cmd []any)
 		return sc, wc
 	}
 	sc, wc := run(false)
-	if err := sc.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if isNoScript(sc.Err()) {
 		sc, wc = run(true)
 	}
 	if n, err = sc.Int64(); err != nil {
