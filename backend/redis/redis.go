@@ -291,6 +291,15 @@ func (b *Backend) acquireWait(ctx context.Context, keys, args []string) (n, acke
 // counts the writes of its own connection), with EVAL on NOSCRIPT. It
 // returns the script's reply and, when that reply is positive (the script
 // wrote), WAIT's count.
+//
+// It does not use rueidis.Lua (whose Exec does the same EVALSHA -> EVAL
+// fallback, and which Acquire and Renew use without WaitReplicas): WAIT
+// must follow the script on the same connection, and Lua.Exec and
+// Lua.ExecMulti send scripts only, each on a connection rueidis chooses.
+// Running Lua.Exec and then WAIT on a DedicatedClient would keep them on
+// one connection but take two round trips to the primary instead of this
+// pipeline's one (counted: one DoMulti here, two Do calls there), on every
+// Acquire and Renew with WaitReplicas.
 func (b *Backend) execWait(ctx context.Context, sha, lua string, keys, args []string) (n, acked int64, err error) {
 	waitCmd := func() rueidis.Completed {
 		return b.c.B().Wait().Numreplicas(int64(b.opts.WaitReplicas)).Timeout(b.opts.WaitTimeout.Milliseconds()).Build().SetSlot(keys[0])
