@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 )
 
 // Defaults used for the zero fields of [Config].
@@ -322,15 +323,8 @@ func (e *env) lockerOpts(mod func(*fencedlock.Options)) fencedlock.Options {
 }
 
 // mustLocker returns fencedlock.New(b, opts), failing t if New refuses
-// the options.
-func mustLocker(t testing.TB, b fencedlock.Backend, opts fencedlock.Options) *fencedlock.Locker {
-	t.Helper()
-	l, err := fencedlock.New(b, opts)
-	if err != nil {
-		t.Fatalf("fencedlock.New: %v", err)
-	}
-	return l
-}
+// the options (internal/locktest).
+var mustLocker = locktest.New
 
 // locker returns a Locker on a new backend, closed when the test ends.
 func (e *env) locker(t *testing.T, mod func(*fencedlock.Options)) *fencedlock.Locker {

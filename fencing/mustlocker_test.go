@@ -1,18 +1,7 @@
 package fencing_test
 
-import (
-	"testing"
-
-	"github.com/fencedlock/fencedlock"
-)
+import "github.com/fencedlock/fencedlock/internal/locktest"
 
 // mustLocker returns fencedlock.New(b, opts), failing the test if New
-// rejects the options.
-func mustLocker(t testing.TB, b fencedlock.Backend, opts fencedlock.Options) *fencedlock.Locker {
-	t.Helper()
-	l, err := fencedlock.New(b, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+// refuses the options (the shared helper; see internal/locktest).
+var mustLocker = locktest.New

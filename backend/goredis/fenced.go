@@ -3,10 +3,7 @@ package goredis
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -40,7 +37,7 @@ const (
 // [ErrCorrupt] and changes nothing. The guard needs one key, so it works on
 // Redis Cluster for any key.
 func (b *Backend) FencedSet(ctx context.Context, key, value string, token fencing.Token, holder string) error {
-	return b.fencedWrite(ctx, "fenced set", key, token, holder, []string{ValueField, value})
+	return b.fencedWrite(ctx, "fenced set", key, token, holder, redisscript.ValuePairs(value))
 }
 
 // FencedHSet sets fields of key, a Redis hash of yours, only if the fencing
@@ -48,12 +45,9 @@ func (b *Backend) FencedSet(ctx context.Context, key, value string, token fencin
 // fields must hold at least one field and must not name [FenceField] or
 // [HolderField]; other fields of the hash are left as they are.
 func (b *Backend) FencedHSet(ctx context.Context, key string, fields map[string]string, token fencing.Token, holder string) error {
-	if len(fields) == 0 {
-		return fmt.Errorf("redis: fenced hset %q: no fields: %w", key, fencedlock.ErrInvalid)
-	}
-	pairs := make([]string, 0, 2*len(fields))
-	for f, v := range fields {
-		pairs = append(pairs, f, v)
+	pairs, err := redisscript.HSetPairs(key, fields)
+	if err != nil {
+		return err
 	}
 	return b.fencedWrite(ctx, "fenced hset", key, token, holder, pairs)
 }
@@ -62,63 +56,20 @@ func (b *Backend) fencedWrite(ctx context.Context, op, key string, token fencing
 	if b.closed.Load() {
 		return errClosed(op, key)
 	}
-	if err := b.checkResourceKey(op, key); err != nil {
+	if err := redisscript.CheckFencedWrite(op, key, b.opts.KeyPrefix, token, holder, pairs); err != nil {
 		return err
 	}
-	if token == 0 {
-		return fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
-	}
-	if holder == "" {
-		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, fencedlock.ErrInvalid)
-	}
-	for i := 0; i < len(pairs); i += 2 {
-		if pairs[i] == FenceField || pairs[i] == HolderField {
-			return fmt.Errorf("redis: %s %q: field %q is reserved for the fence record: %w", op, key, pairs[i], fencedlock.ErrInvalid)
-		}
-	}
-	cmd := make([]any, 0, 6+len(pairs))
-	cmd = append(cmd, nil, nil, 1, key, token.String(), holder)
-	for _, p := range pairs {
-		cmd = append(cmd, p)
+	args := redisscript.FencedWriteArgs(token, holder, pairs)
+	cmd := make([]any, 0, 4+len(args))
+	cmd = append(cmd, nil, nil, 1, key)
+	for _, a := range args {
+		cmd = append(cmd, a)
 	}
 	vals, err := b.run(ctx, fencedWriteScript, cmd).Slice()
 	if err != nil {
 		return wrap(op, key, err)
 	}
-	if len(vals) == 0 {
-		return fmt.Errorf("redis: %s %q: empty reply", op, key)
-	}
-	ok, isInt := vals[0].(int64)
-	if !isInt {
-		return fmt.Errorf("redis: %s %q: unexpected reply %T", op, key, vals[0])
-	}
-	if ok == 1 {
-		return nil
-	}
-	if len(vals) != 3 {
-		return fmt.Errorf("redis: %s %q: unexpected reply of %d values", op, key, len(vals))
-	}
-	fs, ok1 := replyString(vals[1])
-	from, ok2 := replyString(vals[2])
-	accepted, perr := fencing.ParseToken(fs)
-	if !ok1 || !ok2 || perr != nil {
-		return fmt.Errorf("redis: %s %q: unreadable fence record in reply: %w", op, key, ErrCorrupt)
-	}
-	return fmt.Errorf("redis: %s %q: %w", op, key, &fencing.StaleError{
-		Token: token, Holder: holder, Accepted: accepted, AcceptedFrom: from,
-	})
-}
-
-// checkResourceKey refuses keys the guard must not write: empty ones and
-// those inside KeyPrefix, where the backend keeps its locks.
-func (b *Backend) checkResourceKey(op, key string) error {
-	if key == "" {
-		return fmt.Errorf("redis: %s: empty key: %w", op, fencedlock.ErrInvalid)
-	}
-	if strings.HasPrefix(key, b.opts.KeyPrefix) {
-		return fmt.Errorf("redis: %s %q: key inside the backend's KeyPrefix %q: %w", op, key, b.opts.KeyPrefix, fencedlock.ErrInvalid)
-	}
-	return nil
+	return redisscript.ReadFencedWrite(op, key, token, holder, values(vals))
 }
 
 // FencedGet reads a hash written by [Backend.FencedSet] in one round trip:
@@ -128,27 +79,12 @@ func (b *Backend) FencedGet(ctx context.Context, key string) (fencing.Record, er
 	if b.closed.Load() {
 		return fencing.Record{}, errClosed("fenced get", key)
 	}
-	if key == "" {
-		return fencing.Record{}, fmt.Errorf("redis: fenced get: empty key: %w", fencedlock.ErrInvalid)
+	if err := redisscript.CheckGetKey(key); err != nil {
+		return fencing.Record{}, err
 	}
-	vals, err := b.c.HMGet(ctx, key, ValueField, FenceField, HolderField).Result()
+	vals, err := b.c.HMGet(ctx, key, redisscript.GetFields...).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fencing.Record{}, wrap("fenced get", key, err)
 	}
-	if len(vals) != 3 {
-		return fencing.Record{}, fmt.Errorf("redis: fenced get %q: unexpected reply of %d values", key, len(vals))
-	}
-	var r fencing.Record
-	if v, ok := replyString(vals[0]); ok {
-		r.Value, r.Found = v, true
-	}
-	if fs, ok := replyString(vals[1]); ok {
-		t, perr := fencing.ParseToken(fs)
-		if perr != nil || t == 0 || t.String() != fs { // the script's form: no sign, no leading zero
-			return fencing.Record{}, fmt.Errorf("redis: fenced get %q: fence record %q: %w", key, fs, ErrCorrupt)
-		}
-		r.Fence = t
-		r.Holder, _ = replyString(vals[2])
-	}
-	return r, nil
+	return redisscript.ReadFencedGet(key, values(vals), func(err error) error { return wrap("fenced get", key, err) })
 }

@@ -62,7 +62,7 @@ func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.To
 	if b.closed.Load() {
 		return errClosed(op, key)
 	}
-	if err := b.checkResourceKey(op, key); err != nil {
+	if err := redisscript.CheckResourceKey(op, key, b.opts.KeyPrefix); err != nil {
 		return err
 	}
 	if token == 0 {
@@ -93,4 +93,10 @@ func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.To
 	return fmt.Errorf("redis: %s %q: %w", op, key, &fencing.StaleError{
 		Token: token, Holder: holder, Accepted: accepted, AcceptedFrom: from,
 	})
+}
+
+// replyString reads a string reply value (a nil, Lua false, is not one).
+func replyString(v any) (string, bool) {
+	s, ok, err := value{v}.Text()
+	return s, ok && err == nil
 }

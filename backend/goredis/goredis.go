@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +43,7 @@ const (
 	MaxKeyPrefixLen = redisscript.MaxKeyPrefixLen
 	// DefaultMaxShardedConns bounds the subscription connections of
 	// Options.ShardedPubSub when Options.MaxShardedConns is zero.
-	DefaultMaxShardedConns = 64
+	DefaultMaxShardedConns = redisscript.DefaultMaxShardedConns
 )
 
 // MaxFence is the greatest fence granted: 2^53, as in backend/redis (the
@@ -76,7 +75,9 @@ var (
 )
 
 // Options configures a [Backend]. The zero value means the documented
-// defaults. The fields mean what they mean in backend/redis.Options.
+// defaults. The fields mean what they mean in backend/redis.Options: the
+// two types have the same fields, checked and defaulted by the same code
+// (internal/redisscript.Options).
 type Options struct {
 	// KeyPrefix is prepended to every key and channel name. Default
 	// DefaultKeyPrefix. It must not contain '{' or '}' and must be at most
@@ -119,37 +120,6 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o Options) resolve() (Options, error) {
-	if o.KeyPrefix == "" {
-		o.KeyPrefix = DefaultKeyPrefix
-	}
-	if strings.ContainsAny(o.KeyPrefix, "{}") {
-		return o, fmt.Errorf("redis: KeyPrefix %q contains '{' or '}': %w", o.KeyPrefix, fencedlock.ErrInvalid)
-	}
-	if len(o.KeyPrefix) > MaxKeyPrefixLen {
-		return o, fmt.Errorf("redis: KeyPrefix of %d bytes exceeds %d: %w", len(o.KeyPrefix), MaxKeyPrefixLen, fencedlock.ErrInvalid)
-	}
-	if o.WaitReplicas < 0 {
-		return o, fmt.Errorf("redis: WaitReplicas %d negative: %w", o.WaitReplicas, fencedlock.ErrInvalid)
-	}
-	if o.WaitTimeout < 0 {
-		return o, fmt.Errorf("redis: WaitTimeout %v negative: %w", o.WaitTimeout, fencedlock.ErrInvalid)
-	}
-	if o.MaxShardedConns < 0 || o.MaxShardedConns > 16384 {
-		return o, fmt.Errorf("redis: MaxShardedConns %d outside 0..16384: %w", o.MaxShardedConns, fencedlock.ErrInvalid)
-	}
-	if o.MaxShardedConns == 0 {
-		o.MaxShardedConns = DefaultMaxShardedConns
-	}
-	if o.WaitReplicas > 0 && o.WaitTimeout == 0 {
-		o.WaitTimeout = DefaultWaitTimeout
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return o, nil
-}
-
 // script is one of the scripts shared with backend/redis, its SHA-1 and
 // text boxed once (go-redis takes command arguments as []any).
 type script struct{ sha, lua any }
@@ -188,11 +158,18 @@ type (
 func (b *Backend) run(ctx context.Context, s script, cmd []any) *redis.Cmd {
 	cmd[0], cmd[1] = "evalsha", s.sha
 	r := b.c.Do(ctx, cmd...)
-	if redis.HasErrorPrefix(r.Err(), "NOSCRIPT") {
+	if isNoScript(r.Err()) {
 		cmd[0], cmd[1] = "eval", s.lua
 		r = b.c.Do(ctx, cmd...)
 	}
 	return r
+}
+
+// isNoScript reports whether err is the server's NOSCRIPT reply. It tests
+// for nil first: redis.HasErrorPrefix allocates on every call, nil or not
+// (one allocation per command on the hot path).
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // Backend is a [fencedlock.Backend] on Redis through go-redis. It also
@@ -202,7 +179,7 @@ type Backend struct {
 	c      redis.UniversalClient
 	opts   Options
 	closed atomic.Bool
-	ttl    atomic.Pointer[ttlArg]
+	ttl    redisscript.TTLCache
 
 	hubsMu sync.Mutex
 	hub    *hub                // the one hub without ShardedPubSub; nil until the first Watch
@@ -222,9 +199,6 @@ var (
 	_ fencedlock.Inspector = (*Backend)(nil)
 )
 
-// evictionCheckTimeout bounds the INFO memory New sends to each node.
-const evictionCheckTimeout = 5 * time.Second
-
 // New returns a Backend that uses client. It does not take ownership of
 // client: [Backend.Close] leaves it open. Invalid options or a nil client
 // return an error wrapping [fencedlock.ErrInvalid].
@@ -235,18 +209,13 @@ const evictionCheckTimeout = 5 * time.Second
 // unless [Options.AllowEvictingPolicy]. A server that refuses INFO is
 // logged as a warning; an error reaching a node fails New.
 func New(client redis.UniversalClient, opts Options) (*Backend, error) {
-	if client == nil {
-		return nil, fmt.Errorf("redis: nil client: %w", fencedlock.ErrInvalid)
-	}
-	o, err := opts.resolve()
+	ro, err := redisscript.Prepare(client == nil, redisscript.Options(opts), func(ctx context.Context, o redisscript.Options) error {
+		return checkEviction(ctx, client, o)
+	})
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
-	defer cancel()
-	if err := checkEviction(ctx, client, o); err != nil {
-		return nil, err
-	}
+	o := Options(ro)
 	b := &Backend{c: client, opts: o}
 	if o.ShardedPubSub {
 		b.hubs = make(map[uint16]*slotHub)
@@ -255,7 +224,7 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 }
 
 // checkEviction reads maxmemory-policy from every node of c (see New).
-func checkEviction(ctx context.Context, c redis.UniversalClient, o Options) error {
+func checkEviction(ctx context.Context, c redis.UniversalClient, o redisscript.Options) error {
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		var mu sync.Mutex
 		return cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
@@ -273,36 +242,15 @@ func checkEviction(ctx context.Context, c redis.UniversalClient, o Options) erro
 	return checkPolicy(addr, info, err, o)
 }
 
-func checkPolicy(addr, info string, err error, o Options) error {
+func checkPolicy(addr, info string, err error, o redisscript.Options) error {
 	if isRedisErr(err) {
-		o.Logger.Warn("redis: cannot read maxmemory-policy (INFO refused); make sure it is noeviction, "+
-			"or lock keys and fence counters may be evicted", "addr", addr, "err", err)
+		o.WarnInfoRefused(addr, err)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("redis: reading maxmemory-policy of %s: %w", addr, err)
+		return redisscript.ReadInfoError(addr, err)
 	}
-	policy, maxmemory := redisscript.InfoField(info, "maxmemory_policy"), redisscript.InfoField(info, "maxmemory")
-	if policy == "" {
-		o.Logger.Warn("redis: the server does not report maxmemory-policy; make sure it is noeviction, "+
-			"or lock keys and fence counters may be evicted", "addr", addr)
-		return nil
-	}
-	if policy == "noeviction" {
-		return nil
-	}
-	what := "held lock keys (they have a TTL): two holders at once"
-	if strings.HasPrefix(policy, "allkeys-") {
-		what = "held lock keys and fence counters: two holders at once, and fences that restart at 1"
-	}
-	if o.AllowEvictingPolicy {
-		o.Logger.Warn("redis: maxmemory-policy is not noeviction (allowed by Options.AllowEvictingPolicy): "+
-			"at maxmemory the server may evict "+what, "addr", addr, "policy", policy, "maxmemory", maxmemory)
-		return nil
-	}
-	return fmt.Errorf("redis: %s has maxmemory-policy %s (maxmemory %s): at maxmemory it may evict %s; "+
-		"set maxmemory-policy noeviction, or Options.AllowEvictingPolicy to accept the risk: %w",
-		addr, policy, maxmemory, what, ErrEvictionPolicy)
+	return o.CheckPolicy(addr, info)
 }
 
 // isRedisErr reports whether err is an error reply of the server (not
@@ -332,65 +280,13 @@ func (b *Backend) FenceKey(key string) string { return b.LockKey(key) + redisscr
 // key: LockKey(key) + ":released".
 func (b *Backend) Channel(key string) string { return b.LockKey(key) + redisscript.ReleasedSuffix }
 
-type ttlArg struct {
-	ttl time.Duration
-	ms  int64
-	s   string
-	arg any // s, boxed once
-}
+func errClosed(op, key string) error { return redisscript.ErrClosed(op, key) }
 
-// ttlArg converts ttl to whole milliseconds, rounded up, reusing the last
-// conversion.
-func (b *Backend) ttlArg(ttl time.Duration) *ttlArg {
-	if a := b.ttl.Load(); a != nil && a.ttl == ttl {
-		return a
-	}
-	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
-	if ms < 1 {
-		ms = 1
-	}
-	a := &ttlArg{ttl: ttl, ms: ms, s: strconv.FormatInt(ms, 10)}
-	a.arg = a.s
-	b.ttl.Store(a)
-	return a
-}
-
-func errClosed(op, key string) error {
-	return fmt.Errorf("redis: %s %q: backend closed: %w", op, key, fencedlock.ErrClosed)
-}
-
-// wrap turns an error of go-redis or of a script into the backend's error,
-// as backend/redis does.
+// wrap turns an error of go-redis or of a script into the backend's error
+// (redisscript.Wrap, as backend/redis does).
 func wrap(op, key string, err error) error {
-	if errors.Is(err, redis.ErrClosed) {
-		return fmt.Errorf("redis: %s %q: client closed: %w: %w", op, key, fencedlock.ErrClosed, err)
-	}
-	if isRedisErr(err) {
-		msg := err.Error()
-		if strings.Contains(msg, redisscript.AbandonedCode) {
-			return fmt.Errorf("redis: %s %q: %w: the owner's attempt was cleaned up before it arrived: %w", op, key, fencedlock.ErrNotAcquired, err)
-		}
-		if strings.Contains(msg, redisscript.ExhaustedCode) {
-			return permanentError{fmt.Errorf("redis: %s %q: %w (use another lock name; see MaxFence): %w", op, key, ErrFenceExhausted, err)}
-		}
-		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, redisscript.CorruptCode) {
-			return permanentError{fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)}
-		}
-		for _, code := range []string{"NOPERM", "NOAUTH", "WRONGPASS"} {
-			if strings.Contains(msg, code) {
-				return permanentError{fmt.Errorf("redis: %s %q: %w", op, key, err)}
-			}
-		}
-	}
-	return fmt.Errorf("redis: %s %q: %w", op, key, err)
+	return redisscript.Wrap(op, key, err, errors.Is(err, redis.ErrClosed), isRedisErr(err))
 }
-
-// permanentError marks an error no retry can fix: it also wraps
-// [fencedlock.ErrPermanent], without changing the message.
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string   { return e.err.Error() }
-func (e permanentError) Unwrap() []error { return []error{e.err, fencedlock.ErrPermanent} }
 
 // Acquire makes one attempt to take req.Key: one round trip running
 // acquire.lua (SET NX PX, then INCR of the fence counter). If another
@@ -402,12 +298,15 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	if b.closed.Load() {
 		return fencedlock.Grant{}, errClosed("acquire", req.Key)
 	}
-	// The fence key holds the lock key as its prefix: one allocation.
-	fk := b.opts.KeyPrefix + "{" + redisscript.Escape(req.Key) + "}" + redisscript.FenceSuffix
-	lk := fk[:len(fk)-len(redisscript.FenceSuffix)]
-	ttl := b.ttlArg(req.TTL)
-	c := &acquireCall{lk: lk, fk: fk, ak: lk + redisscript.AbandonedSuffix, owner: req.Owner}
-	c.cmd = [...]any{nil, nil, 3, &c.lk, &c.fk, &c.ak, &c.owner, ttl.arg}
+	// The three keys are substrings of one string (one allocation):
+	// lock key + FenceSuffix + lock key + AbandonedSuffix.
+	p, esc := b.opts.KeyPrefix, redisscript.Escape(req.Key)
+	keys := p + "{" + esc + "}" + redisscript.FenceSuffix + p + "{" + esc + "}" + redisscript.AbandonedSuffix
+	lk := keys[:len(p)+len(esc)+2]
+	fk := keys[:len(lk)+len(redisscript.FenceSuffix)]
+	ttl := b.ttl.Get(req.TTL)
+	c := &acquireCall{lk: lk, fk: fk, ak: keys[len(fk):], owner: req.Owner}
+	c.cmd = [...]any{nil, nil, 3, &c.lk, &c.fk, &c.ak, &c.owner, ttl.Arg}
 	cmd := c.cmd[:]
 	var (
 		n   int64
@@ -420,12 +319,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fencedlock.DefaultReleaseTimeout)
 			rerr := b.Release(rctx, fencedlock.Grant{Key: req.Key, Owner: req.Owner})
 			cancel()
-			err = fmt.Errorf("redis: acquire %q: %d of %d replicas acknowledged within %v: %w",
-				req.Key, acked, b.opts.WaitReplicas, b.opts.WaitTimeout, ErrReplication)
-			if rerr != nil {
-				err = fmt.Errorf("%w; releasing it again failed: %w", err, rerr)
-			}
-			return fencedlock.Grant{}, err
+			return fencedlock.Grant{}, redisscript.Options(b.opts).NotReplicated("acquire", req.Key, acked, rerr)
 		}
 	} else {
 		n, err = b.run(ctx, acquireScript, cmd).Int64()
@@ -434,14 +328,9 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		return fencedlock.Grant{}, wrap("acquire", req.Key, err)
 	}
 	if n <= 0 {
-		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: time.Duration(-n) * time.Millisecond}
+		return fencedlock.Grant{}, redisscript.Held(req.Key, n)
 	}
-	return fencedlock.Grant{
-		Key:   req.Key,
-		Owner: req.Owner,
-		Fence: fencing.Token(n),
-		TTL:   time.Duration(ttl.ms) * time.Millisecond,
-	}, nil
+	return redisscript.Grant(req, n, ttl), nil
 }
 
 // nodeFor returns the client whose connection carries a pipeline for key:
@@ -476,7 +365,7 @@ func (b *Backend) execWait(ctx context.Context, s script, key string, cmd []any)
 		return sc, wc
 	}
 	sc, wc := run(false)
-	if err := sc.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if isNoScript(sc.Err()) {
 		sc, wc = run(true)
 	}
 	if n, err = sc.Int64(); err != nil {
@@ -499,9 +388,9 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 	if b.closed.Load() {
 		return 0, errClosed("renew", g.Key)
 	}
-	a := b.ttlArg(ttl)
+	a := b.ttl.Get(ttl)
 	c := &renewCall{lk: b.LockKey(g.Key), owner: g.Owner}
-	c.cmd = [...]any{nil, nil, 1, &c.lk, &c.owner, a.arg}
+	c.cmd = [...]any{nil, nil, 1, &c.lk, &c.owner, a.Arg}
 	lk, cmd := c.lk, c.cmd[:]
 	var (
 		n   int64
@@ -511,8 +400,7 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		var acked int64
 		n, acked, err = b.execWait(ctx, renewScript, lk, cmd)
 		if err == nil && n == 1 && acked < int64(b.opts.WaitReplicas) {
-			return 0, fmt.Errorf("redis: renew %q: %d of %d replicas acknowledged within %v: %w",
-				g.Key, acked, b.opts.WaitReplicas, b.opts.WaitTimeout, ErrReplication)
+			return 0, redisscript.Options(b.opts).NotReplicated("renew", g.Key, acked, nil)
 		}
 	} else {
 		n, err = b.run(ctx, renewScript, cmd).Int64()
@@ -521,9 +409,9 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		return 0, wrap("renew", g.Key, err)
 	}
 	if n != 1 {
-		return 0, fmt.Errorf("redis: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return 0, redisscript.NotHeld("renew", g.Key)
 	}
-	return time.Duration(a.ms) * time.Millisecond, nil
+	return a.Duration(), nil
 }
 
 // Release deletes g.Key if g.Owner still holds it and publishes on the
@@ -563,7 +451,7 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		return wrap("release", g.Key, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("redis: release %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return redisscript.NotHeld("release", g.Key)
 	}
 	return nil
 }
@@ -571,18 +459,39 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 // abandonTTLArg is redisscript.AbandonTTLms, boxed once.
 var abandonTTLArg any = redisscript.AbandonTTLms
 
-// replyString returns a script reply element as a string; ok is false for
-// a nil (Lua false) element.
-func replyString(v any) (string, bool) {
-	switch x := v.(type) {
+// value is a value of a go-redis reply, read by internal/redisscript.
+type value struct{ v any }
+
+func (v value) Text() (string, bool, error) {
+	switch x := v.v.(type) {
 	case string:
-		return x, true
+		return x, true, nil
 	case []byte:
-		return string(x), true
+		return string(x), true, nil
 	case int64:
-		return strconv.FormatInt(x, 10), true
+		return strconv.FormatInt(x, 10), true, nil
+	case nil:
+		return "", false, nil
+	case error:
+		return "", false, x
 	}
-	return "", false
+	return "", false, fmt.Errorf("unexpected reply value of type %T", v.v)
+}
+
+func (v value) Int() (int64, error) {
+	if n, ok := v.v.(int64); ok {
+		return n, nil
+	}
+	return 0, fmt.Errorf("unexpected reply value of type %T, want an integer", v.v)
+}
+
+// values wraps a go-redis reply for internal/redisscript.
+func values(vals []any) []redisscript.Value {
+	out := make([]redisscript.Value, len(vals))
+	for i, v := range vals {
+		out[i] = value{v}
+	}
+	return out
 }
 
 // Inspect reports the state of key without changing it: whether it is
@@ -593,33 +502,15 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 	if b.closed.Load() {
 		return fencedlock.Info{}, errClosed("inspect", key)
 	}
-	if err := fencedlock.ValidateKey(key); err != nil {
-		return fencedlock.Info{}, fmt.Errorf("redis: inspect: %w", err)
+	if err := redisscript.CheckInspectKey("inspect", key); err != nil {
+		return fencedlock.Info{}, err
 	}
 	lk := b.LockKey(key)
 	vals, err := b.run(ctx, inspectScript, []any{nil, nil, 2, lk, lk + redisscript.FenceSuffix}).Slice()
 	if err != nil {
 		return fencedlock.Info{}, wrap("inspect", key, err)
 	}
-	if len(vals) != 3 {
-		return fencedlock.Info{}, fmt.Errorf("redis: inspect %q: unexpected reply of %d values", key, len(vals))
-	}
-	var info fencedlock.Info
-	if owner, ok := replyString(vals[0]); ok {
-		info.Held = true
-		info.Holder = fencedlock.HolderID(owner)
-		if pttl, ok := vals[1].(int64); ok && pttl > 0 {
-			info.TTL = time.Duration(pttl) * time.Millisecond
-		}
-	}
-	if s, ok := replyString(vals[2]); ok {
-		f, ok := redisscript.ParseFence(s)
-		if !ok {
-			return fencedlock.Info{}, fmt.Errorf("redis: inspect %q: fence counter %q: %w", key, s, ErrCorrupt)
-		}
-		info.Fence = f
-	}
-	return info, nil
+	return redisscript.ReadInspect(key, values(vals))
 }
 
 // RetireFence deletes the fence counter of key if key is not held, in one
@@ -632,8 +523,8 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 	if b.closed.Load() {
 		return 0, errClosed("retire fence", key)
 	}
-	if err := fencedlock.ValidateKey(key); err != nil {
-		return 0, fmt.Errorf("redis: retire fence: %w", err)
+	if err := redisscript.CheckInspectKey("retire fence", key); err != nil {
+		return 0, err
 	}
 	lk := b.LockKey(key)
 	n, err := b.run(ctx, retireScript, []any{nil, nil, 2, lk, lk + redisscript.FenceSuffix}).Int64()
@@ -641,7 +532,7 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 		return 0, wrap("retire fence", key, err)
 	}
 	if n < 0 {
-		return 0, &fencedlock.HeldError{Key: key, RetryAfter: time.Duration(-n) * time.Millisecond}
+		return 0, redisscript.Held(key, n)
 	}
 	return fencing.Token(n), nil
 }

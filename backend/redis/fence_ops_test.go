@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -139,7 +140,7 @@ func TestEvictionPolicyUnreadable(t *testing.T) {
 // infoInt reads an integer field of INFO section.
 func infoInt(t testing.TB, c rueidis.Client, section, field string) int64 {
 	t.Helper()
-	v, err := strconv.ParseInt(infoField(str(t, c, "INFO", section), field), 10, 64)
+	v, err := strconv.ParseInt(redisscript.InfoField(str(t, c, "INFO", section), field), 10, 64)
 	if err != nil {
 		t.Fatalf("INFO %s %s: %v", section, field, err)
 	}

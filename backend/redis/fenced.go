@@ -42,7 +42,7 @@ const (
 // record is never deleted by this package; delete the hash yourself when
 // the resource is gone (a later write then starts a new record).
 func (b *Backend) FencedSet(ctx context.Context, key, value string, token fencing.Token, holder string) error {
-	return b.fencedWrite(ctx, "fenced set", key, token, holder, []string{ValueField, value})
+	return b.fencedWrite(ctx, "fenced set", key, token, holder, redisscript.ValuePairs(value))
 }
 
 // FencedHSet sets fields of key, a Redis hash of yours, only if the fencing
@@ -54,12 +54,9 @@ func (b *Backend) FencedSet(ctx context.Context, key, value string, token fencin
 // script passes all fields to one HSET, so keep a call to at most a few
 // thousand fields (Lua's stack bounds the arguments of one call).
 func (b *Backend) FencedHSet(ctx context.Context, key string, fields map[string]string, token fencing.Token, holder string) error {
-	if len(fields) == 0 {
-		return fmt.Errorf("redis: fenced hset %q: no fields: %w", key, fencedlock.ErrInvalid)
-	}
-	pairs := make([]string, 0, 2*len(fields))
-	for f, v := range fields {
-		pairs = append(pairs, f, v)
+	pairs, err := redisscript.HSetPairs(key, fields)
+	if err != nil {
+		return err
 	}
 	return b.fencedWrite(ctx, "fenced hset", key, token, holder, pairs)
 }
@@ -68,97 +65,32 @@ func (b *Backend) fencedWrite(ctx context.Context, op, key string, token fencing
 	if b.closed.Load() {
 		return errClosed(op, key)
 	}
-	if err := b.checkResourceKey(op, key); err != nil {
+	if err := redisscript.CheckFencedWrite(op, key, b.opts.KeyPrefix, token, holder, pairs); err != nil {
 		return err
 	}
-	if token == 0 {
-		return fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
-	}
-	if holder == "" {
-		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, fencedlock.ErrInvalid)
-	}
-	for i := 0; i < len(pairs); i += 2 {
-		if pairs[i] == FenceField || pairs[i] == HolderField {
-			return fmt.Errorf("redis: %s %q: field %q is reserved for the fence record: %w", op, key, pairs[i], fencedlock.ErrInvalid)
-		}
-	}
-	args := make([]string, 0, 2+len(pairs))
-	args = append(args, token.String(), holder)
-	args = append(args, pairs...)
+	args := redisscript.FencedWriteArgs(token, holder, pairs)
 	vals, err := fencedWriteScript.Exec(ctx, b.c, []string{key}, args).ToArray()
 	if err != nil {
 		return wrap(op, key, err)
 	}
-	if len(vals) == 0 {
-		return fmt.Errorf("redis: %s %q: empty reply", op, key)
-	}
-	ok, err := vals[0].AsInt64()
-	if err != nil {
-		return fmt.Errorf("redis: %s %q: unexpected reply: %w", op, key, err)
-	}
-	if ok == 1 {
-		return nil
-	}
-	if len(vals) != 3 {
-		return fmt.Errorf("redis: %s %q: unexpected reply of %d values", op, key, len(vals))
-	}
-	fs, err1 := vals[1].ToString()
-	from, err2 := vals[2].ToString()
-	accepted, perr := fencing.ParseToken(fs)
-	if err1 != nil || err2 != nil || perr != nil {
-		return fmt.Errorf("redis: %s %q: unreadable fence record in reply: %w", op, key, ErrCorrupt)
-	}
-	return fmt.Errorf("redis: %s %q: %w", op, key, &fencing.StaleError{
-		Token: token, Holder: holder, Accepted: accepted, AcceptedFrom: from,
-	})
-}
-
-// checkResourceKey refuses keys the guard must not write: empty ones and
-// those inside KeyPrefix, where the backend keeps its locks.
-func (b *Backend) checkResourceKey(op, key string) error {
-	if key == "" {
-		return fmt.Errorf("redis: %s: empty key: %w", op, fencedlock.ErrInvalid)
-	}
-	if strings.HasPrefix(key, b.opts.KeyPrefix) {
-		return fmt.Errorf("redis: %s %q: key inside the backend's KeyPrefix %q: %w", op, key, b.opts.KeyPrefix, fencedlock.ErrInvalid)
-	}
-	return nil
+	return redisscript.ReadFencedWrite(op, key, token, holder, values(vals))
 }
 
 // FencedGet reads a hash written by [Backend.FencedSet] in one round trip:
 // the value (Found false if the hash has no [ValueField]) and the highest
 // token accepted for key with its holder id (0 and "" if none yet).
 func (b *Backend) FencedGet(ctx context.Context, key string) (fencing.Record, error) {
-	var r fencing.Record
 	if b.closed.Load() {
-		return r, errClosed("fenced get", key)
+		return fencing.Record{}, errClosed("fenced get", key)
 	}
-	if key == "" {
-		return r, fmt.Errorf("redis: fenced get: empty key: %w", fencedlock.ErrInvalid)
+	if err := redisscript.CheckGetKey(key); err != nil {
+		return fencing.Record{}, err
 	}
-	vals, err := b.c.Do(ctx, b.c.B().Hmget().Key(key).Field(ValueField, FenceField, HolderField).Build()).ToArray()
+	vals, err := b.c.Do(ctx, b.c.B().Hmget().Key(key).Field(redisscript.GetFields...).Build()).ToArray()
 	if err != nil {
-		return r, wrap("fenced get", key, err)
+		return fencing.Record{}, wrap("fenced get", key, err)
 	}
-	if len(vals) != 3 {
-		return r, fmt.Errorf("redis: fenced get %q: unexpected reply of %d values", key, len(vals))
-	}
-	if v, verr := vals[0].ToString(); verr == nil {
-		r.Value, r.Found = v, true
-	} else if !rueidis.IsRedisNil(verr) {
-		return fencing.Record{}, wrap("fenced get", key, verr)
-	}
-	if fs, ferr := vals[1].ToString(); ferr == nil {
-		t, perr := fencing.ParseToken(fs)
-		if perr != nil || t == 0 || t.String() != fs { // the script's form: no sign, no leading zero
-			return fencing.Record{}, fmt.Errorf("redis: fenced get %q: fence record %q: %w", key, fs, ErrCorrupt)
-		}
-		r.Fence = t
-		r.Holder, _ = vals[2].ToString()
-	} else if !rueidis.IsRedisNil(ferr) {
-		return fencing.Record{}, wrap("fenced get", key, ferr)
-	}
-	return r, nil
+	return redisscript.ReadFencedGet(key, values(vals), func(err error) error { return wrap("fenced get", key, err) })
 }
 
 // fencedEvalPreamble is the guard that [FencedScript] runs before the
@@ -278,12 +210,12 @@ func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token
 	if b.closed.Load() {
 		return rueidis.RedisMessage{}, errClosed(op, key)
 	}
-	if err := b.checkResourceKey(op, key); err != nil {
+	if err := redisscript.CheckResourceKey(op, key, b.opts.KeyPrefix); err != nil {
 		return rueidis.RedisMessage{}, err
 	}
 	cluster := len(keys) > 0 && b.c.Mode() == rueidis.ClientModeCluster
 	for _, k := range keys {
-		if err := b.checkResourceKey(op, k); err != nil {
+		if err := redisscript.CheckResourceKey(op, k, b.opts.KeyPrefix); err != nil {
 			return rueidis.RedisMessage{}, err
 		}
 		if cluster && hashSlot(k) != hashSlot(key) {
@@ -291,30 +223,18 @@ func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token
 			return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: key %q in another Cluster slot (give the keys one hash tag): %w", op, key, k, fencedlock.ErrInvalid)
 		}
 	}
-	if token == 0 {
-		return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
-	}
-	if holder == "" {
-		return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, fencedlock.ErrInvalid)
+	if err := redisscript.CheckGuardArgs(op, key, token, holder); err != nil {
+		return rueidis.RedisMessage{}, err
 	}
 	allKeys := make([]string, 0, 1+len(keys))
 	allKeys = append(allKeys, key)
 	allKeys = append(allKeys, keys...)
-	allArgs := make([]string, 0, 2+len(args))
-	allArgs = append(allArgs, token.String(), holder)
-	allArgs = append(allArgs, args...)
-	msg, err := s.script.Exec(ctx, b.c, allKeys, allArgs).ToMessage()
+	msg, err := s.script.Exec(ctx, b.c, allKeys, redisscript.FencedWriteArgs(token, holder, args)).ToMessage()
 	if err != nil {
 		if re, ok := rueidis.IsRedisErr(err); ok {
 			if rest, found := strings.CutPrefix(re.Error(), staleCode+" "); found {
 				fs, from, _ := strings.Cut(rest, " ")
-				accepted, perr := fencing.ParseToken(fs)
-				if perr != nil {
-					return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: unreadable fence record in reply: %w", op, key, ErrCorrupt)
-				}
-				return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: %w", op, key, &fencing.StaleError{
-					Token: token, Holder: holder, Accepted: accepted, AcceptedFrom: from,
-				})
+				return rueidis.RedisMessage{}, redisscript.Stale(op, key, token, holder, fs, from)
 			}
 		}
 		return rueidis.RedisMessage{}, wrap(op, key, err)

@@ -72,7 +72,7 @@ func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.To
 	if b.closed.Load() {
 		return errClosed(op, key)
 	}
-	if err := b.checkResourceKey(op, key); err != nil {
+	if err := redisscript.CheckResourceKey(op, key, b.opts.KeyPrefix); err != nil {
 		return err
 	}
 	if token == 0 {

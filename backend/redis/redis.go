@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +28,7 @@ const (
 	MaxKeyPrefixLen = redisscript.MaxKeyPrefixLen
 	// DefaultMaxShardedConns bounds the subscription connections of
 	// Options.ShardedPubSub when Options.MaxShardedConns is zero.
-	DefaultMaxShardedConns = 64
+	DefaultMaxShardedConns = redisscript.DefaultMaxShardedConns
 )
 
 var (
@@ -58,7 +57,9 @@ var (
 )
 
 // Options configures a [Backend]. The zero value means the documented
-// defaults.
+// defaults. backend/goredis.Options has the same fields (both convert to
+// internal/redisscript.Options, which checks them and fills in the
+// defaults for both backends).
 type Options struct {
 	// KeyPrefix is prepended to every key and channel name. Default
 	// DefaultKeyPrefix. It must not contain '{' or '}' (the backend places
@@ -126,37 +127,6 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o Options) resolve() (Options, error) {
-	if o.KeyPrefix == "" {
-		o.KeyPrefix = DefaultKeyPrefix
-	}
-	if strings.ContainsAny(o.KeyPrefix, "{}") {
-		return o, fmt.Errorf("redis: KeyPrefix %q contains '{' or '}': %w", o.KeyPrefix, fencedlock.ErrInvalid)
-	}
-	if len(o.KeyPrefix) > MaxKeyPrefixLen {
-		return o, fmt.Errorf("redis: KeyPrefix of %d bytes exceeds %d: %w", len(o.KeyPrefix), MaxKeyPrefixLen, fencedlock.ErrInvalid)
-	}
-	if o.WaitReplicas < 0 {
-		return o, fmt.Errorf("redis: WaitReplicas %d negative: %w", o.WaitReplicas, fencedlock.ErrInvalid)
-	}
-	if o.WaitTimeout < 0 {
-		return o, fmt.Errorf("redis: WaitTimeout %v negative: %w", o.WaitTimeout, fencedlock.ErrInvalid)
-	}
-	if o.MaxShardedConns < 0 || o.MaxShardedConns > 16384 {
-		return o, fmt.Errorf("redis: MaxShardedConns %d outside 0..16384: %w", o.MaxShardedConns, fencedlock.ErrInvalid)
-	}
-	if o.MaxShardedConns == 0 {
-		o.MaxShardedConns = DefaultMaxShardedConns
-	}
-	if o.WaitReplicas > 0 && o.WaitTimeout == 0 {
-		o.WaitTimeout = DefaultWaitTimeout
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	return o, nil
-}
-
 // Backend is a [fencedlock.Backend] on Redis. It also implements
 // [fencedlock.Notifier] (waiters woken by the release script's PUBLISH) and
 // [fencedlock.Inspector]. It is safe for concurrent use.
@@ -164,8 +134,8 @@ type Backend struct {
 	c      rueidis.Client
 	opts   Options
 	closed atomic.Bool
-	hub    *hub                   // nil when sharded: see hubs
-	ttl    atomic.Pointer[ttlArg] // the last TTL argument, to avoid formatting it per call
+	hub    *hub                 // nil when sharded: see hubs
+	ttl    redisscript.TTLCache // the last TTL argument, to avoid formatting it per call
 
 	// sharded is Options.ShardedPubSub: release publishes with
 	// SPUBLISH and watches use SSUBSCRIBE, one subscription connection
@@ -194,9 +164,6 @@ var (
 	_ fencedlock.Inspector = (*Backend)(nil)
 )
 
-// evictionCheckTimeout bounds the INFO memory New sends to each node.
-const evictionCheckTimeout = 5 * time.Second
-
 // New returns a Backend that uses client. It does not take ownership of
 // client: [Backend.Close] leaves it open. Invalid options or a nil client
 // return an error wrapping [fencedlock.ErrInvalid].
@@ -212,18 +179,13 @@ const evictionCheckTimeout = 5 * time.Second
 // The policy is read once: keep it noeviction (see the package
 // documentation, "Memory").
 func New(client rueidis.Client, opts Options) (*Backend, error) {
-	if client == nil {
-		return nil, fmt.Errorf("redis: nil client: %w", fencedlock.ErrInvalid)
-	}
-	o, err := opts.resolve()
+	ro, err := redisscript.Prepare(client == nil, redisscript.Options(opts), func(ctx context.Context, o redisscript.Options) error {
+		return checkEviction(ctx, client, o)
+	})
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
-	defer cancel()
-	if err := checkEviction(ctx, client, o); err != nil {
-		return nil, err
-	}
+	o := Options(ro)
 	b := &Backend{c: client, opts: o}
 	if o.ShardedPubSub {
 		b.sharded = true
@@ -236,50 +198,21 @@ func New(client rueidis.Client, opts Options) (*Backend, error) {
 }
 
 // checkEviction reads maxmemory-policy from every node of c (see New).
-func checkEviction(ctx context.Context, c rueidis.Client, o Options) error {
+func checkEviction(ctx context.Context, c rueidis.Client, o redisscript.Options) error {
 	for addr, n := range c.Nodes() {
 		info, err := n.Do(ctx, n.B().Info().Section("memory").Build()).ToString()
 		if _, ok := rueidis.IsRedisErr(err); ok {
-			o.Logger.Warn("redis: cannot read maxmemory-policy (INFO refused); make sure it is noeviction, "+
-				"or lock keys and fence counters may be evicted", "addr", addr, "err", err)
+			o.WarnInfoRefused(addr, err)
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("redis: reading maxmemory-policy of %s: %w", addr, err)
+			return redisscript.ReadInfoError(addr, err)
 		}
-		policy, maxmemory := infoField(info, "maxmemory_policy"), infoField(info, "maxmemory")
-		if policy == "" {
-			o.Logger.Warn("redis: the server does not report maxmemory-policy; make sure it is noeviction, "+
-				"or lock keys and fence counters may be evicted", "addr", addr)
-			continue
+		if err := o.CheckPolicy(addr, info); err != nil {
+			return err
 		}
-		if policy == "noeviction" {
-			continue
-		}
-		what := "held lock keys (they have a TTL): two holders at once"
-		if strings.HasPrefix(policy, "allkeys-") {
-			what = "held lock keys and fence counters: two holders at once, and fences that restart at 1"
-		}
-		if o.AllowEvictingPolicy {
-			o.Logger.Warn("redis: maxmemory-policy is not noeviction (allowed by Options.AllowEvictingPolicy): "+
-				"at maxmemory the server may evict "+what, "addr", addr, "policy", policy, "maxmemory", maxmemory)
-			continue
-		}
-		return fmt.Errorf("redis: %s has maxmemory-policy %s (maxmemory %s): at maxmemory it may evict %s; "+
-			"set maxmemory-policy noeviction, or Options.AllowEvictingPolicy to accept the risk: %w",
-			addr, policy, maxmemory, what, ErrEvictionPolicy)
 	}
 	return nil
-}
-
-// infoField returns the value of name in an INFO reply, or "".
-func infoField(info, name string) string {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // Options returns the options in effect, defaults filled in.
@@ -288,9 +221,7 @@ func (b *Backend) Options() Options { return b.opts }
 // LockKey returns the Redis key of the lock named key: KeyPrefix + "{" +
 // escaped key + "}" (see the package documentation). Pass it to
 // internal/redisscript/release.lua to release a lock by hand.
-func (b *Backend) LockKey(key string) string {
-	return b.opts.KeyPrefix + "{" + redisscript.Escape(key) + "}"
-}
+func (b *Backend) LockKey(key string) string { return redisscript.LockKey(b.opts.KeyPrefix, key) }
 
 // FenceKey returns the Redis key of the fence counter of key: LockKey(key)
 // + ":fence". It shares LockKey's hash slot.
@@ -300,67 +231,14 @@ func (b *Backend) FenceKey(key string) string { return b.LockKey(key) + fenceSuf
 // key: LockKey(key) + ":released".
 func (b *Backend) Channel(key string) string { return b.LockKey(key) + releasedSuffix }
 
-type ttlArg struct {
-	ttl time.Duration
-	ms  int64
-	s   string
-}
+func errClosed(op, key string) error { return redisscript.ErrClosed(op, key) }
 
-// ttlArg converts ttl to whole milliseconds, rounded up (the server never
-// enforces less than asked), reusing the last conversion.
-func (b *Backend) ttlArg(ttl time.Duration) *ttlArg {
-	if a := b.ttl.Load(); a != nil && a.ttl == ttl {
-		return a
-	}
-	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
-	if ms < 1 {
-		ms = 1
-	}
-	a := &ttlArg{ttl: ttl, ms: ms, s: strconv.FormatInt(ms, 10)}
-	b.ttl.Store(a)
-	return a
-}
-
-func errClosed(op, key string) error {
-	return fmt.Errorf("redis: %s %q: backend closed: %w", op, key, fencedlock.ErrClosed)
-}
-
-// wrap turns an error of rueidis or of a script into the backend's error.
+// wrap turns an error of rueidis or of a script into the backend's error
+// (redisscript.Wrap, as backend/goredis does).
 func wrap(op, key string, err error) error {
-	if errors.Is(err, rueidis.ErrClosing) {
-		return fmt.Errorf("redis: %s %q: client closed: %w: %w", op, key, fencedlock.ErrClosed, err)
-	}
-	if re, ok := rueidis.IsRedisErr(err); ok {
-		// Redis puts the code first; some compatible servers (miniredis)
-		// wrap script errors, so look for it anywhere.
-		msg := re.Error()
-		if strings.Contains(msg, abandonedCode) {
-			return fmt.Errorf("redis: %s %q: %w: the owner's attempt was cleaned up before it arrived: %w", op, key, fencedlock.ErrNotAcquired, err)
-		}
-		if strings.Contains(msg, exhaustedCode) {
-			// No retry can fix it: only an operator (another lock name).
-			return permanentError{fmt.Errorf("redis: %s %q: %w (use another lock name; see MaxFence): %w", op, key, ErrFenceExhausted, err)}
-		}
-		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, corruptCode) {
-			return permanentError{fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)}
-		}
-		// ACL and authentication refusals last until an operator acts.
-		for _, code := range []string{"NOPERM", "NOAUTH", "WRONGPASS"} {
-			if strings.Contains(msg, code) {
-				return permanentError{fmt.Errorf("redis: %s %q: %w", op, key, err)}
-			}
-		}
-	}
-	return fmt.Errorf("redis: %s %q: %w", op, key, err)
+	_, reply := rueidis.IsRedisErr(err)
+	return redisscript.Wrap(op, key, err, errors.Is(err, rueidis.ErrClosing), reply)
 }
-
-// permanentError marks an error no retry can fix: it also wraps
-// [fencedlock.ErrPermanent], without changing the message, so that the
-// Locker gives up at once instead of retrying until its context ends.
-type permanentError struct{ err error }
-
-func (e permanentError) Error() string   { return e.err.Error() }
-func (e permanentError) Unwrap() []error { return []error{e.err, fencedlock.ErrPermanent} }
 
 // Acquire makes one attempt to take req.Key: one round trip running
 // internal/redisscript/acquire.lua (SET NX PX, then INCR of the fence counter). If
@@ -375,8 +253,8 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	}
 	lk := b.LockKey(req.Key)
 	keys := []string{lk, lk + fenceSuffix, lk + abandonedSuffix}
-	ttl := b.ttlArg(req.TTL)
-	args := []string{req.Owner, ttl.s}
+	ttl := b.ttl.Get(req.TTL)
+	args := []string{req.Owner, ttl.S}
 	var (
 		n   int64
 		err error
@@ -388,12 +266,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fencedlock.DefaultReleaseTimeout)
 			rerr := b.Release(rctx, fencedlock.Grant{Key: req.Key, Owner: req.Owner})
 			cancel()
-			err = fmt.Errorf("redis: acquire %q: %d of %d replicas acknowledged within %v: %w",
-				req.Key, acked, b.opts.WaitReplicas, b.opts.WaitTimeout, ErrReplication)
-			if rerr != nil {
-				err = fmt.Errorf("%w; releasing it again failed: %w", err, rerr)
-			}
-			return fencedlock.Grant{}, err
+			return fencedlock.Grant{}, redisscript.Options(b.opts).NotReplicated("acquire", req.Key, acked, rerr)
 		}
 	} else {
 		n, err = acquireScript.Exec(ctx, b.c, keys, args).AsInt64()
@@ -402,14 +275,9 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		return fencedlock.Grant{}, wrap("acquire", req.Key, err)
 	}
 	if n <= 0 {
-		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: time.Duration(-n) * time.Millisecond}
+		return fencedlock.Grant{}, redisscript.Held(req.Key, n)
 	}
-	return fencedlock.Grant{
-		Key:   req.Key,
-		Owner: req.Owner,
-		Fence: fencing.Token(n),
-		TTL:   time.Duration(ttl.ms) * time.Millisecond,
-	}, nil
+	return redisscript.Grant(req, n, ttl), nil
 }
 
 // acquireWait sends the acquire script and WAIT in one pipeline (see
@@ -423,6 +291,15 @@ func (b *Backend) acquireWait(ctx context.Context, keys, args []string) (n, acke
 // counts the writes of its own connection), with EVAL on NOSCRIPT. It
 // returns the script's reply and, when that reply is positive (the script
 // wrote), WAIT's count.
+//
+// It does not use rueidis.Lua (whose Exec does the same EVALSHA -> EVAL
+// fallback, and which Acquire and Renew use without WaitReplicas): WAIT
+// must follow the script on the same connection, and Lua.Exec and
+// Lua.ExecMulti send scripts only, each on a connection rueidis chooses.
+// Running Lua.Exec and then WAIT on a DedicatedClient would keep them on
+// one connection but take two round trips to the primary instead of this
+// pipeline's one (counted: one DoMulti here, two Do calls there), on every
+// Acquire and Renew with WaitReplicas.
 func (b *Backend) execWait(ctx context.Context, sha, lua string, keys, args []string) (n, acked int64, err error) {
 	waitCmd := func() rueidis.Completed {
 		return b.c.B().Wait().Numreplicas(int64(b.opts.WaitReplicas)).Timeout(b.opts.WaitTimeout.Milliseconds()).Build().SetSlot(keys[0])
@@ -459,8 +336,8 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 	if b.closed.Load() {
 		return 0, errClosed("renew", g.Key)
 	}
-	a := b.ttlArg(ttl)
-	keys, args := []string{b.LockKey(g.Key)}, []string{g.Owner, a.s}
+	a := b.ttl.Get(ttl)
+	keys, args := []string{b.LockKey(g.Key)}, []string{g.Owner, a.S}
 	var (
 		n   int64
 		err error
@@ -471,8 +348,7 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		if err == nil && n == 1 && acked < int64(b.opts.WaitReplicas) {
 			// Applied on the primary but not confirmed on enough
 			// replicas: not a renewal the Locker may count on.
-			return 0, fmt.Errorf("redis: renew %q: %d of %d replicas acknowledged within %v: %w",
-				g.Key, acked, b.opts.WaitReplicas, b.opts.WaitTimeout, ErrReplication)
+			return 0, redisscript.Options(b.opts).NotReplicated("renew", g.Key, acked, nil)
 		}
 	} else {
 		n, err = renewScript.Exec(ctx, b.c, keys, args).AsInt64()
@@ -481,9 +357,9 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		return 0, wrap("renew", g.Key, err)
 	}
 	if n != 1 {
-		return 0, fmt.Errorf("redis: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return 0, redisscript.NotHeld("renew", g.Key)
 	}
-	return time.Duration(a.ms) * time.Millisecond, nil
+	return a.Duration(), nil
 }
 
 // Release deletes g.Key if g.Owner still holds it and publishes on the
@@ -515,7 +391,7 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		return wrap("release", g.Key, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("redis: release %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return redisscript.NotHeld("release", g.Key)
 	}
 	return nil
 }
@@ -528,33 +404,41 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 	if b.closed.Load() {
 		return fencedlock.Info{}, errClosed("inspect", key)
 	}
-	if err := fencedlock.ValidateKey(key); err != nil {
-		return fencedlock.Info{}, fmt.Errorf("redis: inspect: %w", err)
+	if err := redisscript.CheckInspectKey("inspect", key); err != nil {
+		return fencedlock.Info{}, err
 	}
 	lk := b.LockKey(key)
 	vals, err := inspectScript.Exec(ctx, b.c, []string{lk, lk + fenceSuffix}, nil).ToArray()
 	if err != nil {
 		return fencedlock.Info{}, wrap("inspect", key, err)
 	}
-	if len(vals) != 3 {
-		return fencedlock.Info{}, fmt.Errorf("redis: inspect %q: unexpected reply of %d values", key, len(vals))
+	return redisscript.ReadInspect(key, values(vals))
+}
+
+// value is a value of a rueidis reply, read by internal/redisscript.
+type value struct{ m *rueidis.RedisMessage }
+
+func (v value) Text() (string, bool, error) {
+	if v.m.IsNil() {
+		return "", false, nil
 	}
-	var info fencedlock.Info
-	if owner, err := vals[0].ToString(); err == nil {
-		info.Held = true
-		info.Holder = fencedlock.HolderID(owner)
-		if pttl, err := vals[1].AsInt64(); err == nil && pttl > 0 {
-			info.TTL = time.Duration(pttl) * time.Millisecond
-		}
+	if v.m.IsInt64() {
+		n, _ := v.m.AsInt64()
+		return strconv.FormatInt(n, 10), true, nil
 	}
-	if s, err := vals[2].ToString(); err == nil {
-		f, ok := redisscript.ParseFence(s)
-		if !ok {
-			return fencedlock.Info{}, fmt.Errorf("redis: inspect %q: fence counter %q: %w", key, s, ErrCorrupt)
-		}
-		info.Fence = f
+	s, err := v.m.ToString()
+	return s, err == nil, err
+}
+
+func (v value) Int() (int64, error) { return v.m.AsInt64() }
+
+// values wraps a rueidis reply for internal/redisscript.
+func values(vals []rueidis.RedisMessage) []redisscript.Value {
+	out := make([]redisscript.Value, len(vals))
+	for i := range vals {
+		out[i] = value{&vals[i]}
 	}
-	return info, nil
+	return out
 }
 
 // RetireFence deletes the fence counter of key if key is not held, in one
@@ -577,8 +461,8 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 	if b.closed.Load() {
 		return 0, errClosed("retire fence", key)
 	}
-	if err := fencedlock.ValidateKey(key); err != nil {
-		return 0, fmt.Errorf("redis: retire fence: %w", err)
+	if err := redisscript.CheckInspectKey("retire fence", key); err != nil {
+		return 0, err
 	}
 	lk := b.LockKey(key)
 	n, err := retireScript.Exec(ctx, b.c, []string{lk, lk + fenceSuffix}, nil).AsInt64()
@@ -586,7 +470,7 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 		return 0, wrap("retire fence", key, err)
 	}
 	if n < 0 {
-		return 0, &fencedlock.HeldError{Key: key, RetryAfter: time.Duration(-n) * time.Millisecond}
+		return 0, redisscript.Held(key, n)
 	}
 	return fencing.Token(n), nil
 }

@@ -15,16 +15,13 @@ var (
 	renewLua   = redisscript.RenewLua
 )
 
-// Names shared with the scripts (internal/luagen consts).
+// Names shared with the scripts (internal/redisnames).
 const (
 	fenceSuffix = redisscript.FenceSuffix
 	// abandonedSuffix names the set of owners whose Acquire was cleaned
 	// up (luagen AbandonedSuffix): lock key .. abandonedSuffix.
 	abandonedSuffix = redisscript.AbandonedSuffix
 	releasedSuffix  = redisscript.ReleasedSuffix
-	corruptCode     = redisscript.CorruptCode
-	exhaustedCode   = redisscript.ExhaustedCode
-	abandonedCode   = redisscript.AbandonedCode
 )
 
 // abandonTTL is how long the server remembers an owner whose Acquire was

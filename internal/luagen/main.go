@@ -28,8 +28,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/template"
+
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 )
 
 // Header is the first line of every generated script.
@@ -55,8 +58,8 @@ type Script struct {
 }
 
 // Consts are the names shared by the scripts and the Go code of the Redis
-// backends. internal/redisscript has the same values as Go constants; the
-// backends' tests exercise every one of them against a real server.
+// backends, from internal/redisnames; the backends' tests exercise every
+// one of them against a real server.
 type Consts struct {
 	ReleasedSuffix  string // channel = lock key .. ReleasedSuffix
 	AbandonedSuffix string // set of abandoned owners = lock key .. AbandonedSuffix
@@ -66,16 +69,15 @@ type Consts struct {
 	MaxFence        string // the greatest fence granted, in decimal: 2^53
 }
 
+// consts takes its values from internal/redisnames, where the Go code of
+// the backends takes them too: each is defined once.
 var consts = Consts{
-	ReleasedSuffix:  ":released",
-	AbandonedSuffix: ":abandoned",
-	AbandonedCode:   "FENCEDLOCK_ABANDONED",
-	CorruptCode:     "FENCEDLOCK_CORRUPT",
-	ExhaustedCode:   "FENCEDLOCK_EXHAUSTED",
-	// 2^53 is the greatest integer up to which Lua numbers (doubles) are
-	// all exact: INCR's reply becomes a Lua number, so every fence up to
-	// 2^53 is granted exactly and none above it.
-	MaxFence: "9007199254740992",
+	ReleasedSuffix:  redisnames.ReleasedSuffix,
+	AbandonedSuffix: redisnames.AbandonedSuffix,
+	AbandonedCode:   redisnames.AbandonedCode,
+	CorruptCode:     redisnames.CorruptCode,
+	ExhaustedCode:   redisnames.ExhaustedCode,
+	MaxFence:        strconv.FormatInt(redisnames.MaxFence, 10),
 }
 
 // scripts is the table of generated scripts. Add an entry and a template

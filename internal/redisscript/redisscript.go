@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 )
 
 // The generated scripts. See *.lua for their KEYS, ARGV and replies.
@@ -50,23 +51,15 @@ func sha1hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Names shared with the scripts (internal/luagen consts).
+// Names shared with the scripts: defined once, in internal/redisnames,
+// which internal/luagen writes into the scripts.
 const (
-	// FenceSuffix names the fence counter: lock key .. FenceSuffix.
-	FenceSuffix = ":fence"
-	// AbandonedSuffix names the set of owners whose Acquire was cleaned
-	// up (luagen AbandonedSuffix): lock key .. AbandonedSuffix.
-	AbandonedSuffix = ":abandoned"
-	// ReleasedSuffix names the release channel (luagen ReleasedSuffix).
-	ReleasedSuffix = ":released"
-	// CorruptCode is the error code of replies about values fencedlock
-	// did not write.
-	CorruptCode = "FENCEDLOCK_CORRUPT"
-	// ExhaustedCode is the error code of the acquire of a free lock whose
-	// counter is at MaxFence.
-	ExhaustedCode = "FENCEDLOCK_EXHAUSTED"
-	// AbandonedCode is the error code of an acquire by an abandoned owner.
-	AbandonedCode = "FENCEDLOCK_ABANDONED"
+	FenceSuffix     = redisnames.FenceSuffix     // lock key .. FenceSuffix: the fence counter
+	AbandonedSuffix = redisnames.AbandonedSuffix // lock key .. AbandonedSuffix: abandoned owners
+	ReleasedSuffix  = redisnames.ReleasedSuffix  // lock key .. ReleasedSuffix: the release channel
+	CorruptCode     = redisnames.CorruptCode     // replies about values fencedlock did not write
+	ExhaustedCode   = redisnames.ExhaustedCode   // the acquire of a free lock at MaxFence
+	AbandonedCode   = redisnames.AbandonedCode   // an acquire by an abandoned owner
 )
 
 // Fields of a guarded hash (see the backends' FencedSet and FencedHSet).
@@ -139,9 +132,9 @@ func LockKey(prefix, key string) string {
 	return prefix + "{" + Escape(key) + "}"
 }
 
-// MaxFence is the greatest fence the Redis backends grant: 2^53 (luagen
-// MaxFence).
-const MaxFence fencing.Token = 1 << 53
+// MaxFence is the greatest fence the Redis backends grant: 2^53
+// (internal/redisnames, as the scripts have it).
+const MaxFence fencing.Token = redisnames.MaxFence
 
 // maxFenceDigits is the length of MaxFence in decimal.
 const maxFenceDigits = 16

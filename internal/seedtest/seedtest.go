@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -38,14 +39,9 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("PausedHolderWriteRejected", func(t *testing.T) { pausedHolderWriteRejected(t, newBackend) })
 }
 
-func mustLocker(t testing.TB, b fencedlock.Backend, opts fencedlock.Options) *fencedlock.Locker {
-	t.Helper()
-	l, err := fencedlock.New(b, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+// mustLocker returns fencedlock.New(b, opts), failing t if New refuses
+// the options (internal/locktest).
+var mustLocker = locktest.New
 
 func isNotHeld(err error) bool { return errors.Is(err, fencedlock.ErrNotHeld) }
 
