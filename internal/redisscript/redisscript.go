@@ -33,6 +33,8 @@ var (
 	RetireLua string
 	//go:embed fenced_write.lua
 	FencedWriteLua string
+	//go:embed wait.lua
+	WaitLua string
 )
 
 // SHA-1 digests of the scripts, in hex, as EVALSHA takes them.
@@ -43,6 +45,7 @@ var (
 	InspectSHA     = sha1hex(InspectLua)     // of InspectLua
 	RetireSHA      = sha1hex(RetireLua)      // of RetireLua
 	FencedWriteSHA = sha1hex(FencedWriteLua) // of FencedWriteLua
+	WaitSHA        = sha1hex(WaitLua)        // of WaitLua
 )
 
 func sha1hex(s string) string {
@@ -59,6 +62,13 @@ const (
 	AbandonedSuffix = ":abandoned"
 	// ReleasedSuffix names the release channel (luagen ReleasedSuffix).
 	ReleasedSuffix = ":released"
+	// QueueSuffix names the fair queue of waiters (luagen QueueSuffix):
+	// lock key .. QueueSuffix.
+	QueueSuffix = ":queue"
+	// GrantedPrefix starts the message release.lua publishes on the
+	// release channel when it hands the lock to a waiter of the fair queue:
+	// GrantedPrefix + hex SHA-1 of the waiter's owner token + " " + fence.
+	GrantedPrefix = "granted "
 	// CorruptCode is the error code of replies about values fencedlock
 	// did not write.
 	CorruptCode = "FENCEDLOCK_CORRUPT"
