@@ -129,6 +129,7 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireReq
 	}
 	var (
 		confirmed time.Time // send time of the last wait.lua that found the waiter queued
+		counter   uint64    // the fence counter that wait.lua saw
 		backoff   = fairMinBackoff
 		timer     = time.NewTimer(time.Hour)
 	)
@@ -139,16 +140,16 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireReq
 			return fencedlock.Grant{}, errClosed("acquire", req.Key)
 		}
 		sent := time.Now()
-		n, err := waitScript.Exec(ctx, b.c, keys, args).AsInt64()
+		r, err := runWaitScript(ctx, b.c, keys, args)
 		wait := refresh
 		switch {
-		case err == nil && n > 0:
-			return grant(uint64(n), sent), nil
+		case err == nil && r.fence > 0:
+			return grant(r.fence, sent), nil
 		case err == nil:
-			confirmed, backoff = sent, fairMinBackoff
-			if n < 0 {
+			confirmed, counter, backoff = sent, r.counter, fairMinBackoff
+			if r.pttl > 0 {
 				// The holder's lease ends then: its expiry is not announced.
-				wait = min(wait, time.Duration(-n)*time.Millisecond+time.Millisecond)
+				wait = min(wait, r.pttl+time.Millisecond)
 			}
 			if notify == nil {
 				wait = min(wait, b.pollEvery())
@@ -174,13 +175,52 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireReq
 			return fencedlock.Grant{}, f.waitError(ctx, req.Key)
 		case <-timer.C:
 		case <-notify:
-			if fence := w.fence.Load(); fence > 0 && !confirmed.IsZero() {
+			// A hand-off to this waiter after the last wait.lua that found
+			// it queued (at confirmed) grants a fence above the counter
+			// that wait.lua saw; a message with a smaller fence is from a
+			// hand-off before it, whose lease this waiter no longer holds
+			// (it expired or was taken while a request was on its way, and
+			// the waiter queued again): taking that message would date the
+			// stale lease from confirmed, after its start.
+			if fence := w.fence.Load(); fence > counter && !confirmed.IsZero() {
 				return grant(fence, confirmed), nil
 			}
-			// Not a hand-off to this waiter (a plain release, a lost
-			// connection, Close): look again.
+			// Not a (current) hand-off to this waiter: a plain release, a
+			// lost connection, Close. Look again.
 		}
 	}
+}
+
+// waitResult is the reply of wait.lua: the fence granted, or (fence 0) the
+// fence counter when the waiter was found queued and the holder's
+// remaining lease, if known.
+type waitResult struct {
+	fence   uint64
+	counter uint64
+	pttl    time.Duration
+}
+
+// runWaitScript runs wait.lua and decodes its reply: an integer (granted)
+// or an array {counter, pttl} (queued).
+func runWaitScript(ctx context.Context, c rueidis.Client, keys, args []string) (waitResult, error) {
+	m, err := waitScript.Exec(ctx, c, keys, args).ToMessage()
+	if err != nil {
+		return waitResult{}, err
+	}
+	if vals, err := m.AsIntSlice(); err == nil {
+		if len(vals) != 2 || vals[0] < 0 {
+			return waitResult{}, fmt.Errorf("wait.lua: unexpected reply %v", vals)
+		}
+		return waitResult{counter: uint64(vals[0]), pttl: time.Duration(vals[1]) * time.Millisecond}, nil
+	}
+	n, err := m.AsInt64()
+	if err != nil {
+		return waitResult{}, err
+	}
+	if n <= 0 {
+		return waitResult{}, fmt.Errorf("wait.lua: unexpected reply %d", n)
+	}
+	return waitResult{fence: uint64(n)}, nil
 }
 
 // pollEvery is how often a fair waiter without notifications runs wait.lua.

@@ -51,11 +51,13 @@ func fairKeys(b *Backend, key string) []string {
 	return []string{lk, lk + fenceSuffix, lk + abandonedSuffix, lk + queueSuffix}
 }
 
-// runWait runs wait.lua for owner with a lease and an entry TTL.
+// runWait runs wait.lua for owner with a lease and an entry TTL, and
+// returns the fence granted (0: queued).
 func runWait(t *testing.T, b *Backend, key, owner string, ttl, entry time.Duration) (int64, error) {
 	t.Helper()
-	return waitScript.Exec(context.Background(), b.c, fairKeys(b, key),
-		[]string{owner, strconv.FormatInt(ttl.Milliseconds(), 10), strconv.FormatInt(entry.Milliseconds(), 10)}).AsInt64()
+	r, err := runWaitScript(context.Background(), b.c, fairKeys(b, key),
+		[]string{owner, strconv.FormatInt(ttl.Milliseconds(), 10), strconv.FormatInt(entry.Milliseconds(), 10)})
+	return int64(r.fence), err
 }
 
 // subscribe collects the messages published on channel until the test ends.
@@ -424,5 +426,56 @@ func TestFairContended(t *testing.T) {
 	}
 	if float64(lo)/float64(hi) < 0.8 {
 		t.Errorf("acquisitions per worker %v: min/max %.2f, want >= 0.8 (FIFO turns)", per, float64(lo)/float64(hi))
+	}
+}
+
+// TestFairStaleHandOffMessageIgnored: a hand-off message that arrives
+// after the waiter was found queued again (the lease it announced expired,
+// or was taken, while the waiter's request was on its way: a chaos run
+// with a blackholed worker had two holders for 1.3 ms) must not be taken
+// as a grant: its fence is not above the counter the waiter saw when
+// queued. Here the stale message is published by hand while another owner
+// holds the lock.
+func TestFairStaleHandOffMessageIgnored(t *testing.T) {
+	srv := redistest.Start(t)
+	b, c := newBackend(t, srv, Options{})
+	f := &FairBackend{b}
+	ctx := context.Background()
+	const key = "stale"
+	lk := b.LockKey(key)
+	h := acquire(t, b, key, 10*time.Second)
+	w := fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second}
+	type result struct {
+		g   fencedlock.Grant
+		err error
+	}
+	res := make(chan result, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		g, err := f.AcquireWait(wctx, w)
+		res <- result{g, err}
+	}()
+	waitFor(t, 10*time.Second, "the waiter's entry", func() bool { return num(t, c, "LLEN", lk+queueSuffix) == 1 })
+	time.Sleep(100 * time.Millisecond) // its wait.lua reply is processed
+	do(t, c, "PUBLISH", b.Channel(key), fmt.Sprintf("%s%s %d", grantedPrefix, ownerID(w.Owner), h.Fence))
+	select {
+	case r := <-res:
+		t.Fatalf("AcquireWait took a stale hand-off message (fence %d, %v) while another owner holds the lock", r.g.Fence, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := b.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-res:
+		if r.err != nil || r.g.Fence != h.Fence+1 {
+			t.Fatalf("AcquireWait after the release: fence %d, %v; want %d", r.g.Fence, r.err, h.Fence+1)
+		}
+		if got := str(t, c, "GET", lk); got != w.Owner {
+			t.Fatal("the waiter's grant is not its lock on the server")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not granted the lock within 10s of the release")
 	}
 }

@@ -13,8 +13,9 @@
 --   error FENCEDLOCK_ABANDONED: the owner's wait was already cleaned up; nothing was changed
 --   n > 0: the owner holds the lock with fence n (taken now, or handed to it by a
 --          release; the lease is set to ttl)
---   0: queued (entry added, or its expiry pushed back)
---   n < 0: queued again; the holder has -n milliseconds left
+--   {counter, pttl}: queued (entry added, or its expiry pushed back); counter is
+--          the fence counter now (0 if none): a hand-off to this owner after this
+--          step grants a greater fence. pttl > 0: the holder has pttl milliseconds left
 --   error FENCEDLOCK_CORRUPT or FENCEDLOCK_EXHAUSTED: as acquire.lua; nothing was changed
 -- Input comes only through KEYS and ARGV.
 
@@ -106,11 +107,11 @@ end
 -- Wait in line: a new entry at the end, or the owner's entry kept in its
 -- place with a new expiry.
 local e = string.format('%.0f', now + tonumber(ARGV[3])) .. ':' .. ARGV[2] .. ':' .. ARGV[1]
-local reply = 0
+local pttl = 0
 if mine then
   redis.call('LSET', KEYS[4], mine, e)
   if holder then
-    reply = -math.max(redis.call('PTTL', KEYS[1]), 0)
+    pttl = math.max(redis.call('PTTL', KEYS[1]), 0)
   end
 else
   redis.call('RPUSH', KEYS[4], e)
@@ -119,4 +120,7 @@ end
 if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[3]) then
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
 end
-return reply
+-- The fence counter now: a hand-off to this owner after this step grants a
+-- greater fence, so the waiter can tell its message from one of a hand-off
+-- before this step (whose lease it no longer holds: it is queued again).
+return {tonumber(redis.call('GET', KEYS[2]) or '0') or 0, pttl}
