@@ -55,6 +55,9 @@ local function fence_problem(key)
 end
 
 local abandon = ARGV[3] and ARGV[3] ~= '' and KEYS[2]
+-- List commands run only when the queue exists: a deployment that never
+-- queues (no FairBackend) needs no permission for them (docs/redis-acl.md).
+local queued = KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1
 -- A clean-up after an acquire (or a wait) whose outcome is unknown:
 -- remember the owner (by SHA-1, not the secret itself), so that its
 -- acquire or wait, if it is still on its way, takes nothing when it
@@ -65,7 +68,7 @@ if abandon then
   if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
-  if KEYS[3] then
+  if queued then
     for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
       local _, _, owner = entry(e)
       if owner == ARGV[1] then
@@ -95,7 +98,7 @@ local channel = KEYS[1] .. ':released'
 -- step, so that nobody else can take it in between. Entries whose expiry
 -- passed (a waiter that crashed, or lost its connection for longer than
 -- its entry TTL) are dropped on the way.
-if KEYS[3] then
+if queued then
   local now
   while true do
     local e = redis.call('LPOP', KEYS[3])
