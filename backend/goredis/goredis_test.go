@@ -436,8 +436,8 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 	}
 	w := owner()
 	keys := []string{lk, lk + redisscript.FenceSuffix, lk + redisscript.AbandonedSuffix, lk + redisscript.QueueSuffix}
-	if n, err := c.Eval(ctx, redisscript.WaitLua, keys, w, "30000", "30000").Int64(); err != nil || n != 0 {
-		t.Fatalf("wait.lua = %d, %v; want 0 (queued)", n, err)
+	if r, err := c.Eval(ctx, redisscript.WaitLua, keys, w, "30000", "30000").Slice(); err != nil || len(r) != 2 || r[0] != int64(h.Fence) {
+		t.Fatalf("wait.lua = %v, %v; want {%d, pttl} (queued, the fence counter)", r, err, h.Fence)
 	}
 	if err := g.Release(ctx, h); err != nil {
 		t.Fatal(err)
