@@ -114,10 +114,13 @@ func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
 			t.Fatalf("wait.lua of a held key = %d, %v; want 0 (queued)", n, err)
 		}
 	}
-	// An entry whose expiry passed long ago (a crashed waiter) at the head.
+	// An entry whose expiry passed long ago (a crashed waiter) at the head,
+	// and before it one no fencedlock wrote (a TTL of 0 ms: SET would fail
+	// after the entry was popped).
 	do(t, c, "LPUSH", lk+queueSuffix, "1:10000:"+owner())
-	if n := num(t, c, "LLEN", lk+queueSuffix); n != 3 {
-		t.Fatalf("queue length %d, want 3", n)
+	do(t, c, "LPUSH", lk+queueSuffix, "99999999999999:0:"+owner())
+	if n := num(t, c, "LLEN", lk+queueSuffix); n != 4 {
+		t.Fatalf("queue length %d, want 4", n)
 	}
 	if pttl := num(t, c, "PTTL", lk+queueSuffix); pttl <= 0 || pttl > 5000 {
 		t.Fatalf("queue PTTL %d, want in (0, 5000]: it lives as long as its longest entry", pttl)

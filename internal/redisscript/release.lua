@@ -83,9 +83,9 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 
--- Publish first: a script is not rolled back, so a PUBLISH refused (ACL
--- without the channel) must fail before the lock changes. Waiters cannot
--- act on the message before the whole script has run.
+-- A plain release publishes first: a script is not rolled back, so a
+-- PUBLISH refused (ACL without the channel) must fail before the DEL.
+-- Waiters cannot act on a message before the whole script has run.
 -- On Redis Cluster PUBLISH is broadcast to every node; SPUBLISH reaches
 -- only the shard that serves the key's slot (the channel shares its hash tag).
 local publish = 'PUBLISH'
@@ -107,18 +107,20 @@ if queued then
     end
     local expiry, ttl, owner = entry(e)
     now = now or now_ms()
-    if expiry and tonumber(expiry) > now and owner ~= ARGV[1] then
-      local problem, fence = fence_problem(KEYS[4])
+    if expiry and tonumber(expiry) > now and tonumber(ttl) >= 1 and owner ~= ARGV[1] then
+      local problem = fence_problem(KEYS[4])
       if problem then
         -- Keep its place and release plainly: the waiter's next attempt
         -- reports the problem (wait.lua runs the same checks).
         redis.call('LPUSH', KEYS[3], e)
         break
       end
-      local next = string.format('%.0f', (tonumber(fence) or 0) + 1)
-      redis.call(publish, channel, 'granted ' .. redis.sha1hex(owner) .. ' ' .. next)
+      -- The message last: it must never announce a grant that was not
+      -- applied (a refused PUBLISH leaves the lock with the waiter, who
+      -- finds it at its next wait.lua).
       redis.call('SET', KEYS[1], owner, 'PX', ttl)
-      redis.call('INCR', KEYS[4])
+      local fence = redis.call('INCR', KEYS[4])
+      redis.call(publish, channel, 'granted ' .. redis.sha1hex(owner) .. ' ' .. string.format('%.0f', fence))
       return 1
     end
   end
