@@ -52,7 +52,8 @@ type subConn struct {
 	dc      rueidis.DedicatedClient
 	release func()
 	gen     uint64
-	used    bool // a SUBSCRIBE succeeded on it; guarded by hub.mu
+	used    bool  // a SUBSCRIBE succeeded on it; guarded by hub.mu
+	lost    error // why it ended, set by monitor before it gives it back; guarded by hub.mu
 }
 
 type chanState struct {
@@ -162,6 +163,18 @@ func (h *hub) subscribe(ctx context.Context, cs *chanState) error {
 	defer h.mu.Unlock()
 	if err != nil {
 		cs.unsure = true
+		if errors.Is(err, rueidis.ErrDedicatedClientRecycled) {
+			// The connection was given back before the SUBSCRIBE was
+			// sent: report why it ended (a closed client: ErrClosing).
+			switch {
+			case conn.lost != nil:
+				err = fmt.Errorf("subscription connection lost: %w", conn.lost)
+			case h.closed:
+				err = fencedlock.ErrClosed
+			default:
+				err = fmt.Errorf("subscription connection lost: %w: %w", errLost, err)
+			}
+		}
 		return err
 	}
 	if h.conn == conn {
@@ -243,6 +256,7 @@ func (h *hub) monitor(conn *subConn, errs <-chan error) {
 	defer h.wg.Done()
 	err := <-errs
 	h.mu.Lock()
+	conn.lost = err
 	current := h.conn == conn
 	if current {
 		h.conn = nil
