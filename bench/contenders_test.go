@@ -67,7 +67,7 @@ func init() {
 	// Files register their contenders in init functions; fix the order here
 	// so the report does not depend on file names.
 	order := map[string]int{
-		baselineName: 0, "fencedlock-redis": 1, "fencedlock-goredis": 2, "redsync": 3, "redislock": 4,
+		baselineName: 0, "fencedlock-redis": 1, "fencedlock-redis-fair": 1, "fencedlock-goredis": 2, "redsync": 3, "redislock": 4,
 		"rueidislock": 5, "rueidislock-km1": 6,
 		"fencedlock-etcd": 7, "etcd-mutex": 8, "etcd-mutex-shared": 9,
 	}

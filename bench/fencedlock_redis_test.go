@@ -26,3 +26,24 @@ func init() {
 		},
 	})
 }
+
+// fencedlock on its Redis backend with the fair queue (redis.NewFair):
+// waiters queue on the server and each release hands the lock to the first
+// one, waking it alone.
+
+func init() {
+	register(contender{
+		name:        "fencedlock-redis-fair",
+		server:      "redis",
+		manualRenew: true,
+		autoRenew:   true,
+		open: func(tb testing.TB, e *env, cfg clientConfig) lockClient {
+			c := e.newRueidis(tb, nil)
+			b, err := redis.NewFair(c, redis.Options{})
+			if err != nil {
+				tb.Fatalf("bench: fencedlock redis fair backend: %v", err)
+			}
+			return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); c.Close() }}
+		},
+	})
+}

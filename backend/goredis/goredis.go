@@ -146,8 +146,9 @@ type (
 		lk, owner string
 	}
 	releaseCall struct {
-		cmd       [6]any
-		lk, owner string
+		cmd                [10]any
+		lk, ab, q, f       string
+		owner, mode, aband string
 	}
 )
 
@@ -415,8 +416,9 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 }
 
 // Release deletes g.Key if g.Owner still holds it and publishes on the
-// key's channel, waking waiters: one round trip running release.lua.
-// Otherwise it deletes nothing and returns an error wrapping
+// key's channel, waking waiters: one round trip running release.lua. If
+// waiters of backend/redis's FairBackend are queued on the key, the same
+// step hands the lock to the first live one instead. Otherwise it deletes nothing and returns an error wrapping
 // [fencedlock.ErrNotHeld]. The fence counter is kept. A Grant with Fence 0
 // (the Locker's clean-up after an Acquire whose outcome is unknown) also
 // makes the server remember the owner for 5 minutes and refuse its
@@ -425,27 +427,27 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	if b.closed.Load() {
 		return errClosed("release", g.Key)
 	}
+	// KEYS: the lock, its abandoned set, its fair queue and its fence
+	// counter (the three derived names in one allocation): a release
+	// hands the lock to the first live waiter of backend/redis's
+	// FairBackend queued on it, as backend/redis's release does.
 	lk := b.LockKey(g.Key)
-	var cmd []any
-	switch {
-	case g.Fence != 0:
-		c := &releaseCall{lk: lk, owner: g.Owner}
-		c.cmd = [...]any{nil, nil, 1, &c.lk, &c.owner, "sharded"}
-		cmd = c.cmd[:]
-		if !b.opts.ShardedPubSub {
-			cmd = cmd[:5]
-		}
-	default:
+	s := lk + redisscript.AbandonedSuffix + lk + redisscript.QueueSuffix + lk + redisscript.FenceSuffix
+	a := len(lk) + len(redisscript.AbandonedSuffix)
+	q := a + len(lk) + len(redisscript.QueueSuffix)
+	c := &releaseCall{lk: lk, ab: s[:a], q: s[a:q], f: s[q:], owner: g.Owner}
+	if b.opts.ShardedPubSub {
+		c.mode = "sharded"
+	}
+	if g.Fence == 0 {
 		// A clean-up after an Acquire whose outcome is unknown (a Grant
 		// of Key and Owner only): go-redis may still write that request
 		// after this one, so the server also remembers the owner and
 		// refuses its acquire if it arrives later.
-		mode := ""
-		if b.opts.ShardedPubSub {
-			mode = "sharded"
-		}
-		cmd = []any{nil, nil, 2, lk, lk + redisscript.AbandonedSuffix, g.Owner, mode, abandonTTLArg}
+		c.aband = redisscript.AbandonTTLms
 	}
+	c.cmd = [...]any{nil, nil, 4, &c.lk, &c.ab, &c.q, &c.f, &c.owner, &c.mode, &c.aband}
+	cmd := c.cmd[:]
 	n, err := b.run(ctx, releaseScript, cmd).Int64()
 	if err != nil {
 		return wrap("release", g.Key, err)

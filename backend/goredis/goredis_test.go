@@ -419,3 +419,75 @@ func TestScriptFlushRecovers(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseHandsOffToFairWaiter: a goredis Release hands the lock to the
+// first waiter queued by backend/redis's FairBackend (wait.lua), in the
+// same step, as backend/redis's release does; then an AcquireWait of the
+// rueidis backend is granted by a goredis release.
+func TestReleaseHandsOffToFairWaiter(t *testing.T) {
+	srv := redistest.Start(t)
+	g, c := newBackend(t, srv, Options{})
+	ctx := ctxT(t)
+	const key = "fair"
+	lk := g.LockKey(key)
+	h, err := g.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := owner()
+	keys := []string{lk, lk + redisscript.FenceSuffix, lk + redisscript.AbandonedSuffix, lk + redisscript.QueueSuffix}
+	if r, err := c.Eval(ctx, redisscript.WaitLua, keys, w, "30000", "30000").Slice(); err != nil || len(r) != 2 || r[0] != int64(h.Fence) {
+		t.Fatalf("wait.lua = %v, %v; want {%d, pttl} (queued, the fence counter)", r, err, h.Fence)
+	}
+	if err := g.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Get(ctx, lk).Result(); err != nil || got != w {
+		t.Fatalf("after a goredis release the lock holds %q (%v), want the queued waiter's token", got, err)
+	}
+	if pttl := c.PTTL(ctx, lk).Val(); pttl <= 29*time.Second {
+		t.Fatalf("handed-off lock PTTL %v, want the waiter's 30s", pttl)
+	}
+	if f, err := c.Get(ctx, g.FenceKey(key)).Int64(); err != nil || f != int64(h.Fence)+1 {
+		t.Fatalf("fence counter %d (%v), want %d", f, err, h.Fence+1)
+	}
+	if err := g.Release(ctx, fencedlock.Grant{Key: key, Owner: w, Fence: h.Fence + 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A live FairBackend waiter, granted by a goredis release.
+	r, err := rbackend.NewFair(srv.Client(t, nil), rbackend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h, err = g.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   fencedlock.Grant
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		gr, err := r.AcquireWait(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+		res <- result{gr, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); c.LLen(ctx, lk+redisscript.QueueSuffix).Val() != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the FairBackend waiter did not queue within 10s")
+		}
+	}
+	if err := g.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-res:
+		if r.err != nil || r.g.Fence != h.Fence+1 {
+			t.Fatalf("AcquireWait after a goredis release: fence %d, %v; want %d", r.g.Fence, r.err, h.Fence+1)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the FairBackend waiter was not granted the lock within 10s of the goredis release")
+	}
+}

@@ -16,6 +16,8 @@
 //	fence key      PREFIX{ESC}:fence      the fence counter: no TTL, deleted only by RetireFence
 //	abandoned key  PREFIX{ESC}:abandoned  a set of SHA-1s of owners whose Acquire was cleaned up,
 //	                                      with a TTL of 5 minutes (see below)
+//	queue key      PREFIX{ESC}:queue      the fair queue of [FairBackend]'s waiters (a list), while
+//	                                      some wait, with the TTL of its longest-lived entry
 //	channel        PREFIX{ESC}:released   published on by release
 //
 // The abandoned key exists only after an Acquire whose outcome was unknown
@@ -86,6 +88,47 @@
 // such waiters are woken:
 //
 //	redis-cli -c --eval internal/redisscript/release.lua 'fencedlock:{orders}' , TOKEN sharded
+//
+// # Fair hand-off
+//
+// [NewFair] returns a [FairBackend]: a Backend whose waiters queue on the
+// server and get the lock in arrival order. [fencedlock.Locker.Acquire]
+// then waits through [FairBackend.AcquireWait] (the Locker's retry delays
+// do not apply). A waiter whose plain attempt finds the lock held
+// subscribes to the key's channel and appends an entry to the queue key
+// (internal/redisscript/wait.lua): "<expiry>:<ttl>:<owner token>", the
+// expiry in server time, valid for the waiter's lease TTL and pushed back
+// every TTL/3 while it waits. Every release (of any Backend or FairBackend,
+// and of backend/goredis) pops the first entry whose expiry has not passed
+// and, in the same script, sets the lock to that waiter's token with its
+// TTL, increments the fence counter and publishes
+// "granted <SHA-1 of the token> <fence>", which wakes that waiter alone.
+// Without a live entry it deletes the lock and publishes "released" as
+// before. So:
+//
+//   - a release does not wake every waiter to race for the key: one
+//     message, one waiter, no free moment in between (16 workers on one
+//     key: see bench/README.md);
+//   - a waiter that crashed or was cut off is skipped once its entry
+//     expires, at most its TTL after its last refresh; one handed the lock
+//     before that holds it for nobody until its lease expires, as any
+//     crashed holder;
+//   - a waiter that gives up (its context ends, or a permanent error)
+//     removes its entry, and releases the lock if it was handed over
+//     meanwhile, in one release.lua that also records the owner in the
+//     abandoned key: a wait.lua of that owner that rueidis writes later
+//     neither queues nor takes the lock;
+//   - the uncontended path is unchanged: AcquireWait tries acquire.lua
+//     first (the same commands as [Backend.Acquire]) unless the key's
+//     channel is still subscribed from a wait less than a second ago;
+//     release.lua costs one LPOP of the absent queue key more.
+//
+// TryAcquire ([Backend.Acquire]) does not queue. It can take a lock that is
+// free while waiters queue, which happens only when a holder's lease
+// expired (expiry is not announced: waiters look again when the holder's
+// TTL runs out) or after a release by hand with the lock key alone (which
+// publishes "released": the first waiter then takes it). Fairness is
+// best-effort there; exclusion and fences never depend on the queue.
 //
 // # Errors
 //

@@ -364,27 +364,28 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 
 // Release deletes g.Key if g.Owner still holds it and publishes on the
 // key's channel, waking waiters: one round trip running
-// internal/redisscript/release.lua. Otherwise it deletes nothing and returns an error
-// wrapping [fencedlock.ErrNotHeld]. The fence counter is kept.
+// internal/redisscript/release.lua. If waiters of [FairBackend] are queued
+// on the key, the same step hands the lock to the first live one instead
+// (its lease, the next fence, and a message waking it alone). Otherwise it
+// deletes nothing and returns an error wrapping [fencedlock.ErrNotHeld].
+// The fence counter is kept.
 func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	if b.closed.Load() {
 		return errClosed("release", g.Key)
 	}
 	lk := b.LockKey(g.Key)
-	keys, args := []string{lk}, []string{g.Owner}
+	keys := releaseKeys(lk)
+	args := []string{g.Owner, "", ""}
 	if b.sharded {
-		args = append(args, "sharded")
+		args[1] = "sharded"
 	}
 	if g.Fence == 0 {
-		// A clean-up after an Acquire whose outcome is unknown (a Grant
-		// of Key and Owner only): rueidis may still write that request
-		// after this one, so the server also remembers the owner and
-		// refuses its acquire if it arrives later.
-		if !b.sharded {
-			args = append(args, "")
-		}
-		keys = append(keys, lk+abandonedSuffix)
-		args = append(args, abandonTTLms)
+		// A clean-up after an Acquire (or an AcquireWait) whose outcome is
+		// unknown (a Grant of Key and Owner only): rueidis may still write
+		// that request after this one, so the server also remembers the
+		// owner and refuses its acquire if it arrives later, and the owner
+		// leaves the fair queue.
+		args[2] = abandonTTLms
 	}
 	n, err := releaseScript.Exec(ctx, b.c, keys, args).AsInt64()
 	if err != nil {
@@ -606,13 +607,13 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis: watch %q: %w", key, err)
 	}
-	notify, stop, err := h.watch(ctx, key, ch)
+	w, stop, err := h.watch(ctx, key, ch, "")
 	if err != nil {
 		unref()
 		return nil, nil, err
 	}
 	var once sync.Once
-	return notify, func() {
+	return w.ch, func() {
 		once.Do(func() {
 			stop()
 			unref()

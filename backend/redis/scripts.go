@@ -22,6 +22,8 @@ const (
 	// up (luagen AbandonedSuffix): lock key .. abandonedSuffix.
 	abandonedSuffix = redisscript.AbandonedSuffix
 	releasedSuffix  = redisscript.ReleasedSuffix
+	queueSuffix     = redisscript.QueueSuffix
+	grantedPrefix   = redisscript.GrantedPrefix
 )
 
 // abandonTTL is how long the server remembers an owner whose Acquire was
@@ -40,9 +42,21 @@ var (
 	inspectScript     = rueidis.NewLuaScript(redisscript.InspectLua)
 	retireScript      = rueidis.NewLuaScript(redisscript.RetireLua)
 	fencedWriteScript = rueidis.NewLuaScript(redisscript.FencedWriteLua)
+	waitScript        = rueidis.NewLuaScript(redisscript.WaitLua)
 
 	// acquireSHA is used when Acquire pipelines the script with WAIT.
 	acquireSHA = redisscript.AcquireSHA
 	// renewSHA is used when Renew pipelines the script with WAIT.
 	renewSHA = redisscript.RenewSHA
 )
+
+// releaseKeys returns the KEYS of release.lua for the lock key lk: the
+// lock, its abandoned set, its fair queue and its fence counter (the
+// three derived names share one allocation).
+func releaseKeys(lk string) []string {
+	s := lk + abandonedSuffix + lk + queueSuffix + lk + fenceSuffix
+	n := len(lk)
+	a := n + len(abandonedSuffix)
+	q := a + n + len(queueSuffix)
+	return []string{lk, s[:a], s[a:q], s[q:]}
+}

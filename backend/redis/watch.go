@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencedlock/fencedlock"
@@ -15,6 +18,12 @@ import (
 // unsubscribeTimeout bounds an UNSUBSCRIBE sent after the last watcher of a
 // channel stopped (in the background; the watcher does not wait for it).
 const unsubscribeTimeout = 5 * time.Second
+
+// lingerFor is how long a channel used by a waiter of the fair queue
+// stays subscribed after its last watcher stopped: a contended key is
+// waited on again at once, and a waiter that finds its channel subscribed
+// queues without a SUBSCRIBE round trip (see FairBackend.AcquireWait).
+const lingerFor = time.Second
 
 // hub multiplexes every watch of a Backend over one dedicated subscription
 // connection, with one SUBSCRIBE per channel however many watchers it has.
@@ -43,7 +52,8 @@ type subConn struct {
 	dc      rueidis.DedicatedClient
 	release func()
 	gen     uint64
-	used    bool // a SUBSCRIBE succeeded on it; guarded by hub.mu
+	used    bool  // a SUBSCRIBE succeeded on it; guarded by hub.mu
+	lost    error // why it ended, set by monitor before it gives it back; guarded by hub.mu
 }
 
 type chanState struct {
@@ -52,11 +62,22 @@ type chanState struct {
 
 	// guarded by hub.mu:
 	watchers map[*watcher]struct{}
-	subGen   uint64 // generation of the connection it is subscribed on; 0 if none
-	unsure   bool   // a SUBSCRIBE ended with an error: the server may have applied it
+	byID     map[string]*watcher // the fair-queue waiters among watchers, by id
+	subGen   uint64              // generation of the connection it is subscribed on; 0 if none
+	unsure   bool                // a SUBSCRIBE ended with an error: the server may have applied it
+	fair     bool                // a fair-queue waiter used it: it lingers (lingerFor)
+	idle     time.Time           // when its last watcher stopped
+	linger   *time.Timer         // pending unsubscribe of a lingering channel; nil if none
 }
 
-type watcher struct{ ch chan struct{} }
+// watcher is one watch of a channel. A fair-queue waiter has an id (the
+// hex SHA-1 of its owner token): release.lua's hand-off message names it,
+// and wakes it alone, with the fence it was granted.
+type watcher struct {
+	ch    chan struct{}
+	id    string
+	fence atomic.Uint64 // set before ch is signalled by a hand-off message
+}
 
 func newHub(c rueidis.Client, log *slog.Logger, sharded bool) *hub {
 	return &hub{c: c, log: log, sharded: sharded, chans: make(map[string]*chanState)}
@@ -76,11 +97,13 @@ func (h *hub) unsubscribeCmd(dc rueidis.DedicatedClient, channel string) rueidis
 	return dc.B().Unsubscribe().Channel(channel).Build()
 }
 
-func (h *hub) watch(ctx context.Context, key, channel string) (<-chan struct{}, func(), error) {
+// watch registers a watcher of channel (a fair-queue waiter if id is not
+// empty) and returns once the channel is subscribed.
+func (h *hub) watch(ctx context.Context, key, channel, id string) (*watcher, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("redis: watch %q: %w", key, err)
 	}
-	w := &watcher{ch: make(chan struct{}, 1)}
+	w := &watcher{ch: make(chan struct{}, 1), id: id}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -92,6 +115,13 @@ func (h *hub) watch(ctx context.Context, key, channel string) (<-chan struct{}, 
 		h.chans[channel] = cs
 	}
 	cs.watchers[w] = struct{}{}
+	if id != "" {
+		if cs.byID == nil {
+			cs.byID = make(map[string]*watcher)
+		}
+		cs.byID[id] = w
+		cs.fair = true
+	}
 	h.mu.Unlock()
 
 	if err := h.subscribe(ctx, cs); err != nil {
@@ -99,7 +129,16 @@ func (h *hub) watch(ctx context.Context, key, channel string) (<-chan struct{}, 
 		return nil, nil, wrap("watch", key, err)
 	}
 	var once sync.Once
-	return w.ch, func() { once.Do(func() { h.unwatch(cs, w) }) }, nil
+	return w, func() { once.Do(func() { h.unwatch(cs, w) }) }, nil
+}
+
+// subscribed reports whether channel is subscribed on the live connection
+// (watched, or lingering after its last watch).
+func (h *hub) subscribed(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	cs := h.chans[channel]
+	return cs != nil && h.conn != nil && cs.subGen == h.conn.gen
 }
 
 // subscribe makes sure cs is subscribed on the current connection, dialing
@@ -124,6 +163,18 @@ func (h *hub) subscribe(ctx context.Context, cs *chanState) error {
 	defer h.mu.Unlock()
 	if err != nil {
 		cs.unsure = true
+		if errors.Is(err, rueidis.ErrDedicatedClientRecycled) {
+			// The connection was given back before the SUBSCRIBE was
+			// sent: report why it ended (a closed client: ErrClosing).
+			switch {
+			case conn.lost != nil:
+				err = fmt.Errorf("subscription connection lost: %w", conn.lost)
+			case h.closed:
+				err = fencedlock.ErrClosed
+			default:
+				err = fmt.Errorf("subscription connection lost: %w: %w", errLost, err)
+			}
+		}
 		return err
 	}
 	if h.conn == conn {
@@ -161,12 +212,30 @@ func (h *hub) connect() (*subConn, error) {
 }
 
 // onMessage runs on rueidis's reader goroutine: it only signals watchers.
+// A hand-off message (release.lua: "granted <id> <fence>") wakes the
+// waiter it names, if it is watching here, and no one else: the lock is
+// not free. Any other message wakes every watcher of the channel.
 func (h *hub) onMessage(m rueidis.PubSubMessage) {
 	h.mu.Lock()
-	if cs := h.chans[m.Channel]; cs != nil {
-		cs.wakeLocked()
+	defer h.mu.Unlock()
+	cs := h.chans[m.Channel]
+	if cs == nil {
+		return
 	}
-	h.mu.Unlock()
+	if rest, ok := strings.CutPrefix(m.Message, grantedPrefix); ok {
+		id, f, _ := strings.Cut(rest, " ")
+		if w := cs.byID[id]; w != nil {
+			if fence, err := strconv.ParseUint(f, 10, 64); err == nil && fence > 0 {
+				w.fence.Store(fence)
+			}
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+		return
+	}
+	cs.wakeLocked()
 }
 
 func (cs *chanState) wakeLocked() {
@@ -187,6 +256,7 @@ func (h *hub) monitor(conn *subConn, errs <-chan error) {
 	defer h.wg.Done()
 	err := <-errs
 	h.mu.Lock()
+	conn.lost = err
 	current := h.conn == conn
 	if current {
 		h.conn = nil
@@ -229,7 +299,21 @@ func (h *hub) monitor(conn *subConn, errs <-chan error) {
 func (h *hub) unwatch(cs *chanState, w *watcher) {
 	h.mu.Lock()
 	delete(cs.watchers, w)
+	if w.id != "" && cs.byID[w.id] == w {
+		delete(cs.byID, w.id)
+	}
 	last := len(cs.watchers) == 0 && !h.closed
+	if last && cs.fair {
+		// Linger: unsubscribe lingerFor after the last watch stopped,
+		// unless watched again meanwhile (see lingered).
+		cs.idle = time.Now()
+		if cs.linger == nil {
+			h.wg.Add(1)
+			cs.linger = time.AfterFunc(lingerFor, func() { h.lingered(cs) })
+		}
+		h.mu.Unlock()
+		return
+	}
 	if last {
 		h.wg.Add(1)
 	}
@@ -240,6 +324,30 @@ func (h *hub) unwatch(cs *chanState, w *watcher) {
 			h.unsubscribe(cs)
 		}()
 	}
+}
+
+// lingered runs lingerFor after a fair channel's last watch stopped: it
+// unsubscribes the channel if it is still unwatched and has been idle that
+// long, or waits for the rest of the idle time.
+func (h *hub) lingered(cs *chanState) {
+	h.mu.Lock()
+	if h.closed || len(cs.watchers) > 0 || cs.linger == nil {
+		// Closed (close stops the timer; if it could not, it counts on
+		// this call to end the wait group) or watched again.
+		cs.linger = nil
+		h.mu.Unlock()
+		h.wg.Done()
+		return
+	}
+	if rest := lingerFor - time.Since(cs.idle); rest > 0 {
+		cs.linger.Reset(rest)
+		h.mu.Unlock()
+		return
+	}
+	cs.linger = nil
+	h.mu.Unlock()
+	defer h.wg.Done()
+	h.unsubscribe(cs)
 }
 
 func (h *hub) unsubscribe(cs *chanState) {
@@ -282,6 +390,10 @@ func (h *hub) close() {
 	h.conn = nil
 	for _, cs := range h.chans {
 		cs.wakeLocked()
+		if cs.linger != nil && cs.linger.Stop() {
+			h.wg.Done()
+		}
+		cs.linger = nil
 	}
 	h.mu.Unlock()
 	if conn != nil {

@@ -67,6 +67,8 @@ type Consts struct {
 	CorruptCode     string // error code of replies about values fencedlock did not write
 	ExhaustedCode   string // error code of the acquire of a free lock whose counter is at MaxFence
 	MaxFence        string // the greatest fence granted, in decimal: 2^53
+	QueueSuffix     string // list of waiters of the fair queue = lock key .. QueueSuffix
+	GrantedPrefix   string // message of a hand-off: GrantedPrefix .. SHA-1 of the owner .. " " .. fence
 }
 
 // consts takes its values from internal/redisnames, where the Go code of
@@ -78,6 +80,8 @@ var consts = Consts{
 	CorruptCode:     redisnames.CorruptCode,
 	ExhaustedCode:   redisnames.ExhaustedCode,
 	MaxFence:        strconv.FormatInt(redisnames.MaxFence, 10),
+	QueueSuffix:     redisnames.QueueSuffix,
+	GrantedPrefix:   redisnames.GrantedPrefix,
 }
 
 // scripts is the table of generated scripts. Add an entry and a template
@@ -123,21 +127,50 @@ var scripts = []Script{
 	},
 	{
 		Name:    "release",
-		Summary: "Delete the lock if, and only if, the owner holds it, and wake waiters.",
+		Summary: "Delete the lock if, and only if, the owner holds it, and wake waiters; or hand it to the first live waiter of the fair queue.",
 		Keys: []Param{
 			{"lock key", "the lock; waiters listen on the channel KEYS[1] .. \"" + consts.ReleasedSuffix + "\""},
 			{"abandoned key", "optional, with ARGV[3]: the set of abandoned owners (lock key .. \"" + consts.AbandonedSuffix + "\")"},
+			{"queue key", "optional, with KEYS[4]: the fair queue (lock key .. \"" + consts.QueueSuffix + "\"; see wait.lua). When given, the lock goes to its first live waiter instead of being deleted"},
+			{"fence key", "with KEYS[3]: the fence counter (lock key .. \":fence\")"},
 		},
 		Args: []Param{
 			{"owner", "the owner token (a secret)"},
 			{"sharded", "\"sharded\" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); anything else, or absent: PUBLISH"},
-			{"abandon", "optional, with KEYS[2]: milliseconds. The release cleans up after an acquire whose outcome is unknown: the owner is also added to KEYS[2], kept at least that long, so that its acquire refuses to run if it arrives later"},
+			{"abandon", "optional, with KEYS[2]: milliseconds, or empty for none. The release cleans up after an acquire (or a wait) whose outcome is unknown: the owner is also added to KEYS[2], kept at least that long, so that its acquire or wait refuses to run if it arrives later, and its entries in KEYS[3] are removed"},
 		},
 		Returns: []string{
-			"1: deleted and published; 0: not held by owner, nothing deleted",
-			"The fence counter is not touched.",
+			"1: released (deleted and \"released\" published, or handed to the first live",
+			"   waiter of KEYS[3]: its owner token set with its TTL, the fence counter",
+			"   incremented and \"" + consts.GrantedPrefix + "<SHA-1 of its owner> <fence>\" published);",
+			"0: not held by owner, nothing deleted",
+			"Without KEYS[3] the fence counter is not touched.",
 		},
 		Usage: "redis-cli --eval internal/redisscript/release.lua lock-key , token",
+	},
+	{
+		Name:    "wait",
+		Summary: "Take the lock if it is free and no live waiter is ahead, else join (or stay in) the fair queue.",
+		Keys: []Param{
+			{"lock key", "the lock"},
+			{"fence key", "the fence counter (same hash slot as KEYS[1])"},
+			{"abandoned key", "the set of abandoned owners (lock key .. \"" + consts.AbandonedSuffix + "\"; same hash slot)"},
+			{"queue key", "the fair queue (lock key .. \"" + consts.QueueSuffix + "\"; same hash slot): a list of entries \"<expiry ms>:<ttl ms>:<owner>\" in arrival order, the expiry in server time; it expires with its last entry"},
+		},
+		Args: []Param{
+			{"owner", "the owner token (a secret)"},
+			{"ttl", "the lease in milliseconds, applied when the lock is granted (here or by release.lua's hand-off)"},
+			{"entry ttl", "milliseconds the owner's queue entry stays valid; the waiter runs the script again before then to keep its place"},
+		},
+		Returns: []string{
+			"error " + consts.AbandonedCode + ": the owner's wait was already cleaned up; nothing was changed",
+			"n > 0: the owner holds the lock with fence n (taken now, or handed to it by a",
+			"       release; the lease is set to ttl)",
+			"{counter, pttl}: queued (entry added, or its expiry pushed back); counter is",
+			"       the fence counter now (0 if none): a hand-off to this owner after this",
+			"       step grants a greater fence. pttl > 0: the holder has pttl milliseconds left",
+			"error " + consts.CorruptCode + " or " + consts.ExhaustedCode + ": as acquire.lua; nothing was changed",
+		},
 	},
 	{
 		Name:    "inspect",

@@ -13,6 +13,13 @@ const (
 	// AbandonedSuffix names the set of owners whose Acquire was cleaned
 	// up: lock key .. AbandonedSuffix.
 	AbandonedSuffix = ":abandoned"
+	// QueueSuffix names the fair queue of waiters: lock key .. QueueSuffix.
+	QueueSuffix = ":queue"
+	// GrantedPrefix starts the message release.lua publishes on the
+	// release channel when it hands the lock to a waiter of the fair
+	// queue: GrantedPrefix + hex SHA-1 of the waiter's owner token + " " +
+	// fence.
+	GrantedPrefix = "granted "
 	// AbandonedCode is the error code of an acquire by an abandoned owner.
 	AbandonedCode = "FENCEDLOCK_ABANDONED"
 	// CorruptCode is the error code of replies about values fencedlock

@@ -34,6 +34,8 @@ var (
 	RetireLua string
 	//go:embed fenced_write.lua
 	FencedWriteLua string
+	//go:embed wait.lua
+	WaitLua string
 )
 
 // SHA-1 digests of the scripts, in hex, as EVALSHA takes them.
@@ -44,6 +46,7 @@ var (
 	InspectSHA     = sha1hex(InspectLua)     // of InspectLua
 	RetireSHA      = sha1hex(RetireLua)      // of RetireLua
 	FencedWriteSHA = sha1hex(FencedWriteLua) // of FencedWriteLua
+	WaitSHA        = sha1hex(WaitLua)        // of WaitLua
 )
 
 func sha1hex(s string) string {
@@ -60,6 +63,8 @@ const (
 	CorruptCode     = redisnames.CorruptCode     // replies about values fencedlock did not write
 	ExhaustedCode   = redisnames.ExhaustedCode   // the acquire of a free lock at MaxFence
 	AbandonedCode   = redisnames.AbandonedCode   // an acquire by an abandoned owner
+	QueueSuffix     = redisnames.QueueSuffix     // lock key .. QueueSuffix: the fair queue of waiters
+	GrantedPrefix   = redisnames.GrantedPrefix   // starts a hand-off message: GrantedPrefix + SHA-1 of the owner + " " + fence
 )
 
 // Fields of a guarded hash (see the backends' FencedSet and FencedHSet).

@@ -224,21 +224,22 @@ func median(vs []float64) float64 {
 }
 
 // libs lists the libraries in report order, as the benchmarks name them.
-var libs = []string{baseline, "fencedlock-redis", "fencedlock-goredis", "redsync", "redislock", "rueidislock", "rueidislock-km1",
+var libs = []string{baseline, "fencedlock-redis", "fencedlock-redis-fair", "fencedlock-goredis", "redsync", "redislock", "rueidislock", "rueidislock-km1",
 	"fencedlock-etcd", "etcd-mutex", "etcd-mutex-shared"}
 
 // display names a library for readers.
 var display = map[string]string{
-	baseline:             "raw rueidis (baseline)",
-	"fencedlock-redis":   "**fencedlock/redis**",
-	"fencedlock-goredis": "**fencedlock/goredis**",
-	"redsync":            "go-redsync/redsync/v4",
-	"redislock":          "bsm/redislock",
-	"rueidislock":        "rueidislock",
-	"rueidislock-km1":    "rueidislock KeyMajority 1",
-	"fencedlock-etcd":    "**fencedlock/etcd**",
-	"etcd-mutex":         "etcd concurrency.Mutex",
-	"etcd-mutex-shared":  "etcd concurrency.Mutex, shared session",
+	baseline:                "raw rueidis (baseline)",
+	"fencedlock-redis":      "**fencedlock/redis**",
+	"fencedlock-redis-fair": "**fencedlock/redis, FairBackend**",
+	"fencedlock-goredis":    "**fencedlock/goredis**",
+	"redsync":               "go-redsync/redsync/v4",
+	"redislock":             "bsm/redislock",
+	"rueidislock":           "rueidislock",
+	"rueidislock-km1":       "rueidislock KeyMajority 1",
+	"fencedlock-etcd":       "**fencedlock/etcd**",
+	"etcd-mutex":            "etcd concurrency.Mutex",
+	"etcd-mutex-shared":     "etcd concurrency.Mutex, shared session",
 }
 
 func (r *runData) get(scenario, lib, unit string) (float64, bool) {

@@ -1,0 +1,285 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/redis/rueidis"
+)
+
+// FairBackend is a [Backend] whose waiters queue on the server, in the
+// lock's hash slot, and are granted the lock in the order they arrived:
+// it implements [fencedlock.WaitAcquirer], so [fencedlock.Locker.Acquire]
+// waits through [FairBackend.AcquireWait] instead of retrying. A release
+// (by any Backend on the store) hands the lock to the first live waiter in
+// the same atomic step and wakes that waiter alone, instead of waking every
+// waiter to race for it.
+//
+// Its other methods are those of the embedded Backend: TryAcquire
+// ([Backend.Acquire]) does not queue, and may take a lock that is free
+// while waiters queue (after a holder's lease expired; release hands it
+// over before it is ever free otherwise).
+type FairBackend struct {
+	*Backend
+}
+
+var _ fencedlock.WaitAcquirer = (*FairBackend)(nil)
+
+// NewFair returns a FairBackend on client. Options, errors and ownership
+// of client are those of [New].
+func NewFair(client rueidis.Client, opts Options) (*FairBackend, error) {
+	b, err := New(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &FairBackend{b}, nil
+}
+
+// Backoff of AcquireWait after a transient error.
+const (
+	fairMinBackoff = 50 * time.Millisecond
+	fairMaxBackoff = time.Second
+)
+
+// AcquireWait blocks until req.Key is granted to req.Owner, in FIFO order of
+// arrival, or until ctx is done.
+//
+// A waiter first makes one plain attempt (internal/redisscript/acquire.lua:
+// the uncontended path costs what [Backend.Acquire] costs), unless the
+// key's channel is still subscribed from a recent wait of this backend.
+// Then it subscribes to the key's channel and runs
+// internal/redisscript/wait.lua, which takes the lock if it is free and no
+// live waiter is ahead, and otherwise appends an entry to the key's queue
+// (lock key + ":queue", a list in the same hash slot) valid for req.TTL of
+// server time. The waiter runs wait.lua again every req.TTL/3 to keep its
+// entry alive (and when the holder's lease should have ended, or a message
+// that is not its own hand-off arrives), so the entry of a waiter that
+// crashed or was cut off expires within req.TTL and is skipped.
+// release.lua hands the lock to the first live entry: the waiter's owner
+// token with req.TTL from the hand-off, the next fence, and a message
+// naming the waiter.
+//
+// The returned Grant's Sent is the send time of the last request that
+// found the waiter still queued, before the hand-off; its lease on the
+// server started later, so the Locker's local deadline ends first.
+//
+// When ctx ends first, or on a permanent error, AcquireWait removes the
+// waiter from the queue and releases the lock if it was handed over
+// meanwhile (release.lua's clean-up: it also records the owner, so that a
+// wait.lua still on its way refuses to run), then returns an error
+// wrapping [fencedlock.ErrNotAcquired] and ctx.Err(). A transient error
+// (connection lost, timeout) is retried after a backoff of 50 ms doubling
+// up to 1 s, for as long as ctx allows: wait.lua is idempotent (a waiter
+// already queued keeps its place).
+func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+	b := f.Backend
+	if b.closed.Load() {
+		return fencedlock.Grant{}, errClosed("acquire", req.Key)
+	}
+	lk := b.LockKey(req.Key)
+	ch := lk + releasedSuffix
+	if b.hub == nil || !b.hub.subscribed(ch) {
+		g, err := b.Acquire(ctx, req)
+		switch {
+		case err == nil:
+			return g, nil
+		case errors.Is(err, fencedlock.ErrNotAcquired):
+		case ctx.Err() != nil:
+			f.leave(ctx, req)
+			return fencedlock.Grant{}, f.waitError(ctx, req.Key)
+		case errors.Is(err, fencedlock.ErrPermanent), errors.Is(err, fencedlock.ErrClosed):
+			f.leave(ctx, req)
+			return fencedlock.Grant{}, err
+		default:
+			// Transient: wait.lua below takes the lock or queues, whether
+			// or not this attempt was applied.
+		}
+	}
+
+	w, stop, err := f.watch(ctx, req.Key, ch, ownerID(req.Owner))
+	if err != nil {
+		if ctx.Err() != nil {
+			f.leave(ctx, req)
+			return fencedlock.Grant{}, f.waitError(ctx, req.Key)
+		}
+		// No notifications (MaxShardedConns reached, subscription
+		// refused): wait by polling wait.lua.
+		b.opts.Logger.Debug("redis: fair waiter cannot subscribe; polling", "key", req.Key, "err", err)
+	} else {
+		defer stop()
+	}
+	var notify <-chan struct{}
+	if w != nil {
+		notify = w.ch
+	}
+
+	ttl := b.ttl.Get(req.TTL)
+	keys := []string{lk, lk + fenceSuffix, lk + abandonedSuffix, lk + queueSuffix}
+	args := []string{req.Owner, ttl.S, ttl.S}
+	lease := ttl.Duration()
+	refresh := max(lease/3, time.Millisecond)
+	grant := func(fence uint64, sent time.Time) fencedlock.Grant {
+		return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: lease, Sent: sent}
+	}
+	var (
+		confirmed time.Time // send time of the last wait.lua that found the waiter queued
+		counter   uint64    // the fence counter that wait.lua saw
+		backoff   = fairMinBackoff
+		timer     = time.NewTimer(time.Hour)
+	)
+	defer timer.Stop()
+	for {
+		if b.closed.Load() {
+			f.leave(ctx, req)
+			return fencedlock.Grant{}, errClosed("acquire", req.Key)
+		}
+		sent := time.Now()
+		r, err := runWaitScript(ctx, b.c, keys, args)
+		wait := refresh
+		switch {
+		case err == nil && r.fence > 0:
+			return grant(r.fence, sent), nil
+		case err == nil:
+			confirmed, counter, backoff = sent, r.counter, fairMinBackoff
+			if r.pttl > 0 {
+				// The holder's lease ends then: its expiry is not announced.
+				wait = min(wait, r.pttl+time.Millisecond)
+			}
+			if notify == nil {
+				wait = min(wait, b.pollEvery())
+			}
+		default:
+			err = wrap("acquire", req.Key, err)
+			if ctx.Err() != nil {
+				f.leave(ctx, req)
+				return fencedlock.Grant{}, f.waitError(ctx, req.Key)
+			}
+			if errors.Is(err, fencedlock.ErrPermanent) || errors.Is(err, fencedlock.ErrClosed) || errors.Is(err, fencedlock.ErrNotAcquired) {
+				f.leave(ctx, req)
+				return fencedlock.Grant{}, err
+			}
+			b.opts.Logger.Debug("redis: fair wait attempt failed; retrying", "key", req.Key, "err", err, "backoff", backoff)
+			wait = backoff
+			backoff = min(2*backoff, fairMaxBackoff)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			f.leave(ctx, req)
+			return fencedlock.Grant{}, f.waitError(ctx, req.Key)
+		case <-timer.C:
+		case <-notify:
+			// A hand-off to this waiter after the last wait.lua that found
+			// it queued (at confirmed) grants a fence above the counter
+			// that wait.lua saw; a message with a smaller fence is from a
+			// hand-off before it, whose lease this waiter no longer holds
+			// (it expired or was taken while a request was on its way, and
+			// the waiter queued again): taking that message would date the
+			// stale lease from confirmed, after its start.
+			if fence := w.fence.Load(); fence > counter && !confirmed.IsZero() {
+				return grant(fence, confirmed), nil
+			}
+			// Not a (current) hand-off to this waiter: a plain release, a
+			// lost connection, Close. Look again.
+		}
+	}
+}
+
+// waitResult is the reply of wait.lua: the fence granted, or (fence 0) the
+// fence counter when the waiter was found queued and the holder's
+// remaining lease, if known.
+type waitResult struct {
+	fence   uint64
+	counter uint64
+	pttl    time.Duration
+}
+
+// runWaitScript runs wait.lua and decodes its reply: an integer (granted)
+// or an array {counter, pttl} (queued).
+func runWaitScript(ctx context.Context, c rueidis.Client, keys, args []string) (waitResult, error) {
+	m, err := waitScript.Exec(ctx, c, keys, args).ToMessage()
+	if err != nil {
+		return waitResult{}, err
+	}
+	if vals, err := m.AsIntSlice(); err == nil {
+		if len(vals) != 2 || vals[0] < 0 {
+			return waitResult{}, fmt.Errorf("wait.lua: unexpected reply %v", vals)
+		}
+		return waitResult{counter: uint64(vals[0]), pttl: time.Duration(vals[1]) * time.Millisecond}, nil
+	}
+	n, err := m.AsInt64()
+	if err != nil {
+		return waitResult{}, err
+	}
+	if n <= 0 {
+		return waitResult{}, fmt.Errorf("wait.lua: unexpected reply %d", n)
+	}
+	return waitResult{fence: uint64(n)}, nil
+}
+
+// pollEvery is how often a fair waiter without notifications runs wait.lua.
+func (b *Backend) pollEvery() time.Duration { return 10 * time.Millisecond }
+
+// watch subscribes the waiter id to the key's channel (the backend's hub,
+// or with ShardedPubSub the hub of the channel's slot).
+func (f *FairBackend) watch(ctx context.Context, key, channel, id string) (*watcher, func(), error) {
+	b := f.Backend
+	h, unref, err := b.hubFor(ctx, channel)
+	if errors.Is(err, fencedlock.ErrClosed) {
+		return nil, nil, errClosed("watch", key)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis: watch %q: %w", key, err)
+	}
+	w, stop, err := h.watch(ctx, key, channel, id)
+	if err != nil {
+		unref()
+		return nil, nil, err
+	}
+	return w, func() {
+		stop()
+		unref()
+	}, nil
+}
+
+// leave removes every trace of a waiter that gives up: its queue entry, and
+// the lock if it was handed over meanwhile (handed on in turn); the owner
+// is recorded so that its requests still on their way refuse to run. It
+// runs detached from ctx's cancellation (and after Close: the client is
+// not the backend's), bounded by [fencedlock.DefaultReleaseTimeout].
+func (f *FairBackend) leave(ctx context.Context, req fencedlock.AcquireRequest) {
+	b := f.Backend
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fencedlock.DefaultReleaseTimeout)
+	defer cancel()
+	args := []string{req.Owner, "", abandonTTLms}
+	if b.sharded {
+		args[1] = "sharded"
+	}
+	if err := releaseScript.Exec(rctx, b.c, releaseKeys(b.LockKey(req.Key)), args).Error(); err != nil {
+		b.opts.Logger.Warn("redis: a fair waiter that gave up could not leave the queue; its entry expires within its TTL",
+			"key", req.Key, "err", err)
+	}
+}
+
+// waitError is returned when AcquireWait's context ends first: it wraps
+// both ErrNotAcquired and the context's error (ErrClosed if the Locker's
+// Close ended it).
+func (f *FairBackend) waitError(ctx context.Context, key string) error {
+	if errors.Is(context.Cause(ctx), fencedlock.ErrClosed) {
+		return errClosed("acquire", key)
+	}
+	return fmt.Errorf("redis: acquire %q: %w: %w", key, fencedlock.ErrNotAcquired, ctx.Err())
+}
+
+// ownerID is the id of a fair waiter in hand-off messages: the hex SHA-1 of
+// its owner token, as release.lua computes it (redis.sha1hex).
+func ownerID(owner string) string {
+	sum := sha1.Sum([]byte(owner))
+	return hex.EncodeToString(sum[:])
+}
