@@ -428,14 +428,17 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		return errClosed("release", g.Key)
 	}
 	// KEYS: the lock, its abandoned set, its fair queue and its fence
-	// counter (the three derived names in one allocation): a release
+	// counter, substrings of one string (one allocation): a release
 	// hands the lock to the first live waiter of backend/redis's
 	// FairBackend queued on it, as backend/redis's release does.
-	lk := b.LockKey(g.Key)
-	s := lk + redisscript.AbandonedSuffix + lk + redisscript.QueueSuffix + lk + redisscript.FenceSuffix
-	a := len(lk) + len(redisscript.AbandonedSuffix)
-	q := a + len(lk) + len(redisscript.QueueSuffix)
-	c := &releaseCall{lk: lk, ab: s[:a], q: s[a:q], f: s[q:], owner: g.Owner}
+	p, esc := b.opts.KeyPrefix, redisscript.Escape(g.Key)
+	s := p + "{" + esc + "}" + redisscript.AbandonedSuffix +
+		p + "{" + esc + "}" + redisscript.QueueSuffix +
+		p + "{" + esc + "}" + redisscript.FenceSuffix
+	n0 := len(p) + len(esc) + 2 // the lock key
+	a := n0 + len(redisscript.AbandonedSuffix)
+	q := a + n0 + len(redisscript.QueueSuffix)
+	c := &releaseCall{lk: s[:n0], ab: s[:a], q: s[a:q], f: s[q:], owner: g.Owner}
 	if b.opts.ShardedPubSub {
 		c.mode = "sharded"
 	}
