@@ -13,7 +13,7 @@
 //
 // For a lock named key, every holder and waiter owns one etcd key
 //
-//	<Prefix>locks/<escaped key>/<holder id>
+//	<KeyPrefix>locks/<escaped key>/<holder id>
 //
 // where the escaped key is [url.PathEscape] of the lock name (so "a" and
 // "a/b" never share a directory) and the holder id is
@@ -123,7 +123,7 @@
 // deadline before the next routine renewal and loses healthy leases.
 //
 // The deletion of held keys is seen by ONE watch per Backend, on
-// Prefix+"locks/", deletions only, started at the current revision (so the
+// KeyPrefix+"locks/", deletions only, started at the current revision (so the
 // server keeps it synced) and dispatched by key to the held lease's keeper.
 // One watch per held key, started at the revision of the grant, cost the
 // server one lagging watcher per lease and at 10,000 leases starved the

@@ -32,7 +32,7 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.Options(); got.Prefix != DefaultPrefix || got.CleanupTimeout != DefaultCleanupTimeout {
+	if got := b.Options(); got.KeyPrefix != DefaultKeyPrefix || got.Prefix != DefaultKeyPrefix || got.CleanupTimeout != DefaultCleanupTimeout {
 		t.Errorf("defaults = %+v", got)
 	}
 	b.Close()
@@ -42,15 +42,24 @@ func TestOptions(t *testing.T) {
 	if _, err := New(nil, Options{}); !errors.Is(err, fencedlock.ErrInvalid) {
 		t.Errorf("nil client: err = %v, want ErrInvalid", err)
 	}
-	b, err = New(c, Options{Prefix: "p/", CleanupTimeout: time.Second})
-	if err != nil || b.Options().Prefix != "p/" || b.Options().CleanupTimeout != time.Second {
+	b, err = New(c, Options{KeyPrefix: "p/", CleanupTimeout: time.Second})
+	if err != nil || b.Options().KeyPrefix != "p/" || b.Options().CleanupTimeout != time.Second || b.Options().Logger == nil {
 		t.Errorf("explicit options: %+v, %v", b.Options(), err)
 	}
 	b.Close()
+	// The deprecated Prefix still works, and Options reports both names.
+	b, err = New(c, Options{Prefix: "old/"})
+	if err != nil || b.Options().KeyPrefix != "old/" || b.Options().Prefix != "old/" {
+		t.Errorf("deprecated Prefix: %+v, %v", b.Options(), err)
+	}
+	b.Close()
+	if _, err := New(c, Options{KeyPrefix: "a/", Prefix: "b/"}); !errors.Is(err, fencedlock.ErrInvalid) || !strings.HasPrefix(err.Error(), "etcd: ") {
+		t.Errorf("KeyPrefix and Prefix differ: err = %v, want an etcd: error wrapping ErrInvalid", err)
+	}
 }
 
 func TestKeyNaming(t *testing.T) {
-	b := &Backend{opts: Options{Prefix: "fl/"}}
+	b := &Backend{opts: Options{KeyPrefix: "fl/"}}
 	owner := "owner-token"
 	if got, want := b.entry("orders", owner), "fl/locks/orders/"+fencedlock.HolderID(owner); got != want {
 		t.Errorf("entry = %q, want %q", got, want)
@@ -166,7 +175,7 @@ func TestInvalidInput(t *testing.T) {
 	if err := b.FencedPut(ctx, "data", "v", 0, "h"); !errors.Is(err, fencing.ErrInvalidToken) {
 		t.Errorf("zero token: %v", err)
 	}
-	for _, k := range []string{"", DefaultPrefix + "locks/x/y"} {
+	for _, k := range []string{"", DefaultKeyPrefix + "locks/x/y"} {
 		if err := b.FencedPut(ctx, k, "v", 1, "h"); !errors.Is(err, fencedlock.ErrInvalid) {
 			t.Errorf("FencedPut(%q): %v, want ErrInvalid", k, err)
 		}

@@ -133,7 +133,7 @@ func (e *env) locker(member int, opts fencedlock.Options) (*fencedlock.Locker, *
 }
 
 // dir is the queue directory of a lock, as documented in package etcd.
-func dir(key string) string { return etcd.DefaultPrefix + "locks/" + url.PathEscape(key) + "/" }
+func dir(key string) string { return etcd.DefaultKeyPrefix + "locks/" + url.PathEscape(key) + "/" }
 
 // entries lists a lock's queue, holder first.
 func (e *env) entries(key string) []*mvccpb.KeyValue {
