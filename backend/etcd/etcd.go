@@ -97,8 +97,9 @@ type Backend struct {
 	closeCtx context.Context // cancelled by Close
 	cancel   context.CancelFunc
 
-	ka kaMux    // the keepalive stream shared by all leases
-	dw delWatch // the watch reporting deletions of held keys
+	ka   kaMux     // the keepalive streams shared by all leases
+	dw   delWatch  // the watch reporting deletions of held keys
+	pool leasePool // idle leases, reused by later grants
 
 	mu     sync.Mutex
 	closed bool
@@ -149,6 +150,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	b.cancel()
 	b.wg.Wait()
+	b.closePool()
 	return nil
 }
 
@@ -199,9 +201,24 @@ type grant struct {
 	rev   int64            // create revision of name: the fence
 	held  int64            // revision at which we were known to hold the lock
 	ttl   time.Duration    // the TTL the server applied
+	secs  int64            // the TTL asked for, in seconds: the lease's pool; 0: never pooled
 
 	mu       sync.Mutex
 	lastSent time.Time // send time of the last request that set the lease's expiry
+	retired  bool      // the lease was returned to the pool or is being revoked
+}
+
+// retire claims the end of g's lease for the caller, who then pools or
+// revokes it; false if it was already claimed (a second Release): the
+// lease may now be another grant's and must not be touched.
+func (g *grant) retire() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.retired {
+		return false
+	}
+	g.retired = true
+	return true
 }
 
 func (g *grant) sent() time.Time {
@@ -222,10 +239,10 @@ func errorf(format string, args ...any) error {
 	return fmt.Errorf("etcd: "+format, args...)
 }
 
-// Acquire makes one attempt to take req.Key: a LeaseGrant, then a Txn that
-// creates our key with that lease only if no one holds or waits for the
-// lock. If the lock is held or has waiters, it revokes the lease and
-// returns a *[fencedlock.HeldError] (wrapping [fencedlock.ErrNotAcquired])
+// Acquire makes one attempt to take req.Key: a Txn that creates our key
+// with a lease of our own (an idle one from the backend's pool, or a newly
+// granted one) only if no one holds or waits for the lock. If the lock is
+// held or has waiters, the lease goes back to the pool and Acquire returns a *[fencedlock.HeldError] (wrapping [fencedlock.ErrNotAcquired])
 // whose RetryAfter is the holder's remaining lease (at most; etcd reports
 // it in whole seconds). The fence is the create
 // revision of our key.
@@ -238,24 +255,38 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	defer cancel()
 
 	dir, name := b.lockDir(req.Key), b.entry(req.Key, req.Owner)
-	sent := time.Now()
-	lg, err := b.c.Grant(ctx, ttlSeconds(req.TTL))
-	if err != nil {
-		return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: lease grant: %w", req.Key, err))
-	}
-	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.ID))).
-		Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
-		Commit()
-	if err != nil {
+	secs := ttlSeconds(req.TTL)
+	var (
+		lg   pooledLease
+		resp *clientv3.TxnResponse
+	)
+	for fresh := false; ; fresh = true {
+		var reused bool
+		var err error
+		if lg, reused, err = b.takeLease(ctx, secs); err != nil {
+			return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: lease grant: %w", req.Key, err))
+		}
+		resp, err = b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.id))).
+			Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err == nil {
+			break
+		}
+		if reused && !fresh && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The idle lease was revoked (by an operator) or expired: the
+			// Txn was refused as a whole. Start again with a new lease.
+			continue
+		}
 		// The Txn may have been applied: revoking our own lease removes
 		// whatever it created, and nothing else.
-		b.revoke(lg.ID)
+		b.revoke(lg.id)
 		return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: %w", req.Key, err))
 	}
 	if !resp.Succeeded {
-		b.revoke(lg.ID)
+		// Nothing was put on the lease: it goes back to the pool.
+		b.returnLease(secs, lg)
 		held := &fencedlock.HeldError{Key: req.Key}
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].Lease != 0 {
 			if tr, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil {
@@ -265,8 +296,8 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		return fencedlock.Grant{}, fmt.Errorf("etcd: acquire: %w", held)
 	}
 	rev := resp.Header.Revision
-	g := &grant{name: name, lease: lg.ID, rev: rev, held: rev, ttl: time.Duration(lg.TTL) * time.Second, lastSent: sent}
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: g.ttl, Data: g}, nil
+	g := &grant{name: name, lease: lg.id, rev: rev, held: rev, ttl: lg.ttl, secs: secs, lastSent: lg.sent}
+	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: g.ttl, Sent: lg.sent, Data: g}, nil
 }
 
 // remaining is an upper bound of a lease's remaining time: etcd reports it
@@ -359,10 +390,12 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 }
 
 // Release deletes g's key in a Txn only if it still carries g's create
-// revision, and returns; g's lease, which carried only that key, is then
-// revoked in the background ([Backend.Close] waits for it). If the key is
+// revision, and returns; g's lease, which carried only that key, then goes
+// back to the backend's pool of idle leases for a later grant. If the key is
 // gone or is another holder's, it deletes nothing and returns an error
-// wrapping [fencedlock.ErrNotHeld]. Fences survive: the next grant's key is
+// wrapping [fencedlock.ErrNotHeld]; if the Txn fails, its error. In both
+// cases g's lease, which may still carry g's key, is revoked in the
+// background ([Backend.Close] waits for it), never reused. Fences survive: the next grant's key is
 // created at a later revision.
 func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	if err := b.begin(); err != nil {
@@ -382,20 +415,26 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		If(clientv3.Compare(clientv3.CreateRevision(d.name), "=", d.rev)).
 		Then(clientv3.OpDelete(d.name)).
 		Commit()
+	switch {
+	case err == nil && resp.Succeeded && d.secs > 0:
+		// The Txn deleted our key, the only key ever put on this lease: the
+		// lease carries none and goes back to the pool for the next grant.
+		if d.retire() {
+			b.returnLease(d.secs, pooledLease{id: d.lease, ttl: d.ttl, sent: d.sent()})
+		}
+	case d.lease != 0:
+		// The Txn failed or its outcome is unknown (our key may remain on
+		// the lease), or our key was already gone (the lease may be dying,
+		// or be a lease this backend did not grant): revoke the lease in
+		// the background (Close waits for it), which frees the lock at once
+		// if our key remained. Never pooled. If the revocation fails, the
+		// lease expires with its TTL.
+		if d.retire() {
+			b.revokeAsync(d.lease)
+		}
+	}
 	if err != nil {
 		return b.ctxErr(ctx, errorf("release %q: %w", g.Key, err))
-	}
-	if d.lease != 0 {
-		// The Txn decided, and the lock is free; the lease now carries no
-		// key. Revoke it in the background (Close waits for it) to free the
-		// server's lease state at once: the caller need not wait for that
-		// round trip. If the revocation fails, the lease expires with its
-		// TTL, holding nothing.
-		b.wg.Add(1) // inside begin: the counter is not zero
-		go func() {
-			defer b.wg.Done()
-			_ = b.revoke(d.lease)
-		}()
 	}
 	if !resp.Succeeded {
 		return errorf("release %q: %w", g.Key, fencedlock.ErrNotHeld)

@@ -98,15 +98,56 @@ func (b *Backend) waitError(ctx context.Context, key string) error {
 // wait is one turn of AcquireWait with one lease.
 func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start time.Time) (fencedlock.Grant, error) {
 	dir, name := b.lockDir(req.Key), b.entry(req.Key, req.Owner)
-	sent := time.Now()
-	lg, err := b.c.Grant(ctx, ttlSeconds(req.TTL))
-	if err != nil {
-		if ctx.Err() != nil {
-			return fencedlock.Grant{}, b.waitError(ctx, req.Key)
+	secs := ttlSeconds(req.TTL)
+	var (
+		lg   pooledLease
+		resp *clientv3.TxnResponse
+	)
+	for fresh := false; ; fresh = true {
+		var reused bool
+		var err error
+		if lg, reused, err = b.takeLease(ctx, secs); err != nil {
+			if ctx.Err() != nil {
+				return fencedlock.Grant{}, b.waitError(ctx, req.Key)
+			}
+			return fencedlock.Grant{}, errorf("acquire %q: lease grant: %w", req.Key, err)
 		}
-		return fencedlock.Grant{}, errorf("acquire %q: lease grant: %w", req.Key, err)
+		resp, err = b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
+			Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.id)),
+				clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err != nil && reused && !fresh && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The idle lease was revoked or expired: the Txn was refused
+			// as a whole. Start again with a new lease.
+			continue
+		}
+		if err != nil {
+			rerr := b.revoke(lg.id)
+			err = errorf("acquire %q: enqueue: %w", req.Key, err)
+			if ctx.Err() != nil {
+				err = b.waitError(ctx, req.Key)
+			}
+			if rerr != nil {
+				err = fmt.Errorf("%w (clean-up: revoking the waiter's lease failed, its queue entry expires with the lease: %v)", err, rerr)
+			}
+			return fencedlock.Grant{}, err
+		}
+		break
 	}
-	g := &grant{name: name, lease: lg.ID, ttl: time.Duration(lg.TTL) * time.Second, lastSent: sent}
+	g := &grant{name: name, lease: lg.id, ttl: lg.ttl, secs: secs, lastSent: lg.sent}
+	if !resp.Succeeded {
+		// Our name is derived from a fresh random owner token. Nothing was
+		// put on the lease.
+		b.returnLease(secs, lg)
+		return fencedlock.Grant{}, errorf("acquire %q: queue entry already exists for this owner: %w", req.Key, fencedlock.ErrInvalid)
+	}
+	g.rev = resp.Header.Revision
+	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].CreateRevision == g.rev {
+		// Uncontended: we are first. The Locker's KeepAlive takes over.
+		g.held = g.rev
+		return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
+	}
 
 	// Keep the waiter's lease alive while it waits; the keeper stops when
 	// this turn ends (the Locker's KeepAlive takes over after a grant).
@@ -121,6 +162,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 
 	fail := func(err error) (fencedlock.Grant, error) {
 		stopKeeper()
+		g.retire()
 		rerr := b.revoke(g.lease)
 		if ctx.Err() != nil {
 			err = b.waitError(ctx, req.Key)
@@ -129,23 +171,6 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 			err = fmt.Errorf("%w (clean-up: revoking the waiter's lease failed, its queue entry expires with the lease: %v)", err, rerr)
 		}
 		return fencedlock.Grant{}, err
-	}
-
-	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
-		Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.ID)),
-			clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
-		Commit()
-	if err != nil {
-		return fail(errorf("acquire %q: enqueue: %w", req.Key, err))
-	}
-	if !resp.Succeeded {
-		// Our name is derived from a fresh random owner token.
-		return fail(errorf("acquire %q: queue entry already exists for this owner: %w", req.Key, fencedlock.ErrInvalid))
-	}
-	g.rev = resp.Header.Revision
-	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].CreateRevision == g.rev {
-		g.held = g.rev // uncontended: we are first
 	}
 
 	backoff := 50 * time.Millisecond
