@@ -444,9 +444,10 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 
 // Inspect reports the holder of key (the queue entry with the lowest create
 // revision): its fence, holder id and remaining lease (an upper bound: etcd
-// reports it truncated to whole seconds). Fence is 0 when the
-// lock is free. It never returns an owner token (etcd stores only the
-// holder id).
+// reports it truncated to whole seconds). Fence is 0 when the lock is
+// free, not the last fence granted as the Redis and memory backends report
+// it: etcd keeps no record of a released key's revision (see the package
+// doc). It never returns an owner token (etcd stores only the holder id).
 func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
 	if err := b.begin(); err != nil {
 		return fencedlock.Info{}, err
