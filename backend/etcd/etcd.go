@@ -260,10 +260,10 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		lg   pooledLease
 		resp *clientv3.TxnResponse
 	)
-	for fresh := false; ; fresh = true {
+	for fresh := false; ; fresh = true { // fresh: a newly granted lease, after a pooled one was refused
 		var reused bool
 		var err error
-		if lg, reused, err = b.takeLease(ctx, secs); err != nil {
+		if lg, reused, err = b.takeLease(ctx, secs, fresh); err != nil {
 			return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: lease grant: %w", req.Key, err))
 		}
 		resp, err = b.c.Txn(ctx).
@@ -274,7 +274,7 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		if err == nil {
 			break
 		}
-		if reused && !fresh && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The idle lease was revoked (by an operator) or expired: the
 			// Txn was refused as a whole. Start again with a new lease.
 			continue

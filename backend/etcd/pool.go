@@ -119,11 +119,11 @@ func (p *leasePool) drain() []pooledLease {
 	return all
 }
 
-// takeLease returns a lease of secs seconds that carries no key: an idle
-// one from the pool (renewed first if it has been idle for TTL/poolFresh
-// or more), else a newly granted one (reused false).
-func (b *Backend) takeLease(ctx context.Context, secs int64) (l pooledLease, reused bool, err error) {
-	for {
+// takeLease returns a lease of secs seconds that carries no key: unless
+// grant is set, an idle one from the pool (renewed first if it has been
+// idle for TTL/poolFresh or more), else a newly granted one (reused false).
+func (b *Backend) takeLease(ctx context.Context, secs int64, grant bool) (l pooledLease, reused bool, err error) {
+	for !grant {
 		l, ok := b.pool.pop(secs)
 		if !ok {
 			break

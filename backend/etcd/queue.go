@@ -103,10 +103,10 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 		lg   pooledLease
 		resp *clientv3.TxnResponse
 	)
-	for fresh := false; ; fresh = true {
+	for fresh := false; ; fresh = true { // fresh: a newly granted lease, after a pooled one was refused
 		var reused bool
 		var err error
-		if lg, reused, err = b.takeLease(ctx, secs); err != nil {
+		if lg, reused, err = b.takeLease(ctx, secs, fresh); err != nil {
 			if ctx.Err() != nil {
 				return fencedlock.Grant{}, b.waitError(ctx, req.Key)
 			}
@@ -117,7 +117,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 			Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.id)),
 				clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
 			Commit()
-		if err != nil && reused && !fresh && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if err != nil && reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The idle lease was revoked or expired: the Txn was refused
 			// as a whole. Start again with a new lease.
 			continue
