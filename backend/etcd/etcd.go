@@ -178,9 +178,15 @@ func (b *Backend) lockDir(key string) string {
 	return b.opts.KeyPrefix + "locks/" + url.PathEscape(key) + "/"
 }
 
-// entry is the etcd key of owner's place in key's queue.
-func (b *Backend) entry(key, owner string) string {
-	return b.lockDir(key) + fencedlock.HolderID(owner)
+// entry is the etcd key of a place in key's queue held on lease: the lease
+// ID in 16 hex digits. A lease carries at most one key at a time (see
+// pool.go), so the name is unique while it exists, and a pooled lease
+// reuses the names it had: etcd's index keeps every key name created
+// under a directory until compaction, and each read of the queue visits
+// them all, so one new name per acquisition (a name per owner) made every
+// acquire of a busy lock slower until the next compaction.
+func (b *Backend) entry(key string, lease clientv3.LeaseID) string {
+	return b.lockDir(key) + fmt.Sprintf("%016x", uint64(lease))
 }
 
 // fenceKey is the etcd key holding the fence record of a guarded resource.
@@ -254,18 +260,20 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
 
-	dir, name := b.lockDir(req.Key), b.entry(req.Key, req.Owner)
+	dir := b.lockDir(req.Key)
 	secs := ttlSeconds(req.TTL)
 	var (
 		lg   pooledLease
+		name string
 		resp *clientv3.TxnResponse
 	)
 	for fresh := false; ; fresh = true { // fresh: a newly granted lease, after a pooled one was refused
 		var reused bool
 		var err error
-		if lg, reused, err = b.takeLease(ctx, secs, fresh); err != nil {
+		if lg, reused, err = b.takeLease(ctx, secs, dir, fresh); err != nil {
 			return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: lease grant: %w", req.Key, err))
 		}
+		name = b.entry(req.Key, lg.id)
 		resp, err = b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.id))).
@@ -334,21 +342,23 @@ func (b *Backend) revoke(id clientv3.LeaseID) error {
 }
 
 // grantOf returns g's private data, or, for a Grant made without it (the
-// Locker's clean-up after a failed attempt), looks the entry up by owner.
+// Locker's clean-up after a failed attempt), looks the entry up by owner:
+// the queue entry whose value is the owner's holder id.
 func (b *Backend) grantOf(ctx context.Context, g fencedlock.Grant) (*grant, error) {
 	if d, ok := g.Data.(*grant); ok && d != nil {
 		return d, nil
 	}
-	name := b.entry(g.Key, g.Owner)
-	resp, err := b.c.Get(ctx, name)
+	resp, err := b.c.Get(ctx, b.lockDir(g.Key), clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
+	hid := fencedlock.HolderID(g.Owner)
+	for _, kv := range resp.Kvs {
+		if string(kv.Value) == hid {
+			return &grant{name: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
+		}
 	}
-	kv := resp.Kvs[0]
-	return &grant{name: name, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
+	return nil, nil
 }
 
 // Renew renews g's lease (one keepalive) and checks that our key still
@@ -420,7 +430,7 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		// The Txn deleted our key, the only key ever put on this lease: the
 		// lease carries none and goes back to the pool for the next grant.
 		if d.retire() {
-			b.returnLease(d.secs, pooledLease{id: d.lease, ttl: d.ttl, sent: d.sent()})
+			b.returnLease(d.secs, pooledLease{id: d.lease, ttl: d.ttl, sent: d.sent(), dir: d.name[:len(d.name)-16]})
 		}
 	case d.lease != 0:
 		// The Txn failed or its outcome is unknown (our key may remain on

@@ -49,6 +49,9 @@ const (
 	poolMaxIdle = 4096
 	// poolCloseConc is the number of revocations Close runs at once.
 	poolCloseConc = 16
+	// poolScan is how many of the most recently returned idle leases a
+	// take searches for one last used on the same lock.
+	poolScan = 256
 )
 
 // pooledLease is a lease out of or in the pool.
@@ -56,6 +59,7 @@ type pooledLease struct {
 	id   clientv3.LeaseID
 	ttl  time.Duration // the TTL the server applied
 	sent time.Time     // send time of the last confirmed request that set its expiry
+	dir  string        // the queue directory of the lock it last carried a key of
 }
 
 // leasePool holds the idle leases of a Backend, by requested TTL.
@@ -65,15 +69,27 @@ type leasePool struct {
 	idle   map[int64][]pooledLease // by TTL in seconds; the newest last
 }
 
-// pop removes the most recently returned idle lease of secs.
-func (p *leasePool) pop(secs int64) (pooledLease, bool) {
+// pop removes an idle lease of secs: among the poolScan most recently
+// returned, the newest last used on the lock of dir, else the newest. A
+// lease used again on the same lock puts its key under the same name
+// (entry), which keeps the names etcd indexes in a directory (and every
+// read of the queue visits, until compaction) few.
+func (p *leasePool) pop(secs int64, dir string) (pooledLease, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	q := p.idle[secs]
 	if len(q) == 0 {
 		return pooledLease{}, false
 	}
-	l := q[len(q)-1]
+	i := len(q) - 1
+	for j := i; j >= 0 && j >= len(q)-poolScan; j-- {
+		if q[j].dir == dir {
+			i = j
+			break
+		}
+	}
+	l := q[i]
+	copy(q[i:], q[i+1:])
 	p.idle[secs] = q[:len(q)-1]
 	return l, true
 }
@@ -119,12 +135,13 @@ func (p *leasePool) drain() []pooledLease {
 	return all
 }
 
-// takeLease returns a lease of secs seconds that carries no key: unless
-// grant is set, an idle one from the pool (renewed first if it has been
+// takeLease returns a lease of secs seconds that carries no key, for the
+// lock of dir: unless grant is set, an idle one from the pool, preferably
+// one last used on the same lock (renewed first if it has been
 // idle for TTL/poolFresh or more), else a newly granted one (reused false).
-func (b *Backend) takeLease(ctx context.Context, secs int64, grant bool) (l pooledLease, reused bool, err error) {
+func (b *Backend) takeLease(ctx context.Context, secs int64, dir string, grant bool) (l pooledLease, reused bool, err error) {
 	for !grant {
-		l, ok := b.pool.pop(secs)
+		l, ok := b.pool.pop(secs, dir)
 		if !ok {
 			break
 		}
@@ -156,7 +173,7 @@ func (b *Backend) takeLease(ctx context.Context, secs int64, grant bool) (l pool
 	if err != nil {
 		return pooledLease{}, false, err
 	}
-	return pooledLease{id: lg.ID, ttl: time.Duration(lg.TTL) * time.Second, sent: sent}, false, nil
+	return pooledLease{id: lg.ID, ttl: time.Duration(lg.TTL) * time.Second, sent: sent, dir: dir}, false, nil
 }
 
 // returnLease puts l, which carries no key, back in the pool of secs, or

@@ -97,21 +97,23 @@ func (b *Backend) waitError(ctx context.Context, key string) error {
 
 // wait is one turn of AcquireWait with one lease.
 func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start time.Time) (fencedlock.Grant, error) {
-	dir, name := b.lockDir(req.Key), b.entry(req.Key, req.Owner)
+	dir := b.lockDir(req.Key)
 	secs := ttlSeconds(req.TTL)
 	var (
 		lg   pooledLease
+		name string
 		resp *clientv3.TxnResponse
 	)
 	for fresh := false; ; fresh = true { // fresh: a newly granted lease, after a pooled one was refused
 		var reused bool
 		var err error
-		if lg, reused, err = b.takeLease(ctx, secs, fresh); err != nil {
+		if lg, reused, err = b.takeLease(ctx, secs, dir, fresh); err != nil {
 			if ctx.Err() != nil {
 				return fencedlock.Grant{}, b.waitError(ctx, req.Key)
 			}
 			return fencedlock.Grant{}, errorf("acquire %q: lease grant: %w", req.Key, err)
 		}
+		name = b.entry(req.Key, lg.id)
 		resp, err = b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
 			Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.id)),
@@ -137,10 +139,11 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 	}
 	g := &grant{name: name, lease: lg.id, ttl: lg.ttl, secs: secs, lastSent: lg.sent}
 	if !resp.Succeeded {
-		// Our name is derived from a fresh random owner token. Nothing was
-		// put on the lease.
+		// Our name is derived from our lease, which carries no key (pool
+		// invariant): an existing entry is a bug. Nothing was put on the
+		// lease.
 		b.returnLease(secs, lg)
-		return fencedlock.Grant{}, errorf("acquire %q: queue entry already exists for this owner: %w", req.Key, fencedlock.ErrInvalid)
+		return fencedlock.Grant{}, errorf("acquire %q: queue entry already exists for this lease: %w", req.Key, fencedlock.ErrInvalid)
 	}
 	g.rev = resp.Header.Revision
 	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].CreateRevision == g.rev {
