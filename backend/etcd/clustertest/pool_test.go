@@ -264,13 +264,27 @@ func TestPoolRevokedIdleLeaseAndClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := e.allLeases(); n < 4 {
+	// The admin's member serves the lease list from its own state, which
+	// may lag the member that granted or revoked a lease by a few applies:
+	// poll, within 1 s (below the 4 s TTL, so a lease left to expire still
+	// fails the test).
+	waitLeases := func(ok func(int) bool) int {
+		deadline := time.Now().Add(time.Second)
+		for {
+			n := e.allLeases()
+			if ok(n) || time.Now().After(deadline) {
+				return n
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if n := waitLeases(func(n int) bool { return n >= 4 }); n < 4 {
 		t.Fatalf("%d leases after 4 releases, want the 4 pooled ones", n)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.allLeases(); n != 0 {
-		t.Fatalf("%d leases left after Close, want 0 (the pool revoked)", n)
+	if n := waitLeases(func(n int) bool { return n == 0 }); n != 0 {
+		t.Fatalf("%d leases left 1 s after Close, want 0 (the pool revoked)", n)
 	}
 }
