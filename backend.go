@@ -163,7 +163,7 @@ type Inspector interface {
 type Info struct {
 	Held   bool          // whether some owner holds the key now
 	TTL    time.Duration // the holder's remaining lease, if Held
-	Fence  fencing.Token // the last fence granted on the key (0 if none)
+	Fence  fencing.Token // the holder's fence if Held; once free, the last fence granted where the backend keeps it (Redis, memory), else 0 (etcd)
 	Holder string        // the holder id of the current owner, if Held (see [HolderID])
 }
 

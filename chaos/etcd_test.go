@@ -60,7 +60,7 @@ func (e *etcdCluster) register(key string) register {
 // delLock deletes the queue of lockKey: its holder's entry and every
 // waiter's, as an operator's `etcdctl del --prefix` would.
 func (e *etcdCluster) delLock(ctx context.Context, lockKey string) (int64, error) {
-	resp, err := e.admin.Delete(ctx, etcd.DefaultPrefix+"locks/"+url.PathEscape(lockKey)+"/", clientv3.WithPrefix())
+	resp, err := e.admin.Delete(ctx, etcd.DefaultKeyPrefix+"locks/"+url.PathEscape(lockKey)+"/", clientv3.WithPrefix())
 	if err != nil {
 		return 0, err
 	}

@@ -138,7 +138,7 @@ type etcdRegister struct {
 // change, claims would stop guarding the register and the checker's (a)
 // and (e) would fail, loudly.
 func (r *etcdRegister) Claim(ctx context.Context, fence fencing.Token, holder string) error {
-	fk := r.b.Options().Prefix + "fences/" + url.PathEscape(r.key)
+	fk := r.b.Options().KeyPrefix + "fences/" + url.PathEscape(r.key)
 	rec := fmt.Sprintf("%020d %s", uint64(fence), holder)
 	put := clientv3.OpPut(fk, rec)
 	same := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), "=", rec)}, []clientv3.Op{put}, nil)

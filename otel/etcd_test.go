@@ -61,7 +61,7 @@ func etcdStore(t *testing.T) store {
 		},
 		del: func(t *testing.T, key string) {
 			// The lock's whole queue, as `etcdctl del --prefix` would.
-			resp, err := admin.Delete(context.Background(), etcd.DefaultPrefix+"locks/"+url.PathEscape(key)+"/", clientv3.WithPrefix())
+			resp, err := admin.Delete(context.Background(), etcd.DefaultKeyPrefix+"locks/"+url.PathEscape(key)+"/", clientv3.WithPrefix())
 			if err != nil || resp.Deleted != 1 {
 				t.Fatalf("delete %q: %v, %v", key, resp, err)
 			}

@@ -1,5 +1,24 @@
 package etcd
 
+// The shared deletion watch of held keys and its log of recent deletions.
+//
+// Invariants of the deletion log (what makes "no deletion is missed" hold):
+//   - While the watch runs, from is set (> 0) and every deletion under the
+//     prefix at a revision >= from is dispatched, in revision order, to the
+//     subscribers of its key at that moment, and recorded in recent and
+//     recentLog, under mu.
+//   - recent holds, for every key deleted at a revision >= recentFrom, the
+//     revision of its last such deletion; entries leave only from the old
+//     end of recentLog (older than recentKeep or beyond recentMax), and
+//     recentFrom then moves past them. So for revisions >= recentFrom the
+//     log is complete.
+//   - A subscriber (key, from) is registered under mu, so a deletion is
+//     either dispatched to it or already in the log. If the log does not
+//     reach back to from (from < recentFrom), or the watch is (re)starting
+//     (from == 0), the subscriber is told to re-read its key; a restarted
+//     watch tells every subscriber to re-read once it is running. A
+//     re-read after the watch runs sees every deletion the watch cannot.
+
 import (
 	"context"
 	"sync"
@@ -110,7 +129,7 @@ func (w *delWatch) unsubscribe(s *delSub) {
 // run keeps the watch open until the backend is closed.
 func (w *delWatch) run() {
 	ctx := w.b.closeCtx
-	prefix := w.b.opts.Prefix + "locks/"
+	prefix := w.b.opts.KeyPrefix + "locks/"
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(ctx)
 		wch := w.b.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
@@ -121,6 +140,7 @@ func (w *delWatch) run() {
 			if wr.Created {
 				// The watch delivers every deletion after the revision in
 				// this header (it may start earlier: never later).
+				w.b.opts.Logger.Debug("etcd: deletion watch running", "from", wr.Header.Revision+1)
 				w.mu.Lock()
 				w.from = wr.Header.Revision + 1
 				w.recent, w.recentLog, w.recentFrom = make(map[string]int64), nil, w.from
@@ -135,6 +155,9 @@ func (w *delWatch) run() {
 			w.dispatch(wr.Events)
 		}
 		cancel()
+		if ctx.Err() == nil {
+			w.b.opts.Logger.Debug("etcd: deletion watch ended; restarting", "after", watchRetry)
+		}
 		w.mu.Lock()
 		w.from = 0
 		w.mu.Unlock()

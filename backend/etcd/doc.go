@@ -13,15 +13,22 @@
 //
 // For a lock named key, every holder and waiter owns one etcd key
 //
-//	<Prefix>locks/<escaped key>/<holder id>
+//	<KeyPrefix>locks/<escaped key>/<lease id>
 //
 // where the escaped key is [url.PathEscape] of the lock name (so "a" and
-// "a/b" never share a directory) and the holder id is
+// "a/b" never share a directory) and the lease id is the ID of the key's
+// lease in 16 hex digits. The value is the holder id,
 // [fencedlock.HolderID] of the owner token: non-secret, unique per
 // acquisition, and computable from the owner alone, so a release without
-// the grant's private data still finds its key. The value is the holder
-// id. Each key is attached to its own lease, so etcd deletes it when the
-// lease ends.
+// the grant's private data still finds its key (the entry whose value it
+// is). Each key is attached to its own lease, so etcd deletes it when the
+// lease ends; a lease carries at most one key at a time, so the name is
+// unique. Naming the key by its lease rather than by its holder lets a
+// pooled lease reuse its names: etcd's index keeps every name ever created
+// in a directory until the next compaction, and every read of the queue
+// visits them all, so a new name per acquisition made each acquire of a
+// busy lock slower than the last (the server CPU of a cycle at 1,000
+// cycles/s grew with every cycle since the last compaction).
 //
 // # Fences, the queue, and hand-off
 //
@@ -62,16 +69,18 @@
 // [Backend.Release] is a Txn that deletes our key only if it still carries
 // our create revision; it never deletes another holder's key. That Txn
 // alone decides the outcome and frees the lock, so Release returns after
-// it; our lease, which carried only that key, is then revoked in the
-// background ([Backend.Close] waits for those revocations). A single
-// LeaseRevoke would also delete our key, but its answer does not say
-// whether the key still existed (an operator may have deleted it while the
-// lease lived, letting the next waiter in), so it cannot tell the caller
+// it. Our lease, which carried only that key, then goes back to the
+// Backend's pool of idle leases (see below); if the Txn failed, or found
+// the key already gone, the lease is revoked in the background instead
+// ([Backend.Close] waits for those revocations). A single LeaseRevoke
+// would also delete our key, but its answer does not say whether the key
+// still existed (an operator may have deleted it while the lease lived,
+// letting the next waiter in), so it cannot tell the caller
 // [fencedlock.ErrNotHeld] reliably; the Txn can.
 //
-// # One lease per grant
+// # One lease per grant, from a pool
 //
-// Every acquisition (and every waiter) takes its own lease rather than
+// Every held lock (and every waiter) has a lease of its own rather than
 // sharing one lease per Backend. Reasons:
 //
 //   - Isolation of loss: a lease that expires, is revoked by an operator
@@ -81,14 +90,21 @@
 //     the locks it already holds.
 //   - The TTL is the one the Locker asked for, per grant; a shared lease has
 //     one TTL fixed when it is created.
-//   - Release revokes the lease (right after the release), so the server
-//     frees everything at once, and nothing of an ended grant outlives it.
 //
-// The cost is one LeaseGrant round trip per acquisition (LeaseGrant cannot
-// be part of a Txn), so an uncontended acquire takes two round trips
-// (LeaseGrant, Txn) and a release one (Txn; the LeaseRevoke follows in the
-// background); renewals of all leases of a Backend share a few keepalive
-// streams.
+// A LeaseGrant and a LeaseRevoke per lock would each cost a Raft proposal
+// (LeaseGrant cannot be part of a Txn), doubling the server's work per
+// lock. So a released lock's lease, which carries no key once the release
+// Txn deleted ours, goes back to a pool of idle leases (one pool per TTL
+// in whole seconds) and the next grant of that TTL reuses it: an
+// uncontended acquire is one Txn, a release one Txn, as with a Mutex on a
+// shared session, and only the first acquisitions (or those above the
+// peak number held at once) grant a lease. A lease is pooled only when a
+// Txn proved it carries no key, and only once per grant; a lease idle for
+// a tenth of its TTL or more is renewed (one keepalive, no Raft proposal)
+// before reuse, so the grant's Sent is fresh; an idle lease revoked by
+// someone else makes the acquire's Txn fail as a whole and the acquire
+// starts again on a new lease. [Backend.Close] revokes the idle leases.
+// The invariants are at the top of pool.go.
 //
 // # Renewal and loss
 //
@@ -123,7 +139,7 @@
 // deadline before the next routine renewal and loses healthy leases.
 //
 // The deletion of held keys is seen by ONE watch per Backend, on
-// Prefix+"locks/", deletions only, started at the current revision (so the
+// KeyPrefix+"locks/", deletions only, started at the current revision (so the
 // server keeps it synced) and dispatched by key to the held lease's keeper.
 // One watch per held key, started at the revision of the grant, cost the
 // server one lagging watcher per lease and at 10,000 leases starved the
@@ -157,7 +173,8 @@
 // renews the lease to its granted TTL and returns it.
 //
 // [fencedlock.Info.Fence] from [Backend.Inspect] is the holder's fence while
-// the lock is held and 0 when it is free: etcd keeps no record of a released
+// the lock is held and 0 when it is free (not the last fence granted, as on
+// the Redis and memory backends): etcd keeps no record of a released
 // key's revision, and none is needed, since the next fence is a newer
 // revision anyway. A cluster restored from a snapshot restarts its
 // revisions from the snapshot; fences are monotonic within one cluster's

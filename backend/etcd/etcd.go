@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -18,35 +18,47 @@ import (
 
 // Defaults of [Options].
 const (
-	// DefaultPrefix is the key prefix used when Options.Prefix is empty.
-	DefaultPrefix = "fencedlock/"
+	// DefaultKeyPrefix is the key prefix used when Options.KeyPrefix is
+	// empty.
+	DefaultKeyPrefix = "fencedlock/"
 	// DefaultCleanupTimeout bounds the clean-up (lease revocation) after a
 	// cancelled wait or a failed attempt, which runs detached from the
 	// caller's cancellation.
 	DefaultCleanupTimeout = 5 * time.Second
-	// MaxWaitRestarts bounds how many times one AcquireWait starts over
-	// because its waiter's lease was lost while it waited.
-	MaxWaitRestarts = 16
 )
+
+// maxWaitRestarts bounds how many times one AcquireWait starts over because
+// its waiter's lease was lost while it waited.
+const maxWaitRestarts = 16
 
 // Options configures a [Backend]. The zero value means the documented
 // defaults.
 type Options struct {
-	// Prefix is prepended to every key the backend writes: lock queues live
-	// under Prefix+"locks/", fence records of [Backend.FencedPut] under
-	// Prefix+"fences/". Backends share locks only if they use the same
-	// Prefix on the same cluster. Default DefaultPrefix.
-	Prefix string
+	// KeyPrefix is prepended to every key the backend writes: lock queues
+	// live under KeyPrefix+"locks/", fence records of [Backend.FencedPut]
+	// under KeyPrefix+"fences/". Backends share locks only if they use the
+	// same KeyPrefix on the same cluster. Default DefaultKeyPrefix. (The
+	// same name and meaning as the Redis backends' Options.KeyPrefix.)
+	KeyPrefix string
 	// CleanupTimeout bounds the lease revocation that removes the trace of
 	// a cancelled wait or a failed attempt; it runs detached from the
 	// caller's context. Default DefaultCleanupTimeout; it must not be
 	// negative.
 	CleanupTimeout time.Duration
+	// Logger receives debug records about keepalive streams and the
+	// deletion watch (opened, ended, restarted) and about waits that start
+	// over, and warnings when a clean-up (a lease revocation) fails. Records
+	// carry lock names and lease IDs, never owner tokens. Default: no
+	// logging. (The same field and meaning as the Redis backends'.)
+	Logger *slog.Logger
 }
 
 func (o Options) resolve() (Options, error) {
-	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = DefaultKeyPrefix
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.CleanupTimeout == 0 {
 		o.CleanupTimeout = DefaultCleanupTimeout
@@ -68,8 +80,9 @@ type Backend struct {
 	closeCtx context.Context // cancelled by Close
 	cancel   context.CancelFunc
 
-	ka kaMux    // the keepalive stream shared by all leases
-	dw delWatch // the watch reporting deletions of held keys
+	ka   kaMux     // the keepalive streams shared by all leases
+	dw   delWatch  // the watch reporting deletions of held keys
+	pool leasePool // idle leases, reused by later grants
 
 	mu     sync.Mutex
 	closed bool
@@ -120,6 +133,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	b.cancel()
 	b.wg.Wait()
+	b.closePool()
 	return nil
 }
 
@@ -144,17 +158,23 @@ func (b *Backend) withClose(ctx context.Context) (context.Context, context.Cance
 
 // lockDir is the directory of key's queue, ending in "/".
 func (b *Backend) lockDir(key string) string {
-	return b.opts.Prefix + "locks/" + url.PathEscape(key) + "/"
+	return b.opts.KeyPrefix + "locks/" + url.PathEscape(key) + "/"
 }
 
-// entry is the etcd key of owner's place in key's queue.
-func (b *Backend) entry(key, owner string) string {
-	return b.lockDir(key) + fencedlock.HolderID(owner)
+// entry is the etcd key of a place in key's queue held on lease: the lease
+// ID in 16 hex digits. A lease carries at most one key at a time (see
+// pool.go), so the name is unique while it exists, and a pooled lease
+// reuses the names it had: etcd's index keeps every key name created
+// under a directory until compaction, and each read of the queue visits
+// them all, so one new name per acquisition (a name per owner) made every
+// acquire of a busy lock slower until the next compaction.
+func (b *Backend) entry(key string, lease clientv3.LeaseID) string {
+	return b.lockDir(key) + fmt.Sprintf("%016x", uint64(lease))
 }
 
 // fenceKey is the etcd key holding the fence record of a guarded resource.
 func (b *Backend) fenceKey(resource string) string {
-	return b.opts.Prefix + "fences/" + url.PathEscape(resource)
+	return b.opts.KeyPrefix + "fences/" + url.PathEscape(resource)
 }
 
 // ttlSeconds rounds ttl up to whole seconds, at least 1.
@@ -170,9 +190,24 @@ type grant struct {
 	rev   int64            // create revision of name: the fence
 	held  int64            // revision at which we were known to hold the lock
 	ttl   time.Duration    // the TTL the server applied
+	secs  int64            // the TTL asked for, in seconds: the lease's pool; 0: never pooled
 
 	mu       sync.Mutex
 	lastSent time.Time // send time of the last request that set the lease's expiry
+	retired  bool      // the lease was returned to the pool or is being revoked
+}
+
+// retire claims the end of g's lease for the caller, who then pools or
+// revokes it; false if it was already claimed (a second Release): the
+// lease may now be another grant's and must not be touched.
+func (g *grant) retire() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.retired {
+		return false
+	}
+	g.retired = true
+	return true
 }
 
 func (g *grant) sent() time.Time {
@@ -193,10 +228,10 @@ func errorf(format string, args ...any) error {
 	return fmt.Errorf("etcd: "+format, args...)
 }
 
-// Acquire makes one attempt to take req.Key: a LeaseGrant, then a Txn that
-// creates our key with that lease only if no one holds or waits for the
-// lock. If the lock is held or has waiters, it revokes the lease and
-// returns a *[fencedlock.HeldError] (wrapping [fencedlock.ErrNotAcquired])
+// Acquire makes one attempt to take req.Key: a Txn that creates our key
+// with a lease of our own (an idle one from the backend's pool, or a newly
+// granted one) only if no one holds or waits for the lock. If the lock is
+// held or has waiters, the lease goes back to the pool and Acquire returns a *[fencedlock.HeldError] (wrapping [fencedlock.ErrNotAcquired])
 // whose RetryAfter is the holder's remaining lease (at most; etcd reports
 // it in whole seconds). The fence is the create
 // revision of our key.
@@ -208,25 +243,41 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
 
-	dir, name := b.lockDir(req.Key), b.entry(req.Key, req.Owner)
-	sent := time.Now()
-	lg, err := b.c.Grant(ctx, ttlSeconds(req.TTL))
-	if err != nil {
-		return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: lease grant: %w", req.Key, err))
-	}
-	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.ID))).
-		Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
-		Commit()
-	if err != nil {
+	dir := b.lockDir(req.Key)
+	secs := ttlSeconds(req.TTL)
+	var (
+		lg   pooledLease
+		name string
+		resp *clientv3.TxnResponse
+	)
+	for fresh := false; ; fresh = true { // fresh: a newly granted lease, after a pooled one was refused
+		var reused bool
+		var err error
+		if lg, reused, err = b.takeLease(ctx, secs, dir, fresh); err != nil {
+			return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: lease grant: %w", req.Key, err))
+		}
+		name = b.entry(req.Key, lg.id)
+		resp, err = b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.id))).
+			Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err == nil {
+			break
+		}
+		if reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The idle lease was revoked (by an operator) or expired: the
+			// Txn was refused as a whole. Start again with a new lease.
+			continue
+		}
 		// The Txn may have been applied: revoking our own lease removes
 		// whatever it created, and nothing else.
-		b.revoke(lg.ID)
+		b.revoke(lg.id)
 		return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: %w", req.Key, err))
 	}
 	if !resp.Succeeded {
-		b.revoke(lg.ID)
+		// Nothing was put on the lease: it goes back to the pool.
+		b.returnLease(secs, lg)
 		held := &fencedlock.HeldError{Key: req.Key}
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].Lease != 0 {
 			if tr, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil {
@@ -236,8 +287,8 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		return fencedlock.Grant{}, fmt.Errorf("etcd: acquire: %w", held)
 	}
 	rev := resp.Header.Revision
-	g := &grant{name: name, lease: lg.ID, rev: rev, held: rev, ttl: time.Duration(lg.TTL) * time.Second, lastSent: sent}
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: g.ttl, Data: g}, nil
+	g := &grant{name: name, lease: lg.id, rev: rev, held: rev, ttl: lg.ttl, secs: secs, lastSent: lg.sent}
+	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: g.ttl, Sent: lg.sent, Data: g}, nil
 }
 
 // remaining is an upper bound of a lease's remaining time: etcd reports it
@@ -267,267 +318,30 @@ func (b *Backend) revoke(id clientv3.LeaseID) error {
 	defer cancel()
 	_, err := b.c.Revoke(ctx, id)
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		b.opts.Logger.Warn("etcd: lease revocation failed; the lease expires with its TTL", "lease", int64(id), "err", err)
 		return err
 	}
 	return nil
 }
 
-// errWaiterLost reports that a waiter's lease or queue entry vanished while
-// it waited: it must start over, never take the lock with it.
-var errWaiterLost = errors.New("etcd: waiter's lease expired or was revoked while waiting")
-
-// AcquireWait blocks until req.Key is granted to req.Owner, in FIFO order of
-// arrival, or until ctx is done. It keeps the waiter's lease alive while it
-// waits. When ctx ends first it revokes the waiter's lease (deleting its
-// queue entry) before returning an error wrapping
-// [fencedlock.ErrNotAcquired] and ctx.Err(). A waiter whose lease expired or
-// was revoked while it waited is never granted the lock: it starts over at
-// the end of the queue with a new lease (at most [MaxWaitRestarts] times).
-// A transient error (no leader, connection lost, request timed out) ends
-// the turn the same way, after the same clean-up, and the wait starts over
-// after a backoff of 50 ms doubling up to 1 s, for as long as ctx allows.
-//
-// The returned Grant's Sent is the send time of the lease's last confirmed
-// renewal while it waited, and its TTL the lease's granted TTL, so the
-// Locker's local deadline runs from the right moment however long the wait.
-func (b *Backend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
-	if err := b.begin(); err != nil {
-		return fencedlock.Grant{}, err
-	}
-	defer b.wg.Done()
-	ctx, cancel := b.withClose(ctx)
-	defer cancel()
-	start := time.Now()
-	backoff := 50 * time.Millisecond
-	for restarts := 0; ; {
-		g, err := b.wait(ctx, req, start)
-		switch {
-		case err == nil:
-			return g, nil
-		case ctx.Err() != nil, errors.Is(err, fencedlock.ErrClosed), errors.Is(err, fencedlock.ErrInvalid),
-			errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrInvalidAuthToken):
-			return g, err
-		case errors.Is(err, errWaiterLost):
-			if restarts++; restarts >= MaxWaitRestarts {
-				return fencedlock.Grant{}, errorf("acquire %q: %w: gave up after %d restarts", req.Key, err, restarts)
-			}
-			continue
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fencedlock.Grant{}, b.waitError(ctx, req.Key)
-		case <-t.C:
-		}
-		backoff = min(2*backoff, time.Second)
-	}
-}
-
-// waitError is returned when a wait's context ends first: it is both
-// ErrNotAcquired and the context's error (or ErrClosed).
-func (b *Backend) waitError(ctx context.Context, key string) error {
-	cause := context.Cause(ctx)
-	if errors.Is(cause, fencedlock.ErrClosed) {
-		return errorf("acquire %q: %w", key, fencedlock.ErrClosed)
-	}
-	return errorf("acquire %q: %w: %w", key, fencedlock.ErrNotAcquired, ctx.Err())
-}
-
-// wait is one turn of AcquireWait with one lease.
-func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start time.Time) (fencedlock.Grant, error) {
-	dir, name := b.lockDir(req.Key), b.entry(req.Key, req.Owner)
-	sent := time.Now()
-	lg, err := b.c.Grant(ctx, ttlSeconds(req.TTL))
-	if err != nil {
-		if ctx.Err() != nil {
-			return fencedlock.Grant{}, b.waitError(ctx, req.Key)
-		}
-		return fencedlock.Grant{}, errorf("acquire %q: lease grant: %w", req.Key, err)
-	}
-	g := &grant{name: name, lease: lg.ID, ttl: time.Duration(lg.TTL) * time.Second, lastSent: sent}
-
-	// Keep the waiter's lease alive while it waits; the keeper stops when
-	// this turn ends (the Locker's KeepAlive takes over after a grant).
-	kctx, kcancel := context.WithCancel(ctx)
-	renewals := make(chan fencedlock.Renewal, 1)
-	kdone := make(chan struct{})
-	go func() {
-		defer close(kdone)
-		b.keep(kctx, req.Key, g, renewals, 0)
-	}()
-	stopKeeper := func() { kcancel(); <-kdone }
-
-	fail := func(err error) (fencedlock.Grant, error) {
-		stopKeeper()
-		rerr := b.revoke(g.lease)
-		if ctx.Err() != nil {
-			err = b.waitError(ctx, req.Key)
-		}
-		if rerr != nil {
-			err = fmt.Errorf("%w (clean-up: revoking the waiter's lease failed, its queue entry expires with the lease: %v)", err, rerr)
-		}
-		return fencedlock.Grant{}, err
-	}
-
-	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
-		Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.ID)),
-			clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
-		Commit()
-	if err != nil {
-		return fail(errorf("acquire %q: enqueue: %w", req.Key, err))
-	}
-	if !resp.Succeeded {
-		// Our name is derived from a fresh random owner token.
-		return fail(errorf("acquire %q: queue entry already exists for this owner: %w", req.Key, fencedlock.ErrInvalid))
-	}
-	g.rev = resp.Header.Revision
-	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].CreateRevision == g.rev {
-		g.held = g.rev // uncontended: we are first
-	}
-
-	backoff := 50 * time.Millisecond
-	for g.held == 0 {
-		// One step: if our entry still exists with our revision, read the
-		// entry just before ours. Checking our own entry in the same Txn is
-		// what keeps a waiter whose lease expired from taking the lock.
-		resp, err := b.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(name), "=", g.rev)).
-			Then(clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(g.rev-1))...)).
-			Commit()
-		if err != nil {
-			if ctx.Err() != nil {
-				return fail(err)
-			}
-			// Transient (no leader, connection lost): retry; loss of our
-			// lease in the meantime is caught by the Txn or the keeper.
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fail(err)
-			case r, ok := <-renewals:
-				t.Stop()
-				if !ok || errors.Is(r.Err, fencedlock.ErrNotHeld) {
-					return fail(errWaiterLost)
-				}
-			case <-t.C:
-			}
-			backoff = min(2*backoff, time.Second)
-			continue
-		}
-		backoff = 50 * time.Millisecond
-		if !resp.Succeeded {
-			return fail(errWaiterLost)
-		}
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			g.held = resp.Header.Revision
-			break
-		}
-		fencedlock.NoteQueued(ctx) // observe: queued behind a holder (a hand-off if granted)
-		lost, broke, err := b.waitDeleted(ctx, name, g.rev, kvs[0], renewals)
-		if lost {
-			return fail(errWaiterLost)
-		}
-		if err != nil {
-			return fail(err)
-		}
-		if broke {
-			// The watch ended without an event: re-read after a pause, so
-			// a watch that keeps failing cannot make this loop spin.
-			t := time.NewTimer(watchRetry)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fail(ctx.Err())
-			case <-t.C:
-			}
-		}
-	}
-	stopKeeper()
-	// The server can expire the lease at the earliest at the send time of
-	// its last confirmed renewal plus its TTL.
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
-}
-
-// watchRetry is the pause before re-reading the queue after a watch ended
-// without an event.
-const watchRetry = 50 * time.Millisecond
-
-// waitDeleted waits until pred (the entry just before ours) is deleted, the
-// watch ends without an event (broke: the caller re-reads after a pause),
-// ctx ends (err), or our lease is lost (lost). It also returns, with
-// nothing set, as soon as a re-read shows that pred or our own entry (name,
-// created at rev) changed: the caller's next step finds out which.
-//
-// The watch starts at the current revision, never at a past one: etcd
-// serves a watch from a past revision through its unsynced-watcher path,
-// which is resynchronised only every 100 ms, and under contention the
-// revision just read is already in the past. A deletion between our read
-// and the watch's creation would be missed, so once the server confirms the
-// watch (WithCreatedNotify) one Txn checks that pred and our entry are
-// still there: any deletion after that Txn comes after the watch started
-// and reaches the watch.
-func (b *Backend) waitDeleted(ctx context.Context, name string, rev int64, pred *mvccpb.KeyValue, renewals <-chan fencedlock.Renewal) (lost, broke bool, err error) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	key := string(pred.Key)
-	wch := b.c.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	for {
-		select {
-		case <-ctx.Done():
-			return false, false, ctx.Err()
-		case r, ok := <-renewals:
-			if !ok || errors.Is(r.Err, fencedlock.ErrNotHeld) {
-				return true, false, nil
-			}
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil || wr.Canceled {
-				return false, true, nil
-			}
-			if wr.Created {
-				resp, err := b.c.Txn(ctx).
-					If(clientv3.Compare(clientv3.CreateRevision(name), "=", rev),
-						clientv3.Compare(clientv3.CreateRevision(key), "=", pred.CreateRevision)).
-					Commit()
-				if err != nil {
-					if ctx.Err() != nil {
-						return false, false, ctx.Err()
-					}
-					return false, true, nil
-				}
-				if !resp.Succeeded {
-					return false, false, nil
-				}
-				continue
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					return false, false, nil
-				}
-			}
-		}
-	}
-}
-
 // grantOf returns g's private data, or, for a Grant made without it (the
-// Locker's clean-up after a failed attempt), looks the entry up by owner.
+// Locker's clean-up after a failed attempt), looks the entry up by owner:
+// the queue entry whose value is the owner's holder id.
 func (b *Backend) grantOf(ctx context.Context, g fencedlock.Grant) (*grant, error) {
 	if d, ok := g.Data.(*grant); ok && d != nil {
 		return d, nil
 	}
-	name := b.entry(g.Key, g.Owner)
-	resp, err := b.c.Get(ctx, name)
+	resp, err := b.c.Get(ctx, b.lockDir(g.Key), clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
+	hid := fencedlock.HolderID(g.Owner)
+	for _, kv := range resp.Kvs {
+		if string(kv.Value) == hid {
+			return &grant{name: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
+		}
 	}
-	kv := resp.Kvs[0]
-	return &grant{name: name, lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
+	return nil, nil
 }
 
 // Renew renews g's lease (one keepalive) and checks that our key still
@@ -569,10 +383,12 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 }
 
 // Release deletes g's key in a Txn only if it still carries g's create
-// revision, and returns; g's lease, which carried only that key, is then
-// revoked in the background ([Backend.Close] waits for it). If the key is
+// revision, and returns; g's lease, which carried only that key, then goes
+// back to the backend's pool of idle leases for a later grant. If the key is
 // gone or is another holder's, it deletes nothing and returns an error
-// wrapping [fencedlock.ErrNotHeld]. Fences survive: the next grant's key is
+// wrapping [fencedlock.ErrNotHeld]; if the Txn fails, its error. In both
+// cases g's lease, which may still carry g's key, is revoked in the
+// background ([Backend.Close] waits for it), never reused. Fences survive: the next grant's key is
 // created at a later revision.
 func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	if err := b.begin(); err != nil {
@@ -592,20 +408,26 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		If(clientv3.Compare(clientv3.CreateRevision(d.name), "=", d.rev)).
 		Then(clientv3.OpDelete(d.name)).
 		Commit()
+	switch {
+	case err == nil && resp.Succeeded && d.secs > 0:
+		// The Txn deleted our key, the only key ever put on this lease: the
+		// lease carries none and goes back to the pool for the next grant.
+		if d.retire() {
+			b.returnLease(d.secs, pooledLease{id: d.lease, ttl: d.ttl, sent: d.sent(), dir: d.name[:len(d.name)-16]})
+		}
+	case d.lease != 0:
+		// The Txn failed or its outcome is unknown (our key may remain on
+		// the lease), or our key was already gone (the lease may be dying,
+		// or be a lease this backend did not grant): revoke the lease in
+		// the background (Close waits for it), which frees the lock at once
+		// if our key remained. Never pooled. If the revocation fails, the
+		// lease expires with its TTL.
+		if d.retire() {
+			b.revokeAsync(d.lease)
+		}
+	}
 	if err != nil {
 		return b.ctxErr(ctx, errorf("release %q: %w", g.Key, err))
-	}
-	if d.lease != 0 {
-		// The Txn decided, and the lock is free; the lease now carries no
-		// key. Revoke it in the background (Close waits for it) to free the
-		// server's lease state at once: the caller need not wait for that
-		// round trip. If the revocation fails, the lease expires with its
-		// TTL, holding nothing.
-		b.wg.Add(1) // inside begin: the counter is not zero
-		go func() {
-			defer b.wg.Done()
-			_ = b.revoke(d.lease)
-		}()
 	}
 	if !resp.Succeeded {
 		return errorf("release %q: %w", g.Key, fencedlock.ErrNotHeld)
@@ -615,9 +437,10 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 
 // Inspect reports the holder of key (the queue entry with the lowest create
 // revision): its fence, holder id and remaining lease (an upper bound: etcd
-// reports it truncated to whole seconds). Fence is 0 when the
-// lock is free. It never returns an owner token (etcd stores only the
-// holder id).
+// reports it truncated to whole seconds). Fence is 0 when the lock is
+// free, not the last fence granted as the Redis and memory backends report
+// it: etcd keeps no record of a released key's revision (see the package
+// doc). It never returns an owner token (etcd stores only the holder id).
 func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
 	if err := b.begin(); err != nil {
 		return fencedlock.Info{}, err

@@ -32,7 +32,7 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.Options(); got.Prefix != DefaultPrefix || got.CleanupTimeout != DefaultCleanupTimeout {
+	if got := b.Options(); got.KeyPrefix != DefaultKeyPrefix || got.CleanupTimeout != DefaultCleanupTimeout {
 		t.Errorf("defaults = %+v", got)
 	}
 	b.Close()
@@ -42,21 +42,23 @@ func TestOptions(t *testing.T) {
 	if _, err := New(nil, Options{}); !errors.Is(err, fencedlock.ErrInvalid) {
 		t.Errorf("nil client: err = %v, want ErrInvalid", err)
 	}
-	b, err = New(c, Options{Prefix: "p/", CleanupTimeout: time.Second})
-	if err != nil || b.Options().Prefix != "p/" || b.Options().CleanupTimeout != time.Second {
+	b, err = New(c, Options{KeyPrefix: "p/", CleanupTimeout: time.Second})
+	if err != nil || b.Options().KeyPrefix != "p/" || b.Options().CleanupTimeout != time.Second || b.Options().Logger == nil {
 		t.Errorf("explicit options: %+v, %v", b.Options(), err)
 	}
 	b.Close()
 }
 
 func TestKeyNaming(t *testing.T) {
-	b := &Backend{opts: Options{Prefix: "fl/"}}
-	owner := "owner-token"
-	if got, want := b.entry("orders", owner), "fl/locks/orders/"+fencedlock.HolderID(owner); got != want {
+	b := &Backend{opts: Options{KeyPrefix: "fl/"}}
+	// An entry is named by its lease (which carries at most one key), so
+	// a pooled lease reuses its names; the owner token never appears.
+	owner := clientv3.LeaseID(0x694d8a2c3f1e0b07)
+	if got, want := b.entry("orders", owner), "fl/locks/orders/694d8a2c3f1e0b07"; got != want {
 		t.Errorf("entry = %q, want %q", got, want)
 	}
-	if strings.Contains(b.entry("x", owner), owner) {
-		t.Error("the owner token appears in the key name")
+	if got, want := b.entry("orders", 0x1f), "fl/locks/orders/000000000000001f"; got != want {
+		t.Errorf("entry = %q, want %q (16 hex digits)", got, want)
 	}
 	// No lock's queue directory may contain another lock's entries.
 	keys := []string{"a", "a/b", "a/", "/a", "a%2Fb", "a%b", "{a}", "a b", "\xff\xfe", "a/b/c", strings.Repeat("k", fencedlock.MaxKeyLen)}
@@ -166,7 +168,7 @@ func TestInvalidInput(t *testing.T) {
 	if err := b.FencedPut(ctx, "data", "v", 0, "h"); !errors.Is(err, fencing.ErrInvalidToken) {
 		t.Errorf("zero token: %v", err)
 	}
-	for _, k := range []string{"", DefaultPrefix + "locks/x/y"} {
+	for _, k := range []string{"", DefaultKeyPrefix + "locks/x/y"} {
 		if err := b.FencedPut(ctx, k, "v", 1, "h"); !errors.Is(err, fencedlock.ErrInvalid) {
 			t.Errorf("FencedPut(%q): %v, want ErrInvalid", k, err)
 		}

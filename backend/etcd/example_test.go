@@ -23,7 +23,7 @@ func Example() {
 	}
 	defer client.Close()
 
-	b, err := etcd.New(client, etcd.Options{Prefix: "myapp/locks/"})
+	b, err := etcd.New(client, etcd.Options{KeyPrefix: "myapp/locks/"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -32,10 +32,10 @@ func parseFenceRecord(v []byte) (fencing.Token, string, error) {
 }
 
 // FencedPut writes value at key (an ordinary etcd key of yours; it must lie
-// outside the backend's Prefix) only if the fencing rule accepts token from holder
+// outside the backend's KeyPrefix) only if the fencing rule accepts token from holder
 // ([fencing.Check]): token greater than the highest accepted for key, or
 // equal to it and from the same holder. The check, the write of value and
-// the write of the new fence record (at Prefix+"fences/"+escaped key) are
+// the write of the new fence record (at KeyPrefix+"fences/"+escaped key) are
 // one Txn, so no other write can come between them. A rejected write
 // returns a *[fencing.StaleError] (wrapping [fencing.ErrStale]) and writes
 // nothing; a zero token returns an error wrapping [fencing.ErrInvalidToken]
@@ -48,8 +48,8 @@ func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencin
 	defer b.wg.Done()
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
-	if key == "" || strings.HasPrefix(key, b.opts.Prefix) {
-		return fmt.Errorf("etcd: fenced put %q: key empty or inside the backend's prefix %q: %w", key, b.opts.Prefix, fencedlock.ErrInvalid)
+	if key == "" || strings.HasPrefix(key, b.opts.KeyPrefix) {
+		return fmt.Errorf("etcd: fenced put %q: key empty or inside the backend's KeyPrefix %q: %w", key, b.opts.KeyPrefix, fencedlock.ErrInvalid)
 	}
 	if token == 0 {
 		return fmt.Errorf("etcd: fenced put %q: zero token: %w", key, fencing.ErrInvalidToken)

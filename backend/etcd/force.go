@@ -71,8 +71,8 @@ func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.To
 	defer b.wg.Done()
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
-	if key == "" || strings.HasPrefix(key, b.opts.Prefix) {
-		return fmt.Errorf("etcd: fence barrier %q: key empty or inside the backend's prefix %q: %w", key, b.opts.Prefix, fencedlock.ErrInvalid)
+	if key == "" || strings.HasPrefix(key, b.opts.KeyPrefix) {
+		return fmt.Errorf("etcd: fence barrier %q: key empty or inside the backend's prefix %q: %w", key, b.opts.KeyPrefix, fencedlock.ErrInvalid)
 	}
 	if token == 0 {
 		return fmt.Errorf("etcd: fence barrier %q: zero token: %w", key, fencing.ErrInvalidToken)

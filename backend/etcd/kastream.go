@@ -1,5 +1,28 @@
 package etcd
 
+// Keepalive streams: the renewals of every lease of a Backend, sent on a
+// few long-lived LeaseKeepAlive streams.
+//
+// Invariants of the stream matching (what makes a reported send time safe):
+//   - A lease always uses the same stream (chosen by its ID), and the
+//     server answers a stream's requests one by one, in order; so the n-th
+//     response for a lease ID on a stream answers the n-th request for that
+//     ID on it.
+//   - A request is queued under its lease ID (FIFO per ID) before it is
+//     sent, under the stream's send lock, so the queue order is the send
+//     order; its sender took its send time before queueing it.
+//   - A request whose sender gave up (context done) stays queued until its
+//     response or the stream's end: a late response is matched to the
+//     request it answers, or an earlier one, never to a later one. So a
+//     confirmed renewal is never credited with a send time later than the
+//     request the server actually applied.
+//   - When a stream ends, every request still queued on it fails (a
+//     transient error); no response of a dead stream is matched to a
+//     request of its successor.
+//   - A stream on which nothing came back for a whole renew interval is
+//     dropped, so the next renewals open a new one (possibly to another
+//     member).
+
 import (
 	"context"
 	"errors"
@@ -74,6 +97,7 @@ func (m *kaMux) stream(slot int) (*kaStream, error) {
 	}
 	s := &kaStream{mux: m, slot: slot, stream: st, cancel: cancel, pending: make(map[int64][]chan kaResult), lastRecv: time.Now()}
 	m.cur[slot] = s
+	m.b.opts.Logger.Debug("etcd: keepalive stream opened", "stream", slot)
 	// The caller runs inside b.wg, so the counter is not zero here.
 	m.b.wg.Add(1)
 	go func() {
@@ -122,6 +146,7 @@ func (s *kaStream) fail(err error) {
 	s.pending = nil
 	s.mu.Unlock()
 	s.cancel()
+	s.mux.b.opts.Logger.Debug("etcd: keepalive stream ended", "stream", s.slot, "err", err)
 	s.mux.mu.Lock()
 	if s.mux.cur[s.slot] == s {
 		s.mux.cur[s.slot] = nil

@@ -1,5 +1,16 @@
 package etcd
 
+// Renewal of held leases (KeepAlive) and of a waiter's lease (keep): a
+// schedule of keepalives on the shared streams (kastream.go) and a
+// subscription to the shared deletion watch (delwatch.go).
+//
+// Invariants: every Renewal carries the send time of the request the server
+// confirmed (taken before sending), never a later one; a lease is reported
+// lost (ErrNotHeld) only on the server's word (lease not found, key deleted
+// or recreated); a keeper whose subscription could not be proven complete
+// re-reads its key once the watch runs, and again after the next renewal
+// if that read failed.
+
 import (
 	"context"
 	"errors"

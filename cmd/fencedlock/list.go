@@ -264,7 +264,7 @@ func globEscape(s string) string {
 // listEtcd ranges over <prefix>locks/<escaped PREFIX>, keys only, a page at
 // a time, and inspects each lock directory found.
 func listEtcd(ctx context.Context, client *clientv3.Client, b *etcdb.Backend, prefix string, f listFlags, print func(inspectOutput) error) (int, error) {
-	base := b.Options().Prefix + "locks/"
+	base := b.Options().KeyPrefix + "locks/"
 	start := base + url.PathEscape(prefix)
 	end := clientv3.GetPrefixRangeEnd(start)
 	seen := make(map[string]bool)

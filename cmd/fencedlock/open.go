@@ -131,13 +131,13 @@ func dialEtcd(ctx context.Context, c backendConfig) (*clientv3.Client, *etcdb.Ba
 	// that a wrong address or credentials fail here with a clear message.
 	prefix := c.keyPrefix
 	if prefix == "" {
-		prefix = etcdb.DefaultPrefix
+		prefix = etcdb.DefaultKeyPrefix
 	}
 	if _, err := client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		client.Close()
 		return nil, nil, fmt.Errorf("connecting to %s: %w%s (is the cluster running, and are the endpoints, certificates and credentials right?)", c.describe(), err, diagnose(eps, tlsCfg))
 	}
-	b, err := etcdb.New(client, etcdb.Options{Prefix: c.keyPrefix})
+	b, err := etcdb.New(client, etcdb.Options{KeyPrefix: c.keyPrefix})
 	if err != nil {
 		client.Close()
 		return nil, nil, err

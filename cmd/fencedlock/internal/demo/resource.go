@@ -77,7 +77,7 @@ func open(ctx context.Context, s Server, key string, unfenced bool) (fencedlock.
 		return nil, nil, nil, err
 	}
 	closeAll := func() { _ = b.Close(); client.Close() }
-	if err := outsidePrefix(key, b.Options().Prefix); err != nil {
+	if err := outsidePrefix(key, b.Options().KeyPrefix); err != nil {
 		closeAll()
 		return nil, nil, nil, err
 	}
