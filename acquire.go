@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 func newOwner() string { return rand.Text() }
@@ -27,7 +29,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LeaseOption
 
 // Acquire blocks until key is held or ctx is done. While another owner
 // holds the key it waits as the backend allows: in the server's queue (a
-// [WaitAcquirer]); or for a release notification (a [Notifier]), looking
+// [driver.WaitAcquirer]); or for a release notification (a [driver.Notifier]), looking
 // again when the holder's remaining TTL ends and after MaxRetryDelay at
 // the latest, since notifications may be lost; or else polling, with an
 // exponential backoff from Options.MinRetryDelay up to MaxRetryDelay
@@ -61,7 +63,7 @@ func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wa
 	if err != nil {
 		return nil, err
 	}
-	req := AcquireRequest{Key: key, Owner: newOwner(), TTL: lt.ttl}
+	req := driver.AcquireRequest{Key: key, Owner: newOwner(), TTL: lt.ttl}
 	if wait && l.waitq != nil {
 		return l.wait(ctx, req, lt, nil) // the server keeps the queue
 	}
@@ -80,7 +82,7 @@ func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wa
 
 // attempt makes one attempt to take req.Key. sent is when it was sent,
 // the start of the lease the server grants.
-func (l *Locker) attempt(ctx context.Context, req AcquireRequest) (g Grant, sent time.Time, err error) {
+func (l *Locker) attempt(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, sent time.Time, err error) {
 	sent = time.Now()
 	g, err = l.b.Acquire(ctx, req)
 	return g, sent, err
@@ -91,7 +93,7 @@ func (l *Locker) attempt(ctx context.Context, req AcquireRequest) (g Grant, sent
 // the Locker (Close ends it with ErrClosed and waits for it), and every
 // way out of it after an attempt of unknown outcome sends the cleanup
 // release.
-func (l *Locker) wait(ctx context.Context, req AcquireRequest, lt leaseTiming, first error) (*Lease, error) {
+func (l *Locker) wait(ctx context.Context, req driver.AcquireRequest, lt leaseTiming, first error) (*Lease, error) {
 	// Close waits for waiters, so that their cleanup is done when it
 	// returns.
 	l.mu.Lock()
@@ -139,7 +141,7 @@ func (l *Locker) wait(ctx context.Context, req AcquireRequest, lt leaseTiming, f
 // ctx ends. Between attempts it sleeps as l.policy decides, waking early
 // on a release notification. unknown reports whether an attempt failed in
 // a way the server may have applied.
-func (l *Locker) poll(ctx context.Context, req AcquireRequest, lt leaseTiming, first error) (ls *Lease, unknown bool, err error) {
+func (l *Locker) poll(ctx context.Context, req driver.AcquireRequest, lt leaseTiming, first error) (ls *Lease, unknown bool, err error) {
 	var (
 		notify  <-chan struct{} // non-nil once a watch is in effect
 		stop    func()
@@ -157,7 +159,7 @@ func (l *Locker) poll(ctx context.Context, req AcquireRequest, lt leaseTiming, f
 	}()
 	for err = first; ; err = nil {
 		if err == nil {
-			var g Grant
+			var g driver.Grant
 			var sent time.Time
 			if g, sent, err = l.attempt(ctx, req); err == nil {
 				ls, err = l.start(g, sent, lt)
@@ -301,10 +303,10 @@ func (l *Locker) waitErr(ctx context.Context, key string, last error) error {
 // error (the reply was lost after the server applied the request). The
 // release is owner-checked, so it can delete nothing but our own key. It
 // runs detached from ctx's cancellation, bounded by Options.ReleaseTimeout.
-func (l *Locker) cleanup(ctx context.Context, req AcquireRequest) {
+func (l *Locker) cleanup(ctx context.Context, req driver.AcquireRequest) {
 	rctx, cancel := context.WithTimeout(detached(ctx), l.opts.ReleaseTimeout)
 	defer cancel()
-	err := l.release(rctx, &Grant{Key: req.Key, Owner: req.Owner})
+	err := l.release(rctx, &driver.Grant{Key: req.Key, Owner: req.Owner})
 	switch {
 	case err == nil:
 		if l.debug() {

@@ -1,7 +1,7 @@
 // Package fencedlock provides distributed locks that stay correct when a
 // holder is paused past its lease.
 //
-// A [Locker] grants a [Lease] on a named key from a [Backend] (Redis in
+// A [Locker] grants a [Lease] on a named key from a [driver.Backend] (Redis in
 // package backend/redis, etcd in backend/etcd, an in-memory store in
 // backend/memory). Every lease carries:
 //
@@ -27,9 +27,19 @@
 // [ErrReleased], [ErrNotHeld], [ErrClosed], [ErrInvalid] and
 // [ErrPermanent] (the store refuses for a reason no retry can fix).
 //
-// The caller who creates a [Backend] closes it, after the Lockers on it:
+// The caller who creates a [driver.Backend] closes it, after the Lockers on it:
 // [Locker.Close] releases the Locker's leases and leaves the Backend open.
 //
-// To write a backend, implement [Backend] (and any optional interface that
-// fits) and run the conformance suite in package conformance against it.
+// Backends implement the driver contract, in package driver ([driver.Backend],
+// [driver.Grant], the optional [driver.Notifier], [driver.WaitAcquirer],
+// [driver.KeepAliver] and [driver.Inspector]). It is kept apart from this
+// package, as database/sql/driver is from database/sql, so that this
+// documentation lists what a user calls: the [Locker], its [Lease] and
+// [Options], the errors and the limits. The errors a backend returns, the
+// limits and [ValidateKey] are defined in package driver and re-exported
+// here as the same values ([ErrNotHeld] == driver.ErrNotHeld, [HeldError]
+// is an alias): errors.Is and errors.As give the same answer whichever
+// package names them. To write a backend, implement [driver.Backend] (and
+// any optional interface that fits) and run the conformance suite in
+// package conformance against it.
 package fencedlock

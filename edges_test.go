@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // appliedThenFailed is a backend whose first Acquire takes the key on the
@@ -24,13 +25,13 @@ type appliedThenFailed struct {
 
 var errReset = errors.New("connection reset by peer")
 
-func (b *appliedThenFailed) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (b *appliedThenFailed) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	g, err := b.Backend.Acquire(ctx, req)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err == nil && !b.failed {
 		b.failed = true
-		return fencedlock.Grant{}, fmt.Errorf("fake: acquire: %w", errReset)
+		return driver.Grant{}, fmt.Errorf("fake: acquire: %w", errReset)
 	}
 	return g, err
 }
@@ -96,8 +97,8 @@ func TestPermanentErrors(t *testing.T) {
 	t.Run("acquire", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFake()
-			f.acquireFn = func(context.Context, fencedlock.AcquireRequest) (fencedlock.Grant, error) {
-				return fencedlock.Grant{}, errPerm
+			f.acquireFn = func(context.Context, driver.AcquireRequest) (driver.Grant, error) {
+				return driver.Grant{}, errPerm
 			}
 			l := mustLocker(t, f, fencedlock.Options{TTL: time.Second})
 			defer l.Close()
@@ -120,8 +121,8 @@ func TestPermanentErrors(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFake()
 			errDown := errors.New("connection refused")
-			f.acquireFn = func(context.Context, fencedlock.AcquireRequest) (fencedlock.Grant, error) {
-				return fencedlock.Grant{}, errDown
+			f.acquireFn = func(context.Context, driver.AcquireRequest) (driver.Grant, error) {
+				return driver.Grant{}, errDown
 			}
 			l := mustLocker(t, f, fencedlock.Options{TTL: time.Second})
 			defer l.Close()
@@ -136,7 +137,7 @@ func TestPermanentErrors(t *testing.T) {
 	t.Run("renew", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			f := newFake()
-			f.renewFn = func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error) {
+			f.renewFn = func(context.Context, driver.Grant, time.Duration) (time.Duration, error) {
 				return 0, errPerm
 			}
 			l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
@@ -172,7 +173,7 @@ func TestRenewAfterLoss(t *testing.T) {
 		}
 		// Sent at 2s, applied at 2.8s: after the local deadline (2.699s),
 		// before the server's expiry (3s).
-		f.renewFn = func(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+		f.renewFn = func(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 			time.Sleep(800 * time.Millisecond)
 			return f.Backend.Renew(ctx, g, ttl)
 		}
@@ -246,7 +247,7 @@ func TestLockersShareBackend(t *testing.T) {
 func TestReleaseBoundedWhenRenewalStuck(t *testing.T) {
 	const releaseTimeout = 500 * time.Millisecond
 	stuck := func(f *fake) {
-		f.renewFn = func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error) {
+		f.renewFn = func(context.Context, driver.Grant, time.Duration) (time.Duration, error) {
 			time.Sleep(5 * time.Second) // ignores its context
 			return 0, errors.New("dial timeout")
 		}
@@ -313,7 +314,7 @@ type dialling struct {
 	dial chan struct{} // closed when the dial ends
 }
 
-func (b *dialling) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *dialling) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	b.mu.Lock()
 	b.dial = make(chan struct{})
 	dial := b.dial
@@ -323,7 +324,7 @@ func (b *dialling) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durat
 	return 0, errors.New("dial timeout")
 }
 
-func (b *dialling) Release(ctx context.Context, g fencedlock.Grant) error {
+func (b *dialling) Release(ctx context.Context, g driver.Grant) error {
 	b.mu.Lock()
 	dial := b.dial
 	b.mu.Unlock()
@@ -377,7 +378,7 @@ type slowRenew struct {
 	fail  bool
 }
 
-func (b *slowRenew) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *slowRenew) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	time.Sleep(b.delay)
 	if b.fail {
 		return 0, errors.New("dial timeout")

@@ -7,11 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
 // Lease is a held lock. Its watchdog (a timer, see watchdog.go) renews it
-// (unless it is renewed by hand, or by a [KeepAliver] backend) and
+// (unless it is renewed by hand, or by a [driver.KeepAliver] backend) and
 // enforces its local deadline until Release, loss, or the Locker's Close.
 // All methods are safe for concurrent use. Printing a Lease (fmt, slog)
 // shows its key, fence and holder id, never its owner token.
@@ -22,7 +23,7 @@ import (
 // before the local deadline). Once ended, a lease never holds again.
 type Lease struct {
 	l     *Locker
-	grant Grant
+	grant driver.Grant
 	lt    leaseTiming // this lease's TTL, renew interval, margin, ManualRenew
 
 	holderOnce sync.Once
@@ -59,10 +60,10 @@ func (ls *Lease) Key() string { return ls.grant.Key }
 func (ls *Lease) Fence() fencing.Token { return ls.grant.Fence }
 
 // Holder returns the lease's holder id: non-secret, derived from the owner
-// token (see [HolderID]). Guards use it to accept an equal fence only from
+// token (see [driver.HolderID]). Guards use it to accept an equal fence only from
 // the same holder.
 func (ls *Lease) Holder() string {
-	ls.holderOnce.Do(func() { ls.holder = HolderID(ls.grant.Owner) })
+	ls.holderOnce.Do(func() { ls.holder = driver.HolderID(ls.grant.Owner) })
 	return ls.holder
 }
 
@@ -125,7 +126,7 @@ func (ls *Lease) endedErr(op string, end error) error {
 	return fmt.Errorf("fencedlock: %s %q: %w: %w", op, ls.grant.Key, ErrNotHeld, end)
 }
 
-// Renew renews the lease now. The watchdog (or a [KeepAliver] backend)
+// Renew renews the lease now. The watchdog (or a [driver.KeepAliver] backend)
 // does this on its own unless Options.ManualRenew is set (or
 // [WithManualRenew] was given for this lease). ctx bounds the request
 // (Release does not cancel a manual renewal in flight). If the server no longer holds the
@@ -174,7 +175,7 @@ func (ls *Lease) renew(ctx context.Context) error {
 // Release ends the lease (its context is cancelled with cause
 // [ErrReleased]), cancels the watchdog's renewal in flight, deletes the key
 // on the server if this owner still holds it, and waits for the cancelled
-// renewal to return (with a [KeepAliver], it waits for the backend's
+// renewal to return (with a [driver.KeepAliver], it waits for the backend's
 // keepalive to stop before it deletes the key). It runs detached from ctx's cancellation, so a caller
 // whose context is already cancelled still releases, and the whole of it
 // is bounded by Options.ReleaseTimeout when the backend returns once its

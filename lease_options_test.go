@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // TestPerCallTTLRenewCadence: a lease taken WithTTL(600ms) on a Locker
@@ -24,7 +25,7 @@ func TestPerCallTTLRenewCadence(t *testing.T) {
 				f := newFake()
 				var mu sync.Mutex
 				var asked []time.Duration // TTL of every acquire and renewal of "short"
-				f.acquireFn = func(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+				f.acquireFn = func(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 					if req.Key == "short" {
 						mu.Lock()
 						asked = append(asked, req.TTL)
@@ -33,7 +34,7 @@ func TestPerCallTTLRenewCadence(t *testing.T) {
 					return f.Backend.Acquire(ctx, req)
 				}
 				var shortRenews, longRenews []time.Time
-				f.renewFn = func(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+				f.renewFn = func(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 					mu.Lock()
 					if g.Key == "short" {
 						asked = append(asked, ttl)
@@ -141,7 +142,7 @@ func TestPerCallTTLLocalDeadline(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := newFake()
 				errDown := errors.New("connection refused")
-				f.renewFn = func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error) {
+				f.renewFn = func(context.Context, driver.Grant, time.Duration) (time.Duration, error) {
 					return 0, errDown
 				}
 				l := mustLocker(t, f, fencedlock.Options{TTL: time.Minute})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // lingering is a backend whose Renew blocks until its context ends and
@@ -26,7 +27,7 @@ type lingering struct {
 	returned  time.Time
 }
 
-func (b *lingering) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *lingering) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	b.inFlight.Add(1)
 	defer b.inFlight.Add(-1)
 	<-ctx.Done()
@@ -100,12 +101,12 @@ func TestReleaseWaitsForRenewal(t *testing.T) {
 type keeper struct {
 	*memory.Backend
 	linger time.Duration
-	ch     chan fencedlock.Renewal
+	ch     chan driver.Renewal
 	closed chan time.Time // when the keepalive channel was closed
 }
 
 func newKeeper(linger time.Duration) *keeper {
-	return &keeper{Backend: memory.New(), linger: linger, ch: make(chan fencedlock.Renewal), closed: make(chan time.Time, 1)}
+	return &keeper{Backend: memory.New(), linger: linger, ch: make(chan driver.Renewal), closed: make(chan time.Time, 1)}
 }
 
 // keptLease acquires "k" on a Locker (TTL 3s) over a new keeper, and
@@ -124,8 +125,8 @@ func keptLease(t *testing.T, linger time.Duration) (*keeper, *fencedlock.Locker,
 	return k, l, ls, start
 }
 
-func (k *keeper) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fencedlock.Renewal {
-	out := make(chan fencedlock.Renewal)
+func (k *keeper) KeepAlive(ctx context.Context, g driver.Grant) <-chan driver.Renewal {
+	out := make(chan driver.Renewal)
 	go func() {
 		defer func() { k.closed <- time.Now(); close(out) }()
 		for {
@@ -159,13 +160,13 @@ func TestKeepAliverLease(t *testing.T) {
 			k, l, ls, start := keptLease(t, 0)
 			margin := l.Options().SafetyMargin
 			time.Sleep(2 * time.Second)
-			k.ch <- fencedlock.Renewal{Sent: start.Add(time.Second), TTL: ttl}
+			k.ch <- driver.Renewal{Sent: start.Add(time.Second), TTL: ttl}
 			synctest.Wait()
 			if got, want := ls.Deadline().Sub(start), time.Second+ttl-margin; got != want {
 				t.Fatalf("deadline %v after a renewal sent at 1s, want %v", got, want)
 			}
 			errDown := errors.New("connection refused")
-			k.ch <- fencedlock.Renewal{Sent: time.Now(), Err: errDown}
+			k.ch <- driver.Renewal{Sent: time.Now(), Err: errDown}
 			<-ls.Done()
 			if got, want := time.Since(start), time.Second+ttl-margin; got != want {
 				t.Fatalf("lost after %v, want at the moved deadline %v", got, want)
@@ -182,7 +183,7 @@ func TestKeepAliverLease(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			k, _, ls, _ := keptLease(t, 0)
 			time.Sleep(time.Second)
-			k.ch <- fencedlock.Renewal{Sent: time.Now(), Err: fencedlock.ErrNotHeld}
+			k.ch <- driver.Renewal{Sent: time.Now(), Err: fencedlock.ErrNotHeld}
 			synctest.Wait()
 			if err := ls.Err(); !errors.Is(err, fencedlock.ErrLeaseLost) || !errors.Is(err, fencedlock.ErrNotHeld) {
 				t.Fatalf("Err %v at once after ErrNotHeld", err)
@@ -229,7 +230,7 @@ func TestRenewalAnsweredNearDeadline(t *testing.T) {
 		f := newFake()
 		var n atomic.Int32
 		margin := 301 * time.Millisecond // TTL/10 + 1ms
-		f.renewFn = func(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+		f.renewFn = func(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 			if n.Add(1) == 1 {
 				// Sent at 1s, answered 1ms before the deadline (2.699s).
 				time.Sleep(2*time.Second - margin - time.Millisecond)

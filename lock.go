@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // Locker grants leases on named keys from one Backend. It is safe for
 // concurrent use. Every Lease it grants has a watchdog, a timer that
-// renews it (unless it is renewed by hand, or by a [KeepAliver] backend)
+// renews it (unless it is renewed by hand, or by a [driver.KeepAliver] backend)
 // and reports it lost at its local deadline, until the lease is released
 // or lost, or the Locker is closed.
 //
@@ -21,12 +23,12 @@ import (
 // Locker grants leases of several TTLs: see [WithTTL] and the other
 // [LeaseOption]s.
 type Locker struct {
-	b      Backend
+	b      driver.Backend
 	opts   Options
 	log    *slog.Logger
-	notify Notifier
-	waitq  WaitAcquirer
-	keeper KeepAliver
+	notify driver.Notifier
+	waitq  driver.WaitAcquirer
+	keeper driver.KeepAliver
 	policy waitPolicy // how a waiting Acquire sleeps between attempts
 
 	obs     Observer // Options.Observer; nil: nothing observed
@@ -43,7 +45,7 @@ type Locker struct {
 // ranges) and b: an invalid option or a nil backend is reported here, as
 // an error wrapping [ErrInvalid], and no Locker is made. The caller keeps
 // ownership of b: [Locker.Close] does not close it.
-func New(b Backend, opts Options) (*Locker, error) {
+func New(b driver.Backend, opts Options) (*Locker, error) {
 	if b == nil {
 		return nil, invalidf("nil backend")
 	}
@@ -52,9 +54,9 @@ func New(b Backend, opts Options) (*Locker, error) {
 		return nil, err
 	}
 	l := &Locker{b: b, opts: o, log: o.Logger, closeCh: make(chan struct{}), leases: make(map[*Lease]struct{})}
-	l.notify, _ = b.(Notifier)
-	l.waitq, _ = b.(WaitAcquirer)
-	l.keeper, _ = b.(KeepAliver)
+	l.notify, _ = b.(driver.Notifier)
+	l.waitq, _ = b.(driver.WaitAcquirer)
+	l.keeper, _ = b.(driver.KeepAliver)
 	l.policy = waitPolicy{max: o.MaxRetryDelay, notifier: l.notify != nil, jitter: jitter}
 	if o.Observer != nil { // observe: events carry the backend's name
 		l.obs, l.backend = o.Observer, backendName(b)
@@ -78,7 +80,7 @@ func (l *Locker) check(key string) error {
 	return nil
 }
 
-func (l *Locker) start(g Grant, sent time.Time, lt leaseTiming) (*Lease, error) {
+func (l *Locker) start(g driver.Grant, sent time.Time, lt leaseTiming) (*Lease, error) {
 	ls := &Lease{l: l, grant: g, lt: lt}
 	ls.observeStart() // observe: the lease's start (before Close can see it)
 	ttl := g.TTL
@@ -228,7 +230,7 @@ func (l *Locker) forget(ls *Lease) {
 // another request is dialling, up to its dial timeout). An abandoned call
 // ends on its own. *g must not change afterwards. It costs a goroutine
 // hand-off, so the common path of Lease.Release does not use it.
-func (l *Locker) release(ctx context.Context, g *Grant) error {
+func (l *Locker) release(ctx context.Context, g *driver.Grant) error {
 	done := make(chan error, 1)
 	b := l.b
 	go func() { done <- b.Release(ctx, *g) }()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,13 +26,13 @@ type fake struct {
 	acquires  []time.Time
 	renews    []time.Time
 	releases  int
-	acquireFn func(context.Context, fencedlock.AcquireRequest) (fencedlock.Grant, error)
-	renewFn   func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error)
+	acquireFn func(context.Context, driver.AcquireRequest) (driver.Grant, error)
+	renewFn   func(context.Context, driver.Grant, time.Duration) (time.Duration, error)
 }
 
 func newFake() *fake { return &fake{Backend: memory.New()} }
 
-func (f *fake) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (f *fake) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	f.mu.Lock()
 	f.acquires = append(f.acquires, time.Now())
 	fn := f.acquireFn
@@ -42,7 +43,7 @@ func (f *fake) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fenc
 	return f.Backend.Acquire(ctx, req)
 }
 
-func (f *fake) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (f *fake) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	f.mu.Lock()
 	f.renews = append(f.renews, time.Now())
 	fn := f.renewFn
@@ -53,7 +54,7 @@ func (f *fake) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration)
 	return f.Backend.Renew(ctx, g, ttl)
 }
 
-func (f *fake) Release(ctx context.Context, g fencedlock.Grant) error {
+func (f *fake) Release(ctx context.Context, g driver.Grant) error {
 	f.mu.Lock()
 	f.releases++
 	f.mu.Unlock()
@@ -67,7 +68,7 @@ func (f *fake) renewTimes() []time.Time {
 }
 
 // plain hides the optional interfaces of the wrapped backend.
-type plain struct{ fencedlock.Backend }
+type plain struct{ driver.Backend }
 
 // TestRenewCadence: the watchdog renews every TTL/3, measured on the fake
 // clock, and the lease survives ten TTLs.
@@ -116,7 +117,7 @@ func TestLocalDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake()
 		errDown := errors.New("connection refused")
-		f.renewFn = func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error) {
+		f.renewFn = func(context.Context, driver.Grant, time.Duration) (time.Duration, error) {
 			return 0, errDown
 		}
 		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
@@ -184,7 +185,7 @@ func TestTransientRenewFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake()
 		var fails atomic.Int32
-		f.renewFn = func(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+		f.renewFn = func(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 			if fails.Add(1) <= 2 {
 				return 0, errors.New("timeout")
 			}
@@ -211,8 +212,8 @@ func TestTransientRenewFailure(t *testing.T) {
 func TestBackoffBounds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake()
-		f.acquireFn = func(context.Context, fencedlock.AcquireRequest) (fencedlock.Grant, error) {
-			return fencedlock.Grant{}, &fencedlock.HeldError{Key: "k"} // no hint
+		f.acquireFn = func(context.Context, driver.AcquireRequest) (driver.Grant, error) {
+			return driver.Grant{}, &fencedlock.HeldError{Key: "k"} // no hint
 		}
 		minD, maxD := 10*time.Millisecond, 200*time.Millisecond
 		l := mustLocker(t, plain{f}, fencedlock.Options{TTL: time.Second, MinRetryDelay: minD, MaxRetryDelay: maxD})
@@ -381,7 +382,7 @@ func TestInvalidInput(t *testing.T) {
 	}
 	options := []struct {
 		name string
-		b    fencedlock.Backend
+		b    driver.Backend
 		opts fencedlock.Options
 	}{
 		{"TTL 1ms", f, fencedlock.Options{TTL: time.Millisecond}},
@@ -595,7 +596,7 @@ func TestRealTime(t *testing.T) {
 
 // silent is a Notifier that never delivers, like a pub/sub connection that
 // dropped its messages.
-type silent struct{ fencedlock.Backend }
+type silent struct{ driver.Backend }
 
 func (silent) Watch(context.Context, string) (<-chan struct{}, func(), error) {
 	return make(chan struct{}), func() {}, nil

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -31,13 +32,13 @@ type Observer interface {
 	// AcquireWait is called, with AcquireStart's context, each time a
 	// blocking Acquire has to wait: an attempt found the key held or
 	// failed, a release notification woke it, or a WaitAcquirer reported
-	// it queued behind a holder (see [NoteQueued]).
+	// it queued behind a holder (see [driver.NoteQueued]).
 	AcquireWait(ctx context.Context, e AcquireWaitEvent)
 	// AcquireEnd is called when the Acquire returns, with AcquireStart's
 	// context.
 	AcquireEnd(ctx context.Context, e AcquireEndEvent)
 	// Renewed is called after each renewal of a lease: by the watchdog, by
-	// Lease.Renew, or confirmed by a [KeepAliver]. ctx is the renewal's
+	// Lease.Renew, or confirmed by a [driver.KeepAliver]. ctx is the renewal's
 	// context.
 	Renewed(ctx context.Context, e RenewEvent)
 	// LeaseEnd is called once per lease, when it is released or lost,
@@ -97,7 +98,7 @@ type LeaseInfo struct {
 	Backend string        // the backend's name (see Locker.BackendName)
 	Key     string        // the lock name
 	Fence   fencing.Token // the lease's fence (0 before it is acquired)
-	Holder  string        // the holder id (see [HolderID]); empty before it is acquired
+	Holder  string        // the holder id (see [driver.HolderID]); empty before it is acquired
 	TTL     time.Duration // the lease the server granted
 }
 
@@ -210,22 +211,12 @@ type ReleaseEndEvent struct {
 	Err      error
 }
 
-// NoteQueued is called by a [WaitAcquirer]'s AcquireWait, with the context
-// it was given, when it finds the request queued behind another holder. It
-// reports a WaitQueued event to the Locker's Observer and marks the
-// Acquire's success as a hand-off. Without an Observer it does nothing.
-func NoteQueued(ctx context.Context) {
-	if st, _ := ctx.Value(acquireKey{}).(*acquireState); st != nil {
-		st.wait(ctx, WaitQueued, nil)
-	}
-}
-
 // BackendName returns the name events carry for the Locker's backend: the
 // last element of its package path ("redis", "goredis", "etcd",
 // "memory").
 func (l *Locker) BackendName() string { return backendName(l.b) }
 
-func backendName(b Backend) string {
+func backendName(b driver.Backend) string {
 	t := reflect.TypeOf(b)
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -250,6 +241,9 @@ type acquireState struct {
 	notified bool      // woken by a notification, and no attempt failed since
 	queued   bool
 }
+
+// Queued reports a WaitQueued event (see [driver.NoteQueued]).
+func (st *acquireState) Queued(ctx context.Context) { st.wait(ctx, WaitQueued, nil) }
 
 func (st *acquireState) wait(ctx context.Context, kind WaitKind, err error) {
 	now := time.Now()
@@ -286,7 +280,7 @@ func (l *Locker) observeAcquire(ctx context.Context, key string, blocking bool) 
 	}
 	st := &acquireState{obs: l.obs, backend: l.backend, key: key, blocking: blocking, start: time.Now()}
 	octx := l.obs.AcquireStart(ctx, AcquireStartEvent{Backend: l.backend, Key: key, Blocking: blocking})
-	octx = context.WithValue(octx, acquireKey{}, st)
+	octx = driver.WithQueueObserver(context.WithValue(octx, acquireKey{}, st), st)
 	return octx, acquireObs{st: st, ctx: octx}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // recorder is an Observer that logs every event as a line, and signals
@@ -102,7 +103,7 @@ type ownerSpy struct {
 	owners []string
 }
 
-func (s *ownerSpy) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (s *ownerSpy) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	s.mu.Lock()
 	s.owners = append(s.owners, req.Owner)
 	s.mu.Unlock()
@@ -131,7 +132,7 @@ func noOwnerTokens(t *testing.T, r *recorder, spies ...*ownerSpy) {
 	}
 }
 
-func observed(t *testing.T, b fencedlock.Backend, r *recorder, opts fencedlock.Options) *fencedlock.Locker {
+func observed(t *testing.T, b driver.Backend, r *recorder, opts fencedlock.Options) *fencedlock.Locker {
 	t.Helper()
 	opts.Observer = r
 	l, err := fencedlock.New(b, opts)
@@ -318,7 +319,7 @@ func TestObserverLosses(t *testing.T) {
 	t.Run("invalidated", func(t *testing.T) {
 		r := newRecorder()
 		f := newFake()
-		f.renewFn = func(context.Context, fencedlock.Grant, time.Duration) (time.Duration, error) {
+		f.renewFn = func(context.Context, driver.Grant, time.Duration) (time.Duration, error) {
 			return 0, fmt.Errorf("test: %w", fencedlock.ErrPermanent)
 		}
 		l := observed(t, f, r, fencedlock.Options{TTL: time.Second, ManualRenew: true})
@@ -384,8 +385,8 @@ func TestObserverAcquireErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
-	f.acquireFn = func(context.Context, fencedlock.AcquireRequest) (fencedlock.Grant, error) {
-		return fencedlock.Grant{}, fmt.Errorf("test: %w", fencedlock.ErrPermanent)
+	f.acquireFn = func(context.Context, driver.AcquireRequest) (driver.Grant, error) {
+		return driver.Grant{}, fmt.Errorf("test: %w", fencedlock.ErrPermanent)
 	}
 	f.mu.Unlock()
 	if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, fencedlock.ErrPermanent) {

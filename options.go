@@ -3,18 +3,20 @@ package fencedlock
 import (
 	"log/slog"
 	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // Limits and defaults. A zero field of [Options] takes the default below.
 const (
 	// MaxKeyLen is the longest key, in bytes, a Locker accepts.
-	MaxKeyLen = 1024
+	MaxKeyLen = driver.MaxKeyLen
 	// MinTTL is the shortest lease a Locker accepts. Shorter leases leave
 	// no room for a renewal round trip and the safety margin.
-	MinTTL = 50 * time.Millisecond
+	MinTTL = driver.MinTTL
 	// MaxTTL is the longest lease a Locker accepts. A crashed holder keeps a
 	// key for up to its TTL, so longer leases are almost always mistakes.
-	MaxTTL = 24 * time.Hour
+	MaxTTL = driver.MaxTTL
 
 	// DefaultTTL is the lease used when Options.TTL is zero.
 	DefaultTTL = 10 * time.Second
@@ -29,7 +31,7 @@ const (
 	DefaultMaxRetryDelay = time.Second
 	// DefaultReleaseTimeout bounds a Release, which runs detached from the
 	// caller's cancellation.
-	DefaultReleaseTimeout = 5 * time.Second
+	DefaultReleaseTimeout = driver.DefaultReleaseTimeout
 )
 
 // Options configures a [Locker]. The zero value means the documented
@@ -114,15 +116,7 @@ func (o Options) resolve() (Options, error) {
 // ValidateKey reports whether key is acceptable as a lock name: 1 to
 // [MaxKeyLen] bytes. Any bytes are allowed, including slashes, braces,
 // spaces and invalid UTF-8.
-func ValidateKey(key string) error {
-	if key == "" {
-		return invalidf("empty key")
-	}
-	if len(key) > MaxKeyLen {
-		return invalidf("key of %d bytes exceeds MaxKeyLen %d", len(key), MaxKeyLen)
-	}
-	return nil
-}
+func ValidateKey(key string) error { return driver.ValidateKey(key) }
 
 // A LeaseOption sets a per-lease option of one call of [Locker.Acquire],
 // [Locker.TryAcquire] or [Locker.Do], in place of the Locker's [Options]

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // full is a jitter that always picks the whole backoff, so that waits are
@@ -72,22 +74,22 @@ type script struct {
 	at   []time.Time
 }
 
-func (s *script) Acquire(ctx context.Context, req AcquireRequest) (Grant, error) {
+func (s *script) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := len(s.at)
 	s.at = append(s.at, time.Now())
 	if i < len(s.errs) {
-		return Grant{}, s.errs[i]
+		return driver.Grant{}, s.errs[i]
 	}
-	return Grant{Key: req.Key, Owner: req.Owner, Fence: 1, TTL: req.TTL}, nil
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: 1, TTL: req.TTL}, nil
 }
 
-func (s *script) Renew(_ context.Context, _ Grant, ttl time.Duration) (time.Duration, error) {
+func (s *script) Renew(_ context.Context, _ driver.Grant, ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
-func (s *script) Release(context.Context, Grant) error { return nil }
-func (s *script) Close() error                         { return nil }
+func (s *script) Release(context.Context, driver.Grant) error { return nil }
+func (s *script) Close() error                                { return nil }
 
 // watching adds a Notifier that never announces anything.
 type watching struct{ *script }
@@ -121,7 +123,7 @@ func TestWaitSleepsAsPolicy(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := &script{errs: c.errs}
-				var b Backend = s
+				var b driver.Backend = s
 				if c.notifier {
 					b = watching{s}
 				}

@@ -12,17 +12,18 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // spy records the owner tokens of the requests it passes on.
 type spy struct {
-	fencedlock.Backend
+	driver.Backend
 	mu     sync.Mutex
 	owners []string
-	grants []fencedlock.Grant
+	grants []driver.Grant
 }
 
-func (s *spy) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (s *spy) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	g, err := s.Backend.Acquire(ctx, req)
 	s.mu.Lock()
 	s.owners = append(s.owners, req.Owner)
@@ -43,13 +44,13 @@ func TestOwnerNeverRendered(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner, g := s.owners[0], s.grants[0]
-	req := fencedlock.AcquireRequest{Key: "orders", Owner: owner, TTL: time.Minute}
+	req := driver.AcquireRequest{Key: "orders", Owner: owner, TTL: time.Minute}
 	values := []struct {
 		name string
 		v    any
 	}{
 		{"*Lease", ls}, {"Grant", g}, {"*Grant", &g}, {"AcquireRequest", req}, {"*AcquireRequest", &req},
-		{"struct holding a Grant", struct{ G fencedlock.Grant }{g}},
+		{"struct holding a Grant", struct{ G driver.Grant }{g}},
 	}
 	for _, v := range values {
 		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%20v"} {

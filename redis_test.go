@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -46,7 +47,7 @@ func TestRedisPermanentErrors(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		b     fencedlock.Backend
+		b     driver.Backend
 		setup func(key string)
 		want  error
 	}{

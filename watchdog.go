@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // The lease lifecycle is a small state machine driven by one timer:
@@ -21,7 +23,7 @@ import (
 // err as its cause, which aborts a renewal in flight; a ctx first asked
 // for later is made cancelled, see Lease.context), but the watchdog
 // may still be finishing: a tick that had already fired, a renewal in
-// flight, the keepalive reader of a [KeepAliver].
+// flight, the keepalive reader of a [driver.KeepAliver].
 //
 // done: the watchdog has stopped: no timer armed, no renewal in flight,
 // the keepalive reader returned. Release waits for done.
@@ -264,7 +266,7 @@ func deadlineReason(lastErr error) error {
 // readKeepAlive feeds a KeepAliver's renewals into the lease until the
 // backend closes the channel (after the lease's context ends, or when it
 // can no longer keep the lease alive), then lets the watchdog settle.
-func (ls *Lease) readKeepAlive(kc <-chan Renewal) {
+func (ls *Lease) readKeepAlive(kc <-chan driver.Renewal) {
 	for r := range kc {
 		ls.observeRenew(context.Background(), r.Sent, true, r.Err) // observe: a KeepAliver's renewal
 		ls.renewed(r.Sent, r.TTL, r.Err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // BenchmarkOverhead splits fencedlock/redis's uncontended acquire+release
@@ -38,7 +39,7 @@ func BenchmarkOverhead(b *testing.B) {
 			return h.Release(ctx)
 		}},
 		{"backend", func(k string) error {
-			g, err := be.Acquire(ctx, fencedlock.AcquireRequest{Key: k, Owner: rand.Text(), TTL: benchTTL})
+			g, err := be.Acquire(ctx, driver.AcquireRequest{Key: k, Owner: rand.Text(), TTL: benchTTL})
 			if err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/etcd"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	_ "github.com/lib/pq" // the PostgreSQL driver of the SQL register
 	"github.com/redis/rueidis"
@@ -108,7 +109,7 @@ func RunWorker(cfg WorkerConfig, stdin io.Reader, events io.Writer) error {
 
 // open makes the worker's lock backend and register; closeAll closes
 // them, the backend explicitly (a Locker may not close it).
-func open(cfg WorkerConfig) (b fencedlock.Backend, reg register, closeAll func(), err error) {
+func open(cfg WorkerConfig) (b driver.Backend, reg register, closeAll func(), err error) {
 	var closers []func()
 	cleanup := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -200,7 +201,7 @@ type releaseNoOwner struct {
 	c rueidis.Client
 }
 
-func (b *releaseNoOwner) Release(ctx context.Context, g fencedlock.Grant) error {
+func (b *releaseNoOwner) Release(ctx context.Context, g driver.Grant) error {
 	cmds := rueidis.Commands{
 		b.c.B().Del().Key(b.LockKey(g.Key)).Build(),
 		b.c.B().Publish().Channel(b.Channel(g.Key)).Message("released").Build(),

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // This file holds the properties about a context that ends during an
@@ -56,7 +56,7 @@ func testCancelledAcquire(t *testing.T, e *env) {
 		ended := time.Now()
 		select {
 		case err := <-res:
-			if !errors.Is(err, fencedlock.ErrNotAcquired) || !errors.Is(err, c.want) {
+			if !errors.Is(err, driver.ErrNotAcquired) || !errors.Is(err, c.want) {
 				t.Fatalf("%s: Acquire of a held key: %v, want an error wrapping both ErrNotAcquired and %v", c.name, err, c.want)
 			}
 		case <-time.After(prompt):
@@ -65,10 +65,10 @@ func testCancelledAcquire(t *testing.T, e *env) {
 		t.Logf("%s: returned %v after the context ended", c.name, time.Since(ended).Round(time.Microsecond))
 		cancel()
 	}
-	wq, queued := e.backend(t).(fencedlock.WaitAcquirer)
+	wq, queued := e.backend(t).(driver.WaitAcquirer)
 	if queued {
 		ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
-		_, err := wq.AcquireWait(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		_, err := wq.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("AcquireWait of a held key with an expiring context: %v, want an error wrapping context.DeadlineExceeded", err)
@@ -79,7 +79,7 @@ func testCancelledAcquire(t *testing.T, e *env) {
 	}
 	// Nothing of the cancelled waits may stand in the way now.
 	fresh := e.backend(t)
-	g, err := fresh.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
+	g, err := fresh.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 	if err != nil {
 		t.Fatalf("a fresh backend's Acquire right after the holder released: %v (a cancelled wait left something behind)", err)
 	}
@@ -102,7 +102,7 @@ func testCancelledAcquire(t *testing.T, e *env) {
 	ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
 	_, err = waiter2.Acquire(ctx, key)
 	cancel()
-	if !errors.Is(err, fencedlock.ErrNotAcquired) {
+	if !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("cancelled Acquire: %v", err)
 	}
 	live := e.locker(t, nil)
@@ -160,7 +160,7 @@ func testCancelledAttempt(t *testing.T, e *env) {
 	var applied, cancelled int
 	for i := range attempts {
 		key := e.key("attempt")
-		req := fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
+		req := driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
 		// Cancel at a random point between before the call and twice its
 		// round trip; every fourth attempt before it starts.
 		var after time.Duration
@@ -179,20 +179,20 @@ func testCancelledAttempt(t *testing.T, e *env) {
 			continue
 		}
 		cancelled++
-		if errors.Is(err, fencedlock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		if errors.Is(err, driver.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			t.Fatalf("attempt %d: Acquire of a free key cancelled %v after it started (context: %v) returned %v: ErrNotAcquired without the context's error reports \"held by another\" for an outcome the store may have applied",
 				i+1, after, ctxErr, err)
 		}
 		// The Locker's clean-up after an unknown outcome: a Release of
 		// Grant{Key, Owner} must leave the key free.
-		if err := b.Release(e.ctx, fencedlock.Grant{Key: key, Owner: req.Owner}); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+		if err := b.Release(e.ctx, driver.Grant{Key: key, Owner: req.Owner}); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("attempt %d: Release of Grant{Key, Owner} after a cancelled Acquire: %v", i+1, err)
 		}
 		if e.held(t, key) {
 			// Tell the lead which way it went: a second Release that
 			// frees the key means the Acquire was applied after the
 			// first one, its request still in flight when it returned.
-			again := b.Release(e.ctx, fencedlock.Grant{Key: key, Owner: req.Owner})
+			again := b.Release(e.ctx, driver.Grant{Key: key, Owner: req.Owner})
 			t.Fatalf("attempt %d: key held after a cancelled Acquire (%v) and its owner's Release of Grant{Key, Owner} (a second Release: %v; nil means the Acquire's request was applied after the first Release: the backend returned while it was still in flight)", i+1, err, again)
 		}
 	}
@@ -211,19 +211,19 @@ func testCancelledAttempt(t *testing.T, e *env) {
 		ctx, cancel := context.WithTimeout(e.ctx, after)
 		_, err := b.Renew(ctx, g, e.hold)
 		cancel()
-		if errors.Is(err, fencedlock.ErrNotHeld) && !isCtx(err) {
+		if errors.Is(err, driver.ErrNotHeld) && !isCtx(err) {
 			t.Fatalf("renewal %d: Renew of a held key cancelled %v after it started returned %v: ErrNotHeld without the context's error reports \"not held\" for a key its owner holds",
 				i+1, after, err)
 		}
 		ctx, cancel = context.WithTimeout(e.ctx, time.Duration(mrand.Int64N(int64(2*releaseTrip)+1)))
 		err = b.Release(ctx, g)
 		cancel()
-		if errors.Is(err, fencedlock.ErrNotHeld) && !isCtx(err) {
+		if errors.Is(err, driver.ErrNotHeld) && !isCtx(err) {
 			t.Fatalf("release %d: Release of a held key cancelled mid-flight returned %v: ErrNotHeld without the context's error reports \"not held\" for a key its owner held", i+1, err)
 		}
 		if err != nil {
 			// Unknown outcome: the owner's Release again frees the key.
-			if err := b.Release(e.ctx, fencedlock.Grant{Key: key, Owner: g.Owner}); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+			if err := b.Release(e.ctx, driver.Grant{Key: key, Owner: g.Owner}); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 				t.Fatalf("release %d: Release after a cancelled one: %v", i+1, err)
 			}
 		}

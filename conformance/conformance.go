@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/locktest"
 )
@@ -37,7 +38,7 @@ type Harness interface {
 	// NewBackend returns a new backend over the harness's store, independent
 	// of every other backend it returned, as if it ran in another process:
 	// its own connections, sessions and caches. The suite closes it.
-	NewBackend(ctx context.Context) (fencedlock.Backend, error)
+	NewBackend(ctx context.Context) (driver.Backend, error)
 
 	// Invalidate deletes or revokes key's lock on the store behind its
 	// holder's back, as an operator, an eviction or a failover would. It
@@ -68,7 +69,7 @@ type Config struct {
 	// Zero means DefaultExpirySlack.
 	ExpirySlack time.Duration
 
-	// QueueDelay is, for backends implementing [fencedlock.WaitAcquirer],
+	// QueueDelay is, for backends implementing [driver.WaitAcquirer],
 	// the time within which a waiter that called AcquireWait is queued on
 	// the server. The FIFO check starts waiters this far apart (and, if the
 	// order is wrong, once more 4x as far apart). Zero means
@@ -137,7 +138,7 @@ type GuardMaker interface {
 
 // Delayer is implemented by harnesses that can put latency between a
 // backend and the store. The SentIsSendTime property uses it to check that
-// [fencedlock.Grant.Sent] and [fencedlock.Renewal.Sent] are when a request
+// [driver.Grant.Sent] and [driver.Renewal.Sent] are when a request
 // was sent, not when its response arrived: a backend that takes the time
 // after the round trip overstates its lease by the response's delay, so its
 // holder's local deadline falls after the store has already let another
@@ -148,7 +149,7 @@ type Delayer interface {
 	// NewDelayedBackend is NewBackend for a backend whose responses from
 	// the store reach it delay after the store sent them. Its requests
 	// may travel at the normal speed.
-	NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error)
+	NewDelayedBackend(ctx context.Context, delay time.Duration) (driver.Backend, error)
 }
 
 // memGuard is the default Guard: a fencing.Guard in front of a string.
@@ -180,7 +181,7 @@ type property struct {
 	fn   func(t *testing.T, e *env)
 }
 
-// Run checks the backends of newHarness against the [fencedlock.Backend]
+// Run checks the backends of newHarness against the [driver.Backend]
 // contract, one subtest per property (see the package documentation for
 // the list). newHarness is called once per subtest, with that subtest's t,
 // and may register cleanups on it; every backend the suite creates is
@@ -295,7 +296,7 @@ func (e *env) key(name string) string {
 }
 
 // backend returns a new backend, closed when the test ends.
-func (e *env) backend(t *testing.T) fencedlock.Backend {
+func (e *env) backend(t *testing.T) driver.Backend {
 	t.Helper()
 	b, err := e.h.NewBackend(e.ctx)
 	if err != nil {
@@ -354,14 +355,14 @@ func grantTTL(d, requested time.Duration) time.Duration {
 
 // grab makes one direct Backend.Acquire of key, with a long lease, for a
 // fresh owner and fails the test unless it succeeds.
-func (e *env) grab(t *testing.T, b fencedlock.Backend, key string) fencedlock.Grant {
+func (e *env) grab(t *testing.T, b driver.Backend, key string) driver.Grant {
 	t.Helper()
 	return e.grabTTL(t, b, key, e.hold)
 }
 
-func (e *env) grabTTL(t *testing.T, b fencedlock.Backend, key string, ttl time.Duration) fencedlock.Grant {
+func (e *env) grabTTL(t *testing.T, b driver.Backend, key string, ttl time.Duration) driver.Grant {
 	t.Helper()
-	req := fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl}
+	req := driver.AcquireRequest{Key: key, Owner: owner(), TTL: ttl}
 	g, err := b.Acquire(e.ctx, req)
 	if err != nil {
 		t.Fatalf("Acquire(%s) of a free key: %v", quote(key), err)
@@ -374,7 +375,7 @@ func (e *env) grabTTL(t *testing.T, b fencedlock.Backend, key string, ttl time.D
 }
 
 // checkGrant checks the fields of a grant for key.
-func (e *env) checkGrant(t *testing.T, g fencedlock.Grant, key string, ttl time.Duration) {
+func (e *env) checkGrant(t *testing.T, g driver.Grant, key string, ttl time.Duration) {
 	t.Helper()
 	if g.Key != key {
 		t.Errorf("Grant.Key = %s, want %s", quote(g.Key), quote(key))
@@ -396,7 +397,7 @@ func (e *env) checkGrant(t *testing.T, g fencedlock.Grant, key string, ttl time.
 func (e *env) held(t *testing.T, key string) bool {
 	t.Helper()
 	b := e.backend(t)
-	g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
+	g, err := b.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 	if err == nil {
 		if rerr := b.Release(e.ctx, g); rerr != nil {
 			t.Errorf("Release of a fresh grant on %s: %v", quote(key), rerr)
@@ -411,7 +412,7 @@ func (e *env) held(t *testing.T, key string) bool {
 
 // mustBeHeld fails the test unless key is held, and the holder g (if given)
 // still holds it: a renewal of g succeeds.
-func (e *env) mustBeHeld(t *testing.T, b fencedlock.Backend, g *fencedlock.Grant, why string) {
+func (e *env) mustBeHeld(t *testing.T, b driver.Backend, g *driver.Grant, why string) {
 	t.Helper()
 	key := g.Key
 	if !e.held(t, key) {
@@ -425,7 +426,7 @@ func (e *env) mustBeHeld(t *testing.T, b fencedlock.Backend, g *fencedlock.Grant
 // acquireBy polls b.Acquire for key until it succeeds and fails the test if
 // an attempt sent after notAfter still finds the key held. It returns the
 // grant, when the successful attempt was sent, and when it returned.
-func (e *env) acquireBy(t *testing.T, b fencedlock.Backend, key string, notAfter time.Time, why string) (g fencedlock.Grant, sent, got time.Time) {
+func (e *env) acquireBy(t *testing.T, b driver.Backend, key string, notAfter time.Time, why string) (g driver.Grant, sent, got time.Time) {
 	t.Helper()
 	g, sent, got, _ = e.acquireByGap(t, b, key, notAfter, why)
 	return g, sent, got
@@ -438,13 +439,13 @@ func (e *env) pollInterval() time.Duration { return max(e.ttl/25, 2*time.Millise
 // successful attempt the previous one was sent (or the call began): a long
 // gap means the poller was descheduled, and cannot tell exactly when the
 // key became free.
-func (e *env) acquireByGap(t *testing.T, b fencedlock.Backend, key string, notAfter time.Time, why string) (g fencedlock.Grant, sent, got time.Time, gap time.Duration) {
+func (e *env) acquireByGap(t *testing.T, b driver.Backend, key string, notAfter time.Time, why string) (g driver.Grant, sent, got time.Time, gap time.Duration) {
 	t.Helper()
 	interval := e.pollInterval()
 	prev := time.Now()
 	for attempt := 0; ; attempt++ {
 		sent = time.Now()
-		g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
+		g, err := b.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 		if err == nil {
 			e.checkGrant(t, g, key, e.hold)
 			return g, sent, time.Now(), sent.Sub(prev)

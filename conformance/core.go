@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -168,11 +169,11 @@ func testMutualExclusion(t *testing.T, e *env) {
 
 func testFenceIncreasing(t *testing.T, e *env) {
 	key := e.key("fence")
-	bs := []fencedlock.Backend{e.backend(t), e.backend(t), e.backend(t)}
+	bs := []driver.Backend{e.backend(t), e.backend(t), e.backend(t)}
 	exp, hasExpirer := e.h.(Expirer)
 	var last fencing.Token
 	var history []string
-	check := func(g fencedlock.Grant, how string) {
+	check := func(g driver.Grant, how string) {
 		t.Helper()
 		history = append(history, fmt.Sprintf("%v(%s)", g.Fence, how))
 		if g.Fence <= last {
@@ -250,7 +251,7 @@ func testAwkwardKeys(t *testing.T, e *env) {
 		t.Fatalf("suite bug: long key of %d bytes", n)
 	}
 	l1, l2 := e.locker(t, nil), e.locker(t, nil)
-	insp, _ := e.backend(t).(fencedlock.Inspector)
+	insp, _ := e.backend(t).(driver.Inspector)
 	// Each phase runs its keys concurrently (slow stores take a round trip
 	// or more per call); every key is handled by one goroutine per phase.
 	phase := func(name string, fn func(i int, k string) error) {
@@ -339,27 +340,27 @@ func testClose(t *testing.T, e *env) {
 			t.Fatalf("%s after Close: %v, want an error wrapping ErrClosed", what, err)
 		}
 	}
-	_, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+	_, err := b.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
 	closed("Acquire", err)
 	og := e.grab(t, other, key)
 	_, err = b.Renew(e.ctx, og, e.hold)
 	closed("Renew", err)
 	closed("Release", b.Release(e.ctx, og))
 	e.mustBeHeld(t, other, &og, "after calls on a closed backend")
-	if n, ok := b.(fencedlock.Notifier); ok {
+	if n, ok := b.(driver.Notifier); ok {
 		_, stop, err := n.Watch(e.ctx, key)
 		if err == nil && stop != nil {
 			stop()
 		}
 		closed("Watch", err)
 	}
-	if w, ok := b.(fencedlock.WaitAcquirer); ok {
+	if w, ok := b.(driver.WaitAcquirer); ok {
 		ctx, cancel := context.WithTimeout(e.ctx, e.ttl+e.schedAllowance())
-		_, err := w.AcquireWait(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		_, err := w.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
 		cancel()
 		closed("AcquireWait", err)
 	}
-	if in, ok := b.(fencedlock.Inspector); ok {
+	if in, ok := b.(driver.Inspector); ok {
 		_, err := in.Inspect(e.ctx, key)
 		closed("Inspect", err)
 	}

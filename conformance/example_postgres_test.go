@@ -33,13 +33,13 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/pgtest"
 )
 
-// pgBackend is a fencedlock.Backend (and Inspector) on one table.
+// pgBackend is a driver.Backend (and Inspector) on one table.
 type pgBackend struct {
 	db    *sql.DB
 	table string // a quoted identifier
@@ -49,8 +49,8 @@ type pgBackend struct {
 }
 
 var (
-	_ fencedlock.Backend   = (*pgBackend)(nil)
-	_ fencedlock.Inspector = (*pgBackend)(nil)
+	_ driver.Backend   = (*pgBackend)(nil)
+	_ driver.Inspector = (*pgBackend)(nil)
 )
 
 // openPG opens a backend on table with its own connection pool, as a
@@ -83,7 +83,7 @@ func (b *pgBackend) usable() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return fmt.Errorf("pgexample: %w", fencedlock.ErrClosed)
+		return fmt.Errorf("pgexample: %w", driver.ErrClosed)
 	}
 	return nil
 }
@@ -91,9 +91,9 @@ func (b *pgBackend) usable() error {
 // Acquire takes the key if its row is absent, free or expired, and
 // increments the fence in the same statement. When the key is held, the
 // same round trip reads the holder's remaining lease for the HeldError.
-func (b *pgBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (b *pgBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.usable(); err != nil {
-		return fencedlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	q := fmt.Sprintf(`
 		WITH taken AS (
@@ -117,17 +117,17 @@ func (b *pgBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) 
 	case errors.Is(err, sql.ErrNoRows):
 		// Another transaction created the row concurrently; we did not see
 		// it in our snapshot, so its lease is unknown.
-		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key}
+		return driver.Grant{}, &driver.HeldError{Key: req.Key}
 	case err != nil:
-		return fencedlock.Grant{}, fmt.Errorf("pgexample: acquire: %w", err)
+		return driver.Grant{}, fmt.Errorf("pgexample: acquire: %w", err)
 	case fence == 0:
-		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: time.Duration(left * float64(time.Second))}
+		return driver.Grant{}, &driver.HeldError{Key: req.Key, RetryAfter: time.Duration(left * float64(time.Second))}
 	}
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: req.TTL}, nil
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: req.TTL}, nil
 }
 
 // Renew moves the expiry if, and only if, g's owner holds the key.
-func (b *pgBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *pgBackend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	if err := b.usable(); err != nil {
 		return 0, err
 	}
@@ -138,14 +138,14 @@ func (b *pgBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Dura
 		return 0, fmt.Errorf("pgexample: renew: %w", err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return 0, fmt.Errorf("pgexample: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return 0, fmt.Errorf("pgexample: renew %q: %w", g.Key, driver.ErrNotHeld)
 	}
 	return ttl, nil
 }
 
 // Release frees the key if, and only if, g's owner holds it. The row and
 // its fence stay.
-func (b *pgBackend) Release(ctx context.Context, g fencedlock.Grant) error {
+func (b *pgBackend) Release(ctx context.Context, g driver.Grant) error {
 	if err := b.usable(); err != nil {
 		return err
 	}
@@ -156,35 +156,35 @@ func (b *pgBackend) Release(ctx context.Context, g fencedlock.Grant) error {
 		return fmt.Errorf("pgexample: release: %w", err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return fmt.Errorf("pgexample: release %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return fmt.Errorf("pgexample: release %q: %w", g.Key, driver.ErrNotHeld)
 	}
 	return nil
 }
 
 // Inspect reads the key's row. The holder id is derived from the stored
 // hash, which is all the table knows of the owner.
-func (b *pgBackend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
+func (b *pgBackend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.usable(); err != nil {
-		return fencedlock.Info{}, err
+		return driver.Info{}, err
 	}
 	q := fmt.Sprintf(`SELECT fence, owner_hash IS NOT NULL AND expires_at > now(), owner_hash,
 		coalesce(greatest(extract(epoch FROM expires_at - now()), 0), 0)::float8
 		FROM %s WHERE key = $1`, b.table)
 	var (
-		info fencedlock.Info
+		info driver.Info
 		hash []byte
 		left float64
 	)
 	err := b.db.QueryRowContext(ctx, q, []byte(key)).Scan(&info.Fence, &info.Held, &hash, &left)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fencedlock.Info{}, nil
+		return driver.Info{}, nil
 	}
 	if err != nil {
-		return fencedlock.Info{}, fmt.Errorf("pgexample: inspect: %w", err)
+		return driver.Info{}, fmt.Errorf("pgexample: inspect: %w", err)
 	}
 	if info.Held {
 		info.TTL = time.Duration(left * float64(time.Second))
-		info.Holder = hex.EncodeToString(hash[:8]) // = fencedlock.HolderID(owner)
+		info.Holder = hex.EncodeToString(hash[:8]) // = driver.HolderID(owner)
 	}
 	return info, nil
 }
@@ -207,7 +207,7 @@ type pgHarness struct {
 	table string
 }
 
-func (h *pgHarness) NewBackend(context.Context) (fencedlock.Backend, error) {
+func (h *pgHarness) NewBackend(context.Context) (driver.Backend, error) {
 	return openPG(h.dsn, h.table)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // testForceReleaser checks an operator's forced release: the holder loses
@@ -16,12 +17,12 @@ import (
 // broken one, and every later grant, a queued waiter's included, is
 // greater than the consumed fence ForceResult.After.
 func testForceReleaser(t *testing.T, e *env) {
-	if !implements[fencedlock.ForceReleaser](t, e) {
+	if !implements[driver.ForceReleaser](t, e) {
 		return
 	}
 	key := e.key("force")
 	b1, b2, b3 := e.backend(t), e.backend(t), e.backend(t)
-	fr := b2.(fencedlock.ForceReleaser)
+	fr := b2.(driver.ForceReleaser)
 
 	g := e.grab(t, b1, key)
 	r, err := fr.ForceRelease(e.ctx, key)
@@ -33,7 +34,7 @@ func testForceReleaser(t *testing.T, e *env) {
 		t.Fatalf("ForceRelease of a key held with fence %v = {Held:%v Before:%v After:%v}, want held, Before %v, After > Before",
 			g.Fence, r.Held, r.Before, r.After, g.Fence)
 	}
-	if r.Holder != "" && r.Holder != fencedlock.HolderID(g.Owner) {
+	if r.Holder != "" && r.Holder != driver.HolderID(g.Owner) {
 		t.Errorf("ForceResult.Holder (%d bytes) is not HolderID(owner) nor empty", len(r.Holder))
 	}
 	if _, err := b1.Renew(e.ctx, g, e.hold); !errors.Is(err, fencedlock.ErrNotHeld) {

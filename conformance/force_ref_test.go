@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // bugForceKeepsFence: ForceRelease deletes the lock without advancing the
@@ -28,21 +28,21 @@ func init() {
 	}
 }
 
-// ForceRelease makes the reference backend a fencedlock.ForceReleaser:
+// ForceRelease makes the reference backend a driver.ForceReleaser:
 // the lock is freed (waiters are granted as on a release) and the fence
 // counter advanced past the consumed fence, in one critical section.
-func (b *refBackend) ForceRelease(ctx context.Context, key string) (fencedlock.ForceResult, error) {
+func (b *refBackend) ForceRelease(ctx context.Context, key string) (driver.ForceResult, error) {
 	if err := b.usable(ctx); err != nil {
-		return fencedlock.ForceResult{}, err
+		return driver.ForceResult{}, err
 	}
 	s, key := b.s, b.s.mangle(key)
 	defer b.respond()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.settle(key, time.Now())
-	r := fencedlock.ForceResult{Before: s.fences[key]}
+	r := driver.ForceResult{Before: s.fences[key]}
 	if l.owner != "" {
-		r.Held, r.Holder, r.Before = true, fencedlock.HolderID(l.owner), l.fence
+		r.Held, r.Holder, r.Before = true, driver.HolderID(l.owner), l.fence
 	}
 	r.After = s.fences[key] + 1
 	if s.bug != bugForceKeepsFence {

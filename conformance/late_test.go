@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // lateRenewHarness is backend/memory whose backends send their first
@@ -22,7 +22,7 @@ type lateRenewHarness struct {
 	late time.Duration
 }
 
-func (h lateRenewHarness) NewBackend(context.Context) (fencedlock.Backend, error) {
+func (h lateRenewHarness) NewBackend(context.Context) (driver.Backend, error) {
 	return &lateRenewBackend{Backend: h.s.Backend(), late: h.late}, nil
 }
 
@@ -34,12 +34,12 @@ func (h lateRenewHarness) Invalidate(_ context.Context, key string) error {
 func (h lateRenewHarness) Config() conformance.Config { return conformance.Config{} }
 
 type lateRenewBackend struct {
-	fencedlock.Backend
+	driver.Backend
 	late time.Duration
 	once sync.Once
 }
 
-func (b *lateRenewBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (b *lateRenewBackend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	b.once.Do(func() { time.Sleep(b.late) })
 	return b.Backend.Renew(ctx, g, ttl)
 }

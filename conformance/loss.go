@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -83,7 +84,7 @@ func testReleaseAfterLoss(t *testing.T, e *env) {
 	b1, b2, b3 := e.backend(t), e.backend(t), e.backend(t)
 
 	// Never held.
-	wantNotHeld(t, "Release of a never-held key", b1.Release(e.ctx, fencedlock.Grant{Key: key, Owner: owner(), Fence: 1}))
+	wantNotHeld(t, "Release of a never-held key", b1.Release(e.ctx, driver.Grant{Key: key, Owner: owner(), Fence: 1}))
 
 	// Lost to invalidation, key free.
 	ga := e.grab(t, b1, key)
@@ -98,7 +99,7 @@ func testReleaseAfterLoss(t *testing.T, e *env) {
 	// The Locker also releases with a Grant carrying only Key and Owner
 	// (its clean-up after an attempt that failed but may have been
 	// applied). From a lost owner it must delete nothing.
-	wantNotHeld(t, "Release of Grant{Key, Owner} by a lost owner", b1.Release(e.ctx, fencedlock.Grant{Key: key, Owner: ga.Owner}))
+	wantNotHeld(t, "Release of Grant{Key, Owner} by a lost owner", b1.Release(e.ctx, driver.Grant{Key: key, Owner: ga.Owner}))
 	e.mustBeHeld(t, b2, &gb, "after a lost owner's Release of Grant{Key, Owner}")
 
 	// Double release.
@@ -112,7 +113,7 @@ func testReleaseAfterLoss(t *testing.T, e *env) {
 	// The holder's own Grant{Key, Owner} (the Locker's clean-up form) frees
 	// the key: an attempt applied on the server but reported failed must
 	// not leave the key held until its TTL.
-	if err := b3.Release(e.ctx, fencedlock.Grant{Key: key, Owner: gc.Owner}); err != nil {
+	if err := b3.Release(e.ctx, driver.Grant{Key: key, Owner: gc.Owner}); err != nil {
 		t.Fatalf("Release of Grant{Key, Owner} by the holder: %v", err)
 	}
 	if e.held(t, key) {
@@ -148,7 +149,7 @@ func testRenewAfterLoss(t *testing.T, e *env) {
 	b1, b2 := e.backend(t), e.backend(t)
 
 	// Never held: Renew must not create the key.
-	wantNotHeld(t, "Renew of a never-held key", errOf(b1.Renew(e.ctx, fencedlock.Grant{Key: key, Owner: owner(), Fence: 1}, e.ttl)))
+	wantNotHeld(t, "Renew of a never-held key", errOf(b1.Renew(e.ctx, driver.Grant{Key: key, Owner: owner(), Fence: 1}, e.ttl)))
 	if e.held(t, key) {
 		t.Fatal("Renew of a never-held key created it")
 	}
@@ -368,9 +369,9 @@ type raceResult struct {
 // and has A release it at a random moment within a few milliseconds of
 // its end. If B got the key, B's lock must survive A's Release. It runs
 // on its own goroutine and must not call t's methods.
-func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Duration) raceResult {
+func (e *env) releaseRace(ba, bb driver.Backend, key string, ttl time.Duration) raceResult {
 	sentA := time.Now()
-	ga, err := ba.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
+	ga, err := ba.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
 	if err != nil {
 		return raceResult{err: fmt.Errorf("key %s: acquire of a free key: %w", quote(key), err)}
 	}
@@ -380,7 +381,7 @@ func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Durati
 	// before, then spin.
 	releaseAt := expiry.Add(time.Duration(mrand.Int64N(int64(3*time.Millisecond))) - 2500*time.Microsecond)
 	type bResult struct {
-		g   fencedlock.Grant
+		g   driver.Grant
 		ok  bool
 		err error
 	}
@@ -389,7 +390,7 @@ func (e *env) releaseRace(ba, bb fencedlock.Backend, key string, ttl time.Durati
 		spinUntil(expiry.Add(-5 * time.Millisecond))
 		giveUp := expiry.Add(e.cfg.ExpirySlack + e.schedAllowance())
 		for time.Now().Before(giveUp) && e.ctx.Err() == nil {
-			g, err := bb.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
+			g, err := bb.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 			if err == nil {
 				bres <- bResult{g: g, ok: true}
 				return

@@ -4,16 +4,16 @@ import (
 	"context"
 	"testing"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // memoryHarness runs the suite on backend/memory: independent Backends on
 // one shared Store.
 type memoryHarness struct{ s *memory.Store }
 
-func (h memoryHarness) NewBackend(context.Context) (fencedlock.Backend, error) {
+func (h memoryHarness) NewBackend(context.Context) (driver.Backend, error) {
 	return h.s.Backend(), nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // This file holds the properties of the optional capabilities, found by
@@ -17,12 +18,12 @@ import (
 // WaitAcquirer, Inspector and KeepAliver.
 
 func testNotifier(t *testing.T, e *env) {
-	if !implements[fencedlock.Notifier](t, e) {
+	if !implements[driver.Notifier](t, e) {
 		return
 	}
 	key := e.key("notify")
 	b1, b2 := e.backend(t), e.backend(t)
-	n := b2.(fencedlock.Notifier)
+	n := b2.(driver.Notifier)
 	wake := e.hold / 2 // well before the holder's TTL
 	g := e.grabTTL(t, b1, key, e.hold)
 	ch, stop, err := n.Watch(e.ctx, key)
@@ -89,14 +90,14 @@ func testNotifier(t *testing.T, e *env) {
 }
 
 func testWaitAcquirer(t *testing.T, e *env) {
-	if !implements[fencedlock.WaitAcquirer](t, e) {
+	if !implements[driver.WaitAcquirer](t, e) {
 		return
 	}
 	key := e.key("queue")
 	b1 := e.backend(t)
-	w1 := b1.(fencedlock.WaitAcquirer)
-	req := func() fencedlock.AcquireRequest {
-		return fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
+	w1 := b1.(driver.WaitAcquirer)
+	req := func() driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
 	}
 
 	// A free key is granted at once, exclusively.
@@ -124,7 +125,7 @@ func testWaitAcquirer(t *testing.T, e *env) {
 		t.Fatalf("TryAcquire: %v", err)
 	}
 	type result struct {
-		g   fencedlock.Grant
+		g   driver.Grant
 		err error
 		at  time.Time
 	}
@@ -191,14 +192,14 @@ func (e *env) waitPastTTL(t *testing.T) {
 	hb, wb := e.backend(t), e.backend(t)
 	h := e.grab(t, hb, key)
 	type result struct {
-		g   fencedlock.Grant
+		g   driver.Grant
 		err error
 		at  time.Time
 	}
 	res := make(chan result, 1)
 	called := time.Now()
 	go func() {
-		g, err := wb.(fencedlock.WaitAcquirer).AcquireWait(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		g, err := wb.(driver.WaitAcquirer).AcquireWait(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
 		res <- result{g, err, time.Now()}
 	}()
 	wait := 2*e.ttl + e.cfg.ExpirySlack // longer than the waiter's TTL
@@ -248,12 +249,12 @@ func (e *env) cancelRacesGrant(t *testing.T) {
 	hb := e.backend(t)
 	type round struct {
 		key    string
-		w      fencedlock.Backend
-		h      fencedlock.Grant
+		w      driver.Backend
+		h      driver.Grant
 		ctx    context.Context
 		cancel context.CancelFunc
 		res    chan error
-		g      fencedlock.Grant
+		g      driver.Grant
 	}
 	rs := make([]*round, rounds)
 	for i := range rs {
@@ -262,7 +263,7 @@ func (e *env) cancelRacesGrant(t *testing.T) {
 		r.ctx, r.cancel = context.WithCancel(e.ctx)
 		rs[i] = r
 		go func() {
-			g, err := r.w.(fencedlock.WaitAcquirer).AcquireWait(r.ctx, fencedlock.AcquireRequest{Key: r.key, Owner: owner(), TTL: e.hold})
+			g, err := r.w.(driver.WaitAcquirer).AcquireWait(r.ctx, driver.AcquireRequest{Key: r.key, Owner: owner(), TTL: e.hold})
 			r.g = g
 			r.res <- err
 		}()
@@ -324,7 +325,7 @@ func (e *env) cancelRacesGrant(t *testing.T) {
 // fifoRound holds the key with holder, starts 4 waiters (each on its own
 // backend) delay apart, releases the key and returns the order in which
 // the waiters were granted it.
-func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() fencedlock.AcquireRequest, delay time.Duration) []int {
+func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() driver.AcquireRequest, delay time.Duration) []int {
 	t.Helper()
 	const waiters = 4
 	h, err := holder.TryAcquire(e.ctx, req().Key)
@@ -342,7 +343,7 @@ func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() fenc
 	defer cancel()
 	for i := range waiters {
 		b := e.backend(t)
-		w := b.(fencedlock.WaitAcquirer)
+		w := b.(driver.WaitAcquirer)
 		wg.Go(func() {
 			g, err := w.AcquireWait(ctx, req())
 			if err == nil {
@@ -369,13 +370,13 @@ func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() fenc
 }
 
 func testInspector(t *testing.T, e *env) {
-	if !implements[fencedlock.Inspector](t, e) {
+	if !implements[driver.Inspector](t, e) {
 		return
 	}
 	key := e.key("inspect")
 	b1, b2 := e.backend(t), e.backend(t)
-	in := b2.(fencedlock.Inspector)
-	inspect := func(what string) fencedlock.Info {
+	in := b2.(driver.Inspector)
+	inspect := func(what string) driver.Info {
 		t.Helper()
 		info, err := in.Inspect(e.ctx, key)
 		if err != nil {
@@ -403,7 +404,7 @@ func testInspector(t *testing.T, e *env) {
 	if limit := grantTTL(g.TTL, e.hold) + e.cfg.ExpirySlack; info.TTL <= 0 || info.TTL > limit {
 		t.Errorf("Inspect TTL %v, want in (0, %v]", info.TTL, limit)
 	}
-	if info.Holder != "" && info.Holder != fencedlock.HolderID(g.Owner) {
+	if info.Holder != "" && info.Holder != driver.HolderID(g.Owner) {
 		// Not printed: it may be the secret itself.
 		t.Errorf("Inspect Holder (%d bytes) is not HolderID(owner) nor empty", len(info.Holder))
 	}
@@ -432,12 +433,12 @@ func testInspector(t *testing.T, e *env) {
 }
 
 func testKeepAliver(t *testing.T, e *env) {
-	if !implements[fencedlock.KeepAliver](t, e) {
+	if !implements[driver.KeepAliver](t, e) {
 		return
 	}
 	key := e.key("keepalive")
 	b := e.backend(t)
-	ka := b.(fencedlock.KeepAliver)
+	ka := b.(driver.KeepAliver)
 	g := e.grabTTL(t, b, key, e.ttl)
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()

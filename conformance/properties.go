@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // properties is the suite, in the order Run checks it, one property per
@@ -51,7 +52,7 @@ func wantNotHeld(t *testing.T, what string, err error) {
 
 // wantNotHeldOf is wantNotHeld for a call made with g, whose owner token
 // (a secret) the error must not contain.
-func wantNotHeldOf(t *testing.T, what string, g fencedlock.Grant, err error) {
+func wantNotHeldOf(t *testing.T, what string, g driver.Grant, err error) {
 	t.Helper()
 	wantNotHeld(t, what, err)
 	noSecret(t, what+": the error", err.Error(), g.Owner)
@@ -66,7 +67,7 @@ func errOf[T any](_ T, err error) error { return err }
 // passed since the request was sent, or the harness's Expirer ended it),
 // with nothing else done to the key meanwhile: no other request may touch
 // it (a store may keep an expired lock on record until then), and when.
-func (e *env) expired(t *testing.T, b fencedlock.Backend, key string) (fencedlock.Grant, time.Time) {
+func (e *env) expired(t *testing.T, b driver.Backend, key string) (driver.Grant, time.Time) {
 	t.Helper()
 	sent := time.Now()
 	g := e.grabTTL(t, b, key, e.ttl)

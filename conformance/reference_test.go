@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -150,9 +150,9 @@ type refLock struct {
 }
 
 type refWaiter struct {
-	req     fencedlock.AcquireRequest
+	req     driver.AcquireRequest
 	queued  time.Time
-	granted chan fencedlock.Grant // buffered: receives the grant once
+	granted chan driver.Grant // buffered: receives the grant once
 }
 
 func newRefStore(b bug) *refStore {
@@ -218,7 +218,7 @@ func (s *refStore) settle(key string, now time.Time) *refLock {
 }
 
 // grant gives l to req. s.mu must be held.
-func (s *refStore) grant(key string, l *refLock, req fencedlock.AcquireRequest, now time.Time, local fencing.Token) fencedlock.Grant {
+func (s *refStore) grant(key string, l *refLock, req driver.AcquireRequest, now time.Time, local fencing.Token) driver.Grant {
 	fence := s.fences[key] + 1
 	s.fences[key] = fence
 	if s.bug == bugFenceRepeats {
@@ -226,7 +226,7 @@ func (s *refStore) grant(key string, l *refLock, req fencedlock.AcquireRequest, 
 	}
 	l.owner, l.fence, l.expires = req.Owner, fence, now.Add(s.enforced(req.TTL))
 	l.maxLife = now.Add(2 * req.TTL)
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fence, TTL: req.TTL}
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fence, TTL: req.TTL}
 }
 
 // free deletes key's lock and wakes its watchers. s.mu must be held.
@@ -263,7 +263,7 @@ func (b *refBackend) usable(ctx context.Context) error {
 	closed := b.closed
 	b.mu.Unlock()
 	if closed && b.s.bug != bugUsableAfterClose {
-		return fmt.Errorf("ref: %w", fencedlock.ErrClosed)
+		return fmt.Errorf("ref: %w", driver.ErrClosed)
 	}
 	return ctx.Err()
 }
@@ -278,9 +278,9 @@ func (b *refBackend) nextLocal(key string) fencing.Token {
 	return b.local[key]
 }
 
-func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (b *refBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.usable(ctx); err != nil {
-		return fencedlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	s, key := b.s, b.s.mangle(req.Key)
 	var local fencing.Token
@@ -297,9 +297,9 @@ func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest)
 			retry *= 1000
 		}
 		if s.bug == bugHeldNotWrapped {
-			return fencedlock.Grant{}, fmt.Errorf("ref: %q is locked", req.Key)
+			return driver.Grant{}, fmt.Errorf("ref: %q is locked", req.Key)
 		}
-		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: retry}
+		return driver.Grant{}, &driver.HeldError{Key: req.Key, RetryAfter: retry}
 	}
 	if s.bug == bugCheckThenSet {
 		// The check above and the set below are two round trips.
@@ -317,7 +317,7 @@ func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest)
 	if s.bug == bugCancelReportsHeld {
 		time.Sleep(time.Millisecond) // the response travels
 		if ctx.Err() != nil {
-			return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key}
+			return driver.Grant{}, &driver.HeldError{Key: req.Key}
 		}
 	}
 	return g, nil
@@ -325,11 +325,11 @@ func (b *refBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest)
 
 // notHeld is the error of a Renew or Release by an owner that does not
 // hold g.Key.
-func (s *refStore) notHeld(op string, g fencedlock.Grant) error {
+func (s *refStore) notHeld(op string, g driver.Grant) error {
 	if s.bug == bugErrorLeaksOwner {
-		return fmt.Errorf("ref: %s %q for owner %s: %w", op, g.Key, g.Owner, fencedlock.ErrNotHeld)
+		return fmt.Errorf("ref: %s %q for owner %s: %w", op, g.Key, g.Owner, driver.ErrNotHeld)
 	}
-	return fmt.Errorf("ref: %s %q: %w", op, g.Key, fencedlock.ErrNotHeld)
+	return fmt.Errorf("ref: %s %q: %w", op, g.Key, driver.ErrNotHeld)
 }
 
 // respond waits for the response to travel back (b.delay).
@@ -339,7 +339,7 @@ func (b *refBackend) respond() {
 	}
 }
 
-func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (_ time.Duration, err error) {
+func (b *refBackend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (_ time.Duration, err error) {
 	if err := b.usable(ctx); err != nil {
 		return 0, err
 	}
@@ -367,7 +367,7 @@ func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Dur
 		defer func() {
 			time.Sleep(time.Millisecond) // the response travels
 			if ctx.Err() != nil {
-				err = fmt.Errorf("ref: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+				err = fmt.Errorf("ref: renew %q: %w", g.Key, driver.ErrNotHeld)
 			}
 		}()
 	}
@@ -388,7 +388,7 @@ func (b *refBackend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Dur
 	return ttl, nil
 }
 
-func (b *refBackend) Release(ctx context.Context, g fencedlock.Grant) error {
+func (b *refBackend) Release(ctx context.Context, g driver.Grant) error {
 	if err := b.usable(ctx); err != nil {
 		return err
 	}
@@ -456,18 +456,18 @@ func (b *refBackend) Watch(ctx context.Context, key string) (<-chan struct{}, fu
 	}, nil
 }
 
-func (b *refBackend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
+func (b *refBackend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.usable(ctx); err != nil {
-		return fencedlock.Info{}, err
+		return driver.Info{}, err
 	}
 	s, key := b.s, b.s.mangle(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	l := s.settle(key, now)
-	info := fencedlock.Info{Fence: s.fences[key]}
+	info := driver.Info{Fence: s.fences[key]}
 	if l.owner != "" {
-		info.Held, info.TTL, info.Fence, info.Holder = true, l.expires.Sub(now), l.fence, fencedlock.HolderID(l.owner)
+		info.Held, info.TTL, info.Fence, info.Holder = true, l.expires.Sub(now), l.fence, driver.HolderID(l.owner)
 		if s.bug == bugInspectorLeaks {
 			info.Holder = l.owner
 		}
@@ -478,12 +478,12 @@ func (b *refBackend) Inspect(ctx context.Context, key string) (fencedlock.Info, 
 // refQueueBackend adds a server-side FIFO queue: a WaitAcquirer.
 type refQueueBackend struct{ *refBackend }
 
-func (b refQueueBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.usable(context.WithoutCancel(ctx)); err != nil {
-		return fencedlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	s, key := b.s, b.s.mangle(req.Key)
-	w := &refWaiter{req: req, queued: time.Now(), granted: make(chan fencedlock.Grant, 1)}
+	w := &refWaiter{req: req, queued: time.Now(), granted: make(chan driver.Grant, 1)}
 	s.mu.Lock()
 	l := s.settle(key, time.Now())
 	l.queue = append(l.queue, w)
@@ -503,7 +503,7 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req fencedlock.Acquire
 		case <-timer.C:
 		case <-ctx.Done():
 			if s.bug == bugQueueGhost {
-				return fencedlock.Grant{}, fmt.Errorf("ref: %w", ctx.Err())
+				return driver.Grant{}, fmt.Errorf("ref: %w", ctx.Err())
 			}
 			time.Sleep(time.Millisecond) // the request to leave the queue travels
 			s.mu.Lock()
@@ -521,7 +521,7 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req fencedlock.Acquire
 				default:
 				}
 			}
-			return fencedlock.Grant{}, fmt.Errorf("ref: %w", ctx.Err())
+			return driver.Grant{}, fmt.Errorf("ref: %w", ctx.Err())
 		}
 	}
 }
@@ -530,8 +530,8 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req fencedlock.Acquire
 // KeepAliver.
 type refKeeperBackend struct{ *refBackend }
 
-func (b refKeeperBackend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fencedlock.Renewal {
-	out := make(chan fencedlock.Renewal, 1)
+func (b refKeeperBackend) KeepAlive(ctx context.Context, g driver.Grant) <-chan driver.Renewal {
+	out := make(chan driver.Renewal, 1)
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = conformance.DefaultMinTTL
@@ -547,7 +547,7 @@ func (b refKeeperBackend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-c
 			case <-timer.C:
 			}
 			sent := time.Now()
-			r := fencedlock.Renewal{Sent: sent, TTL: ttl}
+			r := driver.Renewal{Sent: sent, TTL: ttl}
 			if b.s.bug != bugKeepAliveFakes {
 				d, err := b.Renew(context.WithoutCancel(ctx), g, ttl)
 				r.TTL, r.Err = d, err
@@ -555,7 +555,7 @@ func (b refKeeperBackend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-c
 			if b.s.bug == bugRenewalSentAtResponse {
 				r.Sent = time.Now()
 			}
-			if errors.Is(r.Err, fencedlock.ErrNotHeld) && b.s.bug == bugKeepAliveSilent {
+			if errors.Is(r.Err, driver.ErrNotHeld) && b.s.bug == bugKeepAliveSilent {
 				timer.Reset(ttl / 3)
 				continue
 			}
@@ -564,7 +564,7 @@ func (b refKeeperBackend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-c
 			case <-ctx.Done():
 				return
 			}
-			if errors.Is(r.Err, fencedlock.ErrNotHeld) {
+			if errors.Is(r.Err, driver.ErrNotHeld) {
 				return
 			}
 			timer.Reset(max(time.Until(sent.Add(ttl/3)), 0))
@@ -581,11 +581,11 @@ type refHarness struct {
 	keep  bool // backends are KeepAlivers
 }
 
-func (h *refHarness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
+func (h *refHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
 	return h.NewDelayedBackend(ctx, 0)
 }
 
-func (h *refHarness) NewDelayedBackend(_ context.Context, delay time.Duration) (fencedlock.Backend, error) {
+func (h *refHarness) NewDelayedBackend(_ context.Context, delay time.Duration) (driver.Backend, error) {
 	b := &refBackend{s: h.s, delay: delay}
 	switch {
 	case h.queue:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // This file holds the properties about time: that renewals keep a lease
@@ -71,7 +72,7 @@ func (e *env) expiry(t *testing.T, requested time.Duration) *inconclusive {
 
 func testSentIsSendTime(t *testing.T, e *env) {
 	delay := max(e.ttl/4, 20*time.Millisecond)
-	newDelayed := func() fencedlock.Backend {
+	newDelayed := func() driver.Backend {
 		t.Helper()
 		d, ok := e.h.(Delayer)
 		if !ok {
@@ -158,7 +159,7 @@ func testSentIsSendTime(t *testing.T, e *env) {
 	// Renewal.Sent: the deadline from a KeepAliver's renewals, which stop
 	// when the holder crashes.
 	b := newDelayed()
-	ka, ok := b.(fencedlock.KeepAliver)
+	ka, ok := b.(driver.KeepAliver)
 	if !ok {
 		return
 	}
@@ -213,12 +214,12 @@ type renewCall struct {
 
 // renewRecorder records the Renew calls a Locker's watchdog makes.
 type renewRecorder struct {
-	fencedlock.Backend
+	driver.Backend
 	mu    sync.Mutex
 	calls []renewCall
 }
 
-func (r *renewRecorder) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+func (r *renewRecorder) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	sent := time.Now()
 	d, err := r.Backend.Renew(ctx, g, ttl)
 	r.mu.Lock()
@@ -302,7 +303,7 @@ func (e *env) watchdogKeeps(t *testing.T, ttl time.Duration) *inconclusive {
 	key := e.key("renew")
 	b := e.backend(t)
 	var rec *renewRecorder
-	if _, keeps := b.(fencedlock.KeepAliver); !keeps {
+	if _, keeps := b.(driver.KeepAliver); !keeps {
 		// A KeepAliver's renewals are its own; the Locker calls no Renew.
 		rec = &renewRecorder{Backend: b}
 		b = rec
@@ -460,8 +461,8 @@ func testRenewTTL(t *testing.T, e *env) {
 		}{{"one renewal halfway", 1, ttl / 2}, {"three renewals in a row", 3, 0}}
 		results := make([]result, len(scenarios))
 		keys := []string{e.key("renew-once"), e.key("renew-thrice")}
-		bs := []fencedlock.Backend{e.backend(t), e.backend(t)}
-		others := []fencedlock.Backend{e.backend(t), e.backend(t)}
+		bs := []driver.Backend{e.backend(t), e.backend(t)}
+		others := []driver.Backend{e.backend(t), e.backend(t)}
 		var wg sync.WaitGroup
 		for i, sc := range scenarios {
 			wg.Go(func() {
@@ -499,9 +500,9 @@ func testRenewTTL(t *testing.T, e *env) {
 // renewal returned). It returns a violation, or why the run was
 // inconclusive, or a note for the log. It must not call t's methods (it
 // runs on its own goroutine).
-func (e *env) renewThenCrash(b, other fencedlock.Backend, key string, ttl time.Duration, n int, gap time.Duration) (violation string, _ *inconclusive, note string) {
+func (e *env) renewThenCrash(b, other driver.Backend, key string, ttl time.Duration, n int, gap time.Duration) (violation string, _ *inconclusive, note string) {
 	sentA := time.Now()
-	g, err := b.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
+	g, err := b.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
 	if err != nil {
 		return fmt.Sprintf("Acquire of a free key: %v", err), nil, ""
 	}
@@ -530,7 +531,7 @@ func (e *env) renewThenCrash(b, other fencedlock.Backend, key string, ttl time.D
 	prev := last.returned
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
-		g2, err := other.Acquire(e.ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
+		g2, err := other.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 		got := time.Now()
 		if err == nil {
 			_ = other.Release(e.ctx, g2)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/etcd"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 func TestMain(m *testing.M) {
@@ -51,7 +52,7 @@ func etcdStore(t *testing.T) store {
 	admin := client(t)
 	return store{
 		name: "etcd",
-		backend: func(t *testing.T) fencedlock.Backend {
+		backend: func(t *testing.T) driver.Backend {
 			b, err := etcd.New(client(t), etcd.Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
@@ -257,11 +258,11 @@ func (s *signal) await(t *testing.T, kind fencedlock.WaitKind, n int) {
 
 // store is what a scenario needs from a lock store.
 type store struct {
-	name        string                                // the backend name in events
-	backend     func(t *testing.T) fencedlock.Backend // a new backend (another process)
-	del         func(t *testing.T, key string)        // deletes key's lock behind its holder's back
-	waitKind    fencedlock.WaitKind                   // how a waiter behind a holder is reported
-	waitsBefore int                                   // waits of waitKind after which a release is announced
+	name        string                            // the backend name in events
+	backend     func(t *testing.T) driver.Backend // a new backend (another process)
+	del         func(t *testing.T, key string)    // deletes key's lock behind its holder's back
+	waitKind    fencedlock.WaitKind               // how a waiter behind a holder is reported
+	waitsBefore int                               // waits of waitKind after which a release is announced
 	ttl         time.Duration
 }
 

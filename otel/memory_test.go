@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
 
@@ -17,7 +18,7 @@ func memoryStore(*testing.T) store {
 	s := memory.NewStore()
 	return store{
 		name:    "memory",
-		backend: func(*testing.T) fencedlock.Backend { return s.Backend() },
+		backend: func(*testing.T) driver.Backend { return s.Backend() },
 		del: func(t *testing.T, key string) {
 			if !s.Invalidate(key) {
 				t.Fatalf("no lock on %q", key)

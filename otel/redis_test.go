@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -17,7 +18,7 @@ func redisStore(t *testing.T) store {
 	admin := srv.Client(t, nil)
 	return store{
 		name: "redis",
-		backend: func(t *testing.T) fencedlock.Backend {
+		backend: func(t *testing.T) driver.Backend {
 			b, err := redis.New(srv.Client(t, nil), redis.Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
 
@@ -18,7 +19,7 @@ var (
 	releaseNotHeld  = otelfencedlock.AttrReleaseResult.String("not_held")
 )
 
-func locker(t *testing.T, b fencedlock.Backend, obs fencedlock.Observer, opts fencedlock.Options) *fencedlock.Locker {
+func locker(t *testing.T, b driver.Backend, obs fencedlock.Observer, opts fencedlock.Options) *fencedlock.Locker {
 	t.Helper()
 	opts.Observer = obs
 	l, err := fencedlock.New(b, opts)

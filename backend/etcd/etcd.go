@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -64,15 +64,15 @@ func (o Options) resolve() (Options, error) {
 		o.CleanupTimeout = DefaultCleanupTimeout
 	}
 	if o.CleanupTimeout < 0 {
-		return o, fmt.Errorf("etcd: CleanupTimeout %v is negative: %w", o.CleanupTimeout, fencedlock.ErrInvalid)
+		return o, fmt.Errorf("etcd: CleanupTimeout %v is negative: %w", o.CleanupTimeout, driver.ErrInvalid)
 	}
 	return o, nil
 }
 
-// Backend is a [fencedlock.Backend] on etcd. It also implements
-// [fencedlock.WaitAcquirer] (a FIFO queue of waiters on the server),
-// [fencedlock.KeepAliver] (renewal driven by the backend) and
-// [fencedlock.Inspector]. It is safe for concurrent use.
+// Backend is a [driver.Backend] on etcd. It also implements
+// [driver.WaitAcquirer] (a FIFO queue of waiters on the server),
+// [driver.KeepAliver] (renewal driven by the backend) and
+// [driver.Inspector]. It is safe for concurrent use.
 type Backend struct {
 	c    *clientv3.Client
 	opts Options
@@ -90,19 +90,19 @@ type Backend struct {
 }
 
 var (
-	_ fencedlock.Backend      = (*Backend)(nil)
-	_ fencedlock.WaitAcquirer = (*Backend)(nil)
-	_ fencedlock.KeepAliver   = (*Backend)(nil)
-	_ fencedlock.Inspector    = (*Backend)(nil)
+	_ driver.Backend      = (*Backend)(nil)
+	_ driver.WaitAcquirer = (*Backend)(nil)
+	_ driver.KeepAliver   = (*Backend)(nil)
+	_ driver.Inspector    = (*Backend)(nil)
 )
 
 // New returns a Backend on client. The Backend never closes client: close
 // it yourself after [Backend.Close] (or [fencedlock.Locker.Close]).
 // Invalid options or a nil client return an error wrapping
-// [fencedlock.ErrInvalid].
+// [driver.ErrInvalid].
 func New(client *clientv3.Client, opts Options) (*Backend, error) {
 	if client == nil {
-		return nil, fmt.Errorf("etcd: nil client: %w", fencedlock.ErrInvalid)
+		return nil, fmt.Errorf("etcd: nil client: %w", driver.ErrInvalid)
 	}
 	o, err := opts.resolve()
 	if err != nil {
@@ -122,7 +122,7 @@ func (b *Backend) Options() Options { return b.opts }
 // It does not close the client, and it does not release held locks: their
 // leases are no longer renewed and expire after their TTL (use
 // [fencedlock.Locker.Close] to release them first). Close is idempotent;
-// calls after Close return errors wrapping [fencedlock.ErrClosed].
+// calls after Close return errors wrapping [driver.ErrClosed].
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -142,7 +142,7 @@ func (b *Backend) begin() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return fmt.Errorf("etcd: backend: %w", fencedlock.ErrClosed)
+		return fmt.Errorf("etcd: backend: %w", driver.ErrClosed)
 	}
 	b.wg.Add(1)
 	return nil
@@ -152,7 +152,7 @@ func (b *Backend) begin() error {
 // is closed.
 func (b *Backend) withClose(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(b.closeCtx, func() { cancel(fencedlock.ErrClosed) })
+	stop := context.AfterFunc(b.closeCtx, func() { cancel(driver.ErrClosed) })
 	return ctx, func() { stop(); cancel(nil) }
 }
 
@@ -231,13 +231,13 @@ func errorf(format string, args ...any) error {
 // Acquire makes one attempt to take req.Key: a Txn that creates our key
 // with a lease of our own (an idle one from the backend's pool, or a newly
 // granted one) only if no one holds or waits for the lock. If the lock is
-// held or has waiters, the lease goes back to the pool and Acquire returns a *[fencedlock.HeldError] (wrapping [fencedlock.ErrNotAcquired])
+// held or has waiters, the lease goes back to the pool and Acquire returns a *[driver.HeldError] (wrapping [driver.ErrNotAcquired])
 // whose RetryAfter is the holder's remaining lease (at most; etcd reports
 // it in whole seconds). The fence is the create
 // revision of our key.
-func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.begin(); err != nil {
-		return fencedlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	defer b.wg.Done()
 	ctx, cancel := b.withClose(ctx)
@@ -254,12 +254,12 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		var reused bool
 		var err error
 		if lg, reused, err = b.takeLease(ctx, secs, dir, fresh); err != nil {
-			return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: lease grant: %w", req.Key, err))
+			return driver.Grant{}, b.ctxErr(ctx, errorf("acquire %q: lease grant: %w", req.Key, err))
 		}
 		name = b.entry(req.Key, lg.id)
 		resp, err = b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(dir), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.id))).
+			Then(clientv3.OpPut(name, driver.HolderID(req.Owner), clientv3.WithLease(lg.id))).
 			Else(clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
 			Commit()
 		if err == nil {
@@ -273,22 +273,22 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		// The Txn may have been applied: revoking our own lease removes
 		// whatever it created, and nothing else.
 		b.revoke(lg.id)
-		return fencedlock.Grant{}, b.ctxErr(ctx, errorf("acquire %q: %w", req.Key, err))
+		return driver.Grant{}, b.ctxErr(ctx, errorf("acquire %q: %w", req.Key, err))
 	}
 	if !resp.Succeeded {
 		// Nothing was put on the lease: it goes back to the pool.
 		b.returnLease(secs, lg)
-		held := &fencedlock.HeldError{Key: req.Key}
+		held := &driver.HeldError{Key: req.Key}
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].Lease != 0 {
 			if tr, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kvs[0].Lease)); err == nil {
 				held.RetryAfter = remaining(tr)
 			}
 		}
-		return fencedlock.Grant{}, fmt.Errorf("etcd: acquire: %w", held)
+		return driver.Grant{}, fmt.Errorf("etcd: acquire: %w", held)
 	}
 	rev := resp.Header.Revision
 	g := &grant{name: name, lease: lg.id, rev: rev, held: rev, ttl: lg.ttl, secs: secs, lastSent: lg.sent}
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: g.ttl, Sent: lg.sent, Data: g}, nil
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: g.ttl, Sent: lg.sent, Data: g}, nil
 }
 
 // remaining is an upper bound of a lease's remaining time: etcd reports it
@@ -304,8 +304,8 @@ func remaining(tr *clientv3.LeaseTimeToLiveResponse) time.Duration {
 // ctxErr returns err, or, if ctx ended because the backend was closed, an
 // error wrapping ErrClosed and err.
 func (b *Backend) ctxErr(ctx context.Context, err error) error {
-	if errors.Is(context.Cause(ctx), fencedlock.ErrClosed) {
-		return fmt.Errorf("%w: %w", err, fencedlock.ErrClosed)
+	if errors.Is(context.Cause(ctx), driver.ErrClosed) {
+		return fmt.Errorf("%w: %w", err, driver.ErrClosed)
 	}
 	return err
 }
@@ -327,7 +327,7 @@ func (b *Backend) revoke(id clientv3.LeaseID) error {
 // grantOf returns g's private data, or, for a Grant made without it (the
 // Locker's clean-up after a failed attempt), looks the entry up by owner:
 // the queue entry whose value is the owner's holder id.
-func (b *Backend) grantOf(ctx context.Context, g fencedlock.Grant) (*grant, error) {
+func (b *Backend) grantOf(ctx context.Context, g driver.Grant) (*grant, error) {
 	if d, ok := g.Data.(*grant); ok && d != nil {
 		return d, nil
 	}
@@ -335,7 +335,7 @@ func (b *Backend) grantOf(ctx context.Context, g fencedlock.Grant) (*grant, erro
 	if err != nil {
 		return nil, err
 	}
-	hid := fencedlock.HolderID(g.Owner)
+	hid := driver.HolderID(g.Owner)
 	for _, kv := range resp.Kvs {
 		if string(kv.Value) == hid {
 			return &grant{name: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
@@ -348,8 +348,8 @@ func (b *Backend) grantOf(ctx context.Context, g fencedlock.Grant) (*grant, erro
 // carries our create revision. etcd cannot change a lease's TTL, so ttl is
 // ignored and the lease's granted TTL, as the server confirmed it, is
 // returned. If the lease is gone or the key deleted, the error wraps
-// [fencedlock.ErrNotHeld].
-func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+// [driver.ErrNotHeld].
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	if err := b.begin(); err != nil {
 		return 0, err
 	}
@@ -361,12 +361,12 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		return 0, b.ctxErr(ctx, errorf("renew %q: %w", g.Key, err))
 	}
 	if d == nil {
-		return 0, errorf("renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return 0, errorf("renew %q: %w", g.Key, driver.ErrNotHeld)
 	}
 	sent := time.Now()
 	kattl, err := b.ka.renew(ctx, d.lease)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return 0, errorf("renew %q: lease expired or revoked: %w", g.Key, fencedlock.ErrNotHeld)
+		return 0, errorf("renew %q: lease expired or revoked: %w", g.Key, driver.ErrNotHeld)
 	}
 	if err != nil {
 		return 0, b.ctxErr(ctx, errorf("renew %q: %w", g.Key, err))
@@ -376,7 +376,7 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		return 0, b.ctxErr(ctx, errorf("renew %q: %w", g.Key, err))
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != d.rev {
-		return 0, errorf("renew %q: lock key deleted: %w", g.Key, fencedlock.ErrNotHeld)
+		return 0, errorf("renew %q: lock key deleted: %w", g.Key, driver.ErrNotHeld)
 	}
 	d.renewed(sent)
 	return time.Duration(kattl) * time.Second, nil
@@ -386,11 +386,11 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 // revision, and returns; g's lease, which carried only that key, then goes
 // back to the backend's pool of idle leases for a later grant. If the key is
 // gone or is another holder's, it deletes nothing and returns an error
-// wrapping [fencedlock.ErrNotHeld]; if the Txn fails, its error. In both
+// wrapping [driver.ErrNotHeld]; if the Txn fails, its error. In both
 // cases g's lease, which may still carry g's key, is revoked in the
 // background ([Backend.Close] waits for it), never reused. Fences survive: the next grant's key is
 // created at a later revision.
-func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if err := b.begin(); err != nil {
 		return err
 	}
@@ -402,7 +402,7 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		return b.ctxErr(ctx, errorf("release %q: %w", g.Key, err))
 	}
 	if d == nil {
-		return errorf("release %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return errorf("release %q: %w", g.Key, driver.ErrNotHeld)
 	}
 	resp, err := b.c.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(d.name), "=", d.rev)).
@@ -430,7 +430,7 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 		return b.ctxErr(ctx, errorf("release %q: %w", g.Key, err))
 	}
 	if !resp.Succeeded {
-		return errorf("release %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return errorf("release %q: %w", g.Key, driver.ErrNotHeld)
 	}
 	return nil
 }
@@ -441,29 +441,29 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 // free, not the last fence granted as the Redis and memory backends report
 // it: etcd keeps no record of a released key's revision (see the package
 // doc). It never returns an owner token (etcd stores only the holder id).
-func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.begin(); err != nil {
-		return fencedlock.Info{}, err
+		return driver.Info{}, err
 	}
 	defer b.wg.Done()
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
-	if err := fencedlock.ValidateKey(key); err != nil {
-		return fencedlock.Info{}, fmt.Errorf("etcd: inspect: %w", err)
+	if err := driver.ValidateKey(key); err != nil {
+		return driver.Info{}, fmt.Errorf("etcd: inspect: %w", err)
 	}
 	resp, err := b.c.Get(ctx, b.lockDir(key), clientv3.WithFirstCreate()...)
 	if err != nil {
-		return fencedlock.Info{}, b.ctxErr(ctx, errorf("inspect %q: %w", key, err))
+		return driver.Info{}, b.ctxErr(ctx, errorf("inspect %q: %w", key, err))
 	}
 	if len(resp.Kvs) == 0 {
-		return fencedlock.Info{}, nil
+		return driver.Info{}, nil
 	}
 	kv := resp.Kvs[0]
-	info := fencedlock.Info{Held: true, Fence: fencing.Token(kv.CreateRevision), Holder: string(kv.Value)}
+	info := driver.Info{Held: true, Fence: fencing.Token(kv.CreateRevision), Holder: string(kv.Value)}
 	if kv.Lease != 0 {
 		tr, err := b.c.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
 		if err != nil {
-			return fencedlock.Info{}, b.ctxErr(ctx, errorf("inspect %q: %w", key, err))
+			return driver.Info{}, b.ctxErr(ctx, errorf("inspect %q: %w", key, err))
 		}
 		info.TTL = remaining(tr)
 	}

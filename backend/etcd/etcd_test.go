@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -36,10 +36,10 @@ func TestOptions(t *testing.T) {
 		t.Errorf("defaults = %+v", got)
 	}
 	b.Close()
-	if _, err := New(c, Options{CleanupTimeout: -time.Second}); !errors.Is(err, fencedlock.ErrInvalid) {
+	if _, err := New(c, Options{CleanupTimeout: -time.Second}); !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("negative CleanupTimeout: err = %v, want ErrInvalid", err)
 	}
-	if _, err := New(nil, Options{}); !errors.Is(err, fencedlock.ErrInvalid) {
+	if _, err := New(nil, Options{}); !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("nil client: err = %v, want ErrInvalid", err)
 	}
 	b, err = New(c, Options{KeyPrefix: "p/", CleanupTimeout: time.Second})
@@ -61,7 +61,7 @@ func TestKeyNaming(t *testing.T) {
 		t.Errorf("entry = %q, want %q (16 hex digits)", got, want)
 	}
 	// No lock's queue directory may contain another lock's entries.
-	keys := []string{"a", "a/b", "a/", "/a", "a%2Fb", "a%b", "{a}", "a b", "\xff\xfe", "a/b/c", strings.Repeat("k", fencedlock.MaxKeyLen)}
+	keys := []string{"a", "a/b", "a/", "/a", "a%2Fb", "a%b", "{a}", "a b", "\xff\xfe", "a/b/c", strings.Repeat("k", driver.MaxKeyLen)}
 	for _, k1 := range keys {
 		for _, k2 := range keys {
 			if k1 == k2 {
@@ -85,8 +85,8 @@ func TestTTLSeconds(t *testing.T) {
 		ttl  time.Duration
 		want int64
 	}{
-		{fencedlock.MinTTL, 1}, {time.Second, 1}, {time.Second + time.Nanosecond, 2},
-		{1500 * time.Millisecond, 2}, {10 * time.Second, 10}, {fencedlock.MaxTTL, 86400},
+		{driver.MinTTL, 1}, {time.Second, 1}, {time.Second + time.Nanosecond, 2},
+		{1500 * time.Millisecond, 2}, {10 * time.Second, 10}, {driver.MaxTTL, 86400},
 	} {
 		if got := ttlSeconds(c.ttl); got != c.want {
 			t.Errorf("ttlSeconds(%v) = %d, want %d (rounded up)", c.ttl, got, c.want)
@@ -137,23 +137,23 @@ func TestClosed(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 	ctx := context.Background()
-	req := fencedlock.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second}
-	if _, err := b.Acquire(ctx, req); !errors.Is(err, fencedlock.ErrClosed) {
+	req := driver.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second}
+	if _, err := b.Acquire(ctx, req); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Acquire after Close: %v", err)
 	}
-	if _, err := b.AcquireWait(ctx, req); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, err := b.AcquireWait(ctx, req); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("AcquireWait after Close: %v", err)
 	}
-	if err := b.Release(ctx, fencedlock.Grant{Key: "k", Owner: "o"}); !errors.Is(err, fencedlock.ErrClosed) {
+	if err := b.Release(ctx, driver.Grant{Key: "k", Owner: "o"}); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Release after Close: %v", err)
 	}
-	if _, err := b.Inspect(ctx, "k"); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, err := b.Inspect(ctx, "k"); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Inspect after Close: %v", err)
 	}
-	if err := b.FencedPut(ctx, "data", "v", 1, "h"); !errors.Is(err, fencedlock.ErrClosed) {
+	if err := b.FencedPut(ctx, "data", "v", 1, "h"); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("FencedPut after Close: %v", err)
 	}
-	if _, ok := <-b.KeepAlive(ctx, fencedlock.Grant{Key: "k", Data: &grant{ttl: time.Second}}); ok {
+	if _, ok := <-b.KeepAlive(ctx, driver.Grant{Key: "k", Data: &grant{ttl: time.Second}}); ok {
 		t.Error("KeepAlive after Close: channel not closed")
 	}
 }
@@ -169,16 +169,16 @@ func TestInvalidInput(t *testing.T) {
 		t.Errorf("zero token: %v", err)
 	}
 	for _, k := range []string{"", DefaultKeyPrefix + "locks/x/y"} {
-		if err := b.FencedPut(ctx, k, "v", 1, "h"); !errors.Is(err, fencedlock.ErrInvalid) {
+		if err := b.FencedPut(ctx, k, "v", 1, "h"); !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("FencedPut(%q): %v, want ErrInvalid", k, err)
 		}
 	}
-	if _, err := b.Inspect(ctx, ""); !errors.Is(err, fencedlock.ErrInvalid) {
+	if _, err := b.Inspect(ctx, ""); !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("Inspect empty key: %v", err)
 	}
 	// A Grant this backend did not make cannot be kept alive.
-	r, ok := <-b.KeepAlive(ctx, fencedlock.Grant{Key: "k"})
-	if !ok || !errors.Is(r.Err, fencedlock.ErrNotHeld) {
+	r, ok := <-b.KeepAlive(ctx, driver.Grant{Key: "k"})
+	if !ok || !errors.Is(r.Err, driver.ErrNotHeld) {
 		t.Errorf("KeepAlive of a foreign grant: %v %v", r, ok)
 	}
 }

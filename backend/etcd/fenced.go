@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -39,7 +39,7 @@ func parseFenceRecord(v []byte) (fencing.Token, string, error) {
 // one Txn, so no other write can come between them. A rejected write
 // returns a *[fencing.StaleError] (wrapping [fencing.ErrStale]) and writes
 // nothing; a zero token returns an error wrapping [fencing.ErrInvalidToken]
-// and an empty holder id one wrapping [fencedlock.ErrInvalid].
+// and an empty holder id one wrapping [driver.ErrInvalid].
 // Pass the lease's fence and holder id: lease.Fence(), lease.Holder().
 func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencing.Token, holder string) error {
 	if err := b.begin(); err != nil {
@@ -49,13 +49,13 @@ func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencin
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
 	if key == "" || strings.HasPrefix(key, b.opts.KeyPrefix) {
-		return fmt.Errorf("etcd: fenced put %q: key empty or inside the backend's KeyPrefix %q: %w", key, b.opts.KeyPrefix, fencedlock.ErrInvalid)
+		return fmt.Errorf("etcd: fenced put %q: key empty or inside the backend's KeyPrefix %q: %w", key, b.opts.KeyPrefix, driver.ErrInvalid)
 	}
 	if token == 0 {
 		return fmt.Errorf("etcd: fenced put %q: zero token: %w", key, fencing.ErrInvalidToken)
 	}
 	if holder == "" {
-		return fmt.Errorf("etcd: fenced put %q: empty holder id: %w", key, fencedlock.ErrInvalid)
+		return fmt.Errorf("etcd: fenced put %q: empty holder id: %w", key, driver.ErrInvalid)
 	}
 	fk := b.fenceKey(key)
 	rec := fenceRecord(token, holder)
@@ -113,7 +113,7 @@ func (b *Backend) FencedGet(ctx context.Context, key string) (fencing.Record, er
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
 	if key == "" {
-		return r, fmt.Errorf("etcd: fenced get: empty key: %w", fencedlock.ErrInvalid)
+		return r, fmt.Errorf("etcd: fenced get: empty key: %w", driver.ErrInvalid)
 	}
 	resp, err := b.c.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(b.fenceKey(key))).Commit()
 	if err != nil {

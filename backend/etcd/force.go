@@ -7,15 +7,15 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
-var _ fencedlock.ForceReleaser = (*Backend)(nil)
+var _ driver.ForceReleaser = (*Backend)(nil)
 
 // ForceRelease deletes key's whole queue (the holder's entry and every
 // waiter's) in one Txn, whoever holds it: an operator's forced release
-// (see [fencedlock.ForceReleaser]). The Txn reads the holder first, so the
+// (see [driver.ForceReleaser]). The Txn reads the holder first, so the
 // result names the lease it broke. ForceResult.Before is the holder's
 // fence (its entry's create revision; 0 if the key was free) and After
 // the store's revision after the Txn: every entry created later, and so
@@ -26,15 +26,15 @@ var _ fencedlock.ForceReleaser = (*Backend)(nil)
 //
 // Write After to the resources the lock guards with [Backend.FenceBarrier]
 // so that the old holder's next [Backend.FencedPut] is rejected.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (fencedlock.ForceResult, error) {
-	var r fencedlock.ForceResult
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceResult, error) {
+	var r driver.ForceResult
 	if err := b.begin(); err != nil {
 		return r, err
 	}
 	defer b.wg.Done()
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
-	if err := fencedlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return r, fmt.Errorf("etcd: force release: %w", err)
 	}
 	dir := b.lockDir(key)
@@ -72,13 +72,13 @@ func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.To
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
 	if key == "" || strings.HasPrefix(key, b.opts.KeyPrefix) {
-		return fmt.Errorf("etcd: fence barrier %q: key empty or inside the backend's prefix %q: %w", key, b.opts.KeyPrefix, fencedlock.ErrInvalid)
+		return fmt.Errorf("etcd: fence barrier %q: key empty or inside the backend's prefix %q: %w", key, b.opts.KeyPrefix, driver.ErrInvalid)
 	}
 	if token == 0 {
 		return fmt.Errorf("etcd: fence barrier %q: zero token: %w", key, fencing.ErrInvalidToken)
 	}
 	if holder == "" {
-		return fmt.Errorf("etcd: fence barrier %q: empty holder id: %w", key, fencedlock.ErrInvalid)
+		return fmt.Errorf("etcd: fence barrier %q: empty holder id: %w", key, driver.ErrInvalid)
 	}
 	fk := b.fenceKey(key)
 	rec := fenceRecord(token, holder)

@@ -18,7 +18,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // KeepAlive keeps g's lease alive until ctx is done or the backend is
@@ -28,16 +28,16 @@ import (
 // keys. It sends a Renewal with the request's send time and the TTL the
 // server applied after each confirmed renewal, a Renewal whose Err is
 // transient after a failed one (retried after TTL/12), and a final Renewal
-// wrapping [fencedlock.ErrNotHeld] when the server answers that the lease
+// wrapping [driver.ErrNotHeld] when the server answers that the lease
 // is gone or the shared watch sees g's key deleted; then it closes the
 // channel. A channel closed while ctx is not done means the lease can no
 // longer be kept alive. A pending Renewal not yet received is replaced by
 // a newer one.
-func (b *Backend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fencedlock.Renewal {
-	out := make(chan fencedlock.Renewal, 1)
+func (b *Backend) KeepAlive(ctx context.Context, g driver.Grant) <-chan driver.Renewal {
+	out := make(chan driver.Renewal, 1)
 	d, ok := g.Data.(*grant)
 	if !ok || d == nil {
-		out <- fencedlock.Renewal{Err: errorf("keepalive %q: grant was not made by this backend: %w", g.Key, fencedlock.ErrNotHeld)}
+		out <- driver.Renewal{Err: errorf("keepalive %q: grant was not made by this backend: %w", g.Key, driver.ErrNotHeld)}
 		close(out)
 		return out
 	}
@@ -57,7 +57,7 @@ func (b *Backend) KeepAlive(ctx context.Context, g fencedlock.Grant) <-chan fenc
 
 // offer sends r on out, replacing a pending value: out has a buffer of one
 // and a single sender, so the send never blocks.
-func offer(out chan fencedlock.Renewal, r fencedlock.Renewal) {
+func offer(out chan driver.Renewal, r driver.Renewal) {
 	for {
 		select {
 		case out <- r:
@@ -75,7 +75,7 @@ func offer(out chan fencedlock.Renewal, r fencedlock.Renewal) {
 // > 0 it also subscribes to the deletion of d's key at revisions from
 // watchFrom on (one past the revision at which d was known to hold the
 // lock) and reports it; d.rev must then be set and no longer change.
-func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fencedlock.Renewal, watchFrom int64) {
+func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan driver.Renewal, watchFrom int64) {
 	interval := max(d.ttl/3, 10*time.Millisecond)
 	retry := max(interval/4, 5*time.Millisecond)
 
@@ -90,7 +90,7 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 		deleted, recheck = sub.deleted, sub.recheck
 	}
 	lost := func(err error) {
-		offer(out, fencedlock.Renewal{Sent: time.Now(), Err: err})
+		offer(out, driver.Renewal{Sent: time.Now(), Err: err})
 	}
 
 	timer := time.NewTimer(max(time.Until(d.sent().Add(interval)), 0))
@@ -101,13 +101,13 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 			return
 		case rev := <-deleted:
 			lost(errorf("lock key of %q deleted at revision %d (lease expired or revoked, or key removed): %w",
-				key, rev, fencedlock.ErrNotHeld))
+				key, rev, driver.ErrNotHeld))
 			return
 		case <-recheck:
 			// The shared watch (re)started after our key was last known to
 			// exist: re-read it now that the watch runs.
 			if gone, ok := b.recheck(ctx, d, interval); gone {
-				lost(errorf("lock key of %q deleted: %w", key, fencedlock.ErrNotHeld))
+				lost(errorf("lock key of %q deleted: %w", key, driver.ErrNotHeld))
 				return
 			} else if !ok {
 				rewatch = true // read failed: try again after the next renewal
@@ -119,21 +119,21 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 			cancel()
 			switch {
 			case errors.Is(err, rpctypes.ErrLeaseNotFound):
-				lost(errorf("lease of %q expired or revoked: %w", key, fencedlock.ErrNotHeld))
+				lost(errorf("lease of %q expired or revoked: %w", key, driver.ErrNotHeld))
 				return
 			case ctx.Err() != nil:
 				return
 			case err != nil:
-				offer(out, fencedlock.Renewal{Sent: sent, Err: errorf("keepalive %q: %w", key, err)})
+				offer(out, driver.Renewal{Sent: sent, Err: errorf("keepalive %q: %w", key, err)})
 				timer.Reset(retry)
 				continue
 			}
 			d.renewed(sent)
-			offer(out, fencedlock.Renewal{Sent: sent, TTL: time.Duration(ttl) * time.Second})
+			offer(out, driver.Renewal{Sent: sent, TTL: time.Duration(ttl) * time.Second})
 			timer.Reset(max(time.Until(sent.Add(interval)), 0))
 			if rewatch {
 				if gone, ok := b.recheck(ctx, d, interval); gone {
-					lost(errorf("lock key of %q deleted: %w", key, fencedlock.ErrNotHeld))
+					lost(errorf("lock key of %q deleted: %w", key, driver.ErrNotHeld))
 					return
 				} else if ok {
 					rewatch = false

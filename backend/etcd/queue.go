@@ -28,7 +28,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -40,7 +40,7 @@ var errWaiterLost = errors.New("etcd: waiter's lease expired or was revoked whil
 // arrival, or until ctx is done. It keeps the waiter's lease alive while it
 // waits. When ctx ends first it revokes the waiter's lease (deleting its
 // queue entry) before returning an error wrapping
-// [fencedlock.ErrNotAcquired] and ctx.Err(). A waiter whose lease expired or
+// [driver.ErrNotAcquired] and ctx.Err(). A waiter whose lease expired or
 // was revoked while it waited is never granted the lock: it starts over at
 // the end of the queue with a new lease (at most 16 times).
 // A transient error (no leader, connection lost, request timed out) ends
@@ -50,9 +50,9 @@ var errWaiterLost = errors.New("etcd: waiter's lease expired or was revoked whil
 // The returned Grant's Sent is the send time of the lease's last confirmed
 // renewal while it waited, and its TTL the lease's granted TTL, so the
 // Locker's local deadline runs from the right moment however long the wait.
-func (b *Backend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.begin(); err != nil {
-		return fencedlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	defer b.wg.Done()
 	ctx, cancel := b.withClose(ctx)
@@ -64,12 +64,12 @@ func (b *Backend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest
 		switch {
 		case err == nil:
 			return g, nil
-		case ctx.Err() != nil, errors.Is(err, fencedlock.ErrClosed), errors.Is(err, fencedlock.ErrInvalid),
+		case ctx.Err() != nil, errors.Is(err, driver.ErrClosed), errors.Is(err, driver.ErrInvalid),
 			errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, rpctypes.ErrInvalidAuthToken):
 			return g, err
 		case errors.Is(err, errWaiterLost):
 			if restarts++; restarts >= maxWaitRestarts {
-				return fencedlock.Grant{}, errorf("acquire %q: %w: gave up after %d restarts", req.Key, err, restarts)
+				return driver.Grant{}, errorf("acquire %q: %w: gave up after %d restarts", req.Key, err, restarts)
 			}
 			b.opts.Logger.Debug("etcd: waiter's entry lost while waiting; re-queueing", "key", req.Key, "restarts", restarts)
 			continue
@@ -78,7 +78,7 @@ func (b *Backend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fencedlock.Grant{}, b.waitError(ctx, req.Key)
+			return driver.Grant{}, b.waitError(ctx, req.Key)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)
@@ -89,14 +89,14 @@ func (b *Backend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest
 // ErrNotAcquired and the context's error (or ErrClosed).
 func (b *Backend) waitError(ctx context.Context, key string) error {
 	cause := context.Cause(ctx)
-	if errors.Is(cause, fencedlock.ErrClosed) {
-		return errorf("acquire %q: %w", key, fencedlock.ErrClosed)
+	if errors.Is(cause, driver.ErrClosed) {
+		return errorf("acquire %q: %w", key, driver.ErrClosed)
 	}
-	return errorf("acquire %q: %w: %w", key, fencedlock.ErrNotAcquired, ctx.Err())
+	return errorf("acquire %q: %w: %w", key, driver.ErrNotAcquired, ctx.Err())
 }
 
 // wait is one turn of AcquireWait with one lease.
-func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start time.Time) (fencedlock.Grant, error) {
+func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start time.Time) (driver.Grant, error) {
 	dir := b.lockDir(req.Key)
 	secs := ttlSeconds(req.TTL)
 	var (
@@ -109,14 +109,14 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 		var err error
 		if lg, reused, err = b.takeLease(ctx, secs, dir, fresh); err != nil {
 			if ctx.Err() != nil {
-				return fencedlock.Grant{}, b.waitError(ctx, req.Key)
+				return driver.Grant{}, b.waitError(ctx, req.Key)
 			}
-			return fencedlock.Grant{}, errorf("acquire %q: lease grant: %w", req.Key, err)
+			return driver.Grant{}, errorf("acquire %q: lease grant: %w", req.Key, err)
 		}
 		name = b.entry(req.Key, lg.id)
 		resp, err = b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
-			Then(clientv3.OpPut(name, fencedlock.HolderID(req.Owner), clientv3.WithLease(lg.id)),
+			Then(clientv3.OpPut(name, driver.HolderID(req.Owner), clientv3.WithLease(lg.id)),
 				clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
 			Commit()
 		if err != nil && reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -133,7 +133,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 			if rerr != nil {
 				err = fmt.Errorf("%w (clean-up: revoking the waiter's lease failed, its queue entry expires with the lease: %v)", err, rerr)
 			}
-			return fencedlock.Grant{}, err
+			return driver.Grant{}, err
 		}
 		break
 	}
@@ -143,19 +143,19 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 		// invariant): an existing entry is a bug. Nothing was put on the
 		// lease.
 		b.returnLease(secs, lg)
-		return fencedlock.Grant{}, errorf("acquire %q: queue entry already exists for this lease: %w", req.Key, fencedlock.ErrInvalid)
+		return driver.Grant{}, errorf("acquire %q: queue entry already exists for this lease: %w", req.Key, driver.ErrInvalid)
 	}
 	g.rev = resp.Header.Revision
 	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].CreateRevision == g.rev {
 		// Uncontended: we are first. The Locker's KeepAlive takes over.
 		g.held = g.rev
-		return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
+		return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
 	}
 
 	// Keep the waiter's lease alive while it waits; the keeper stops when
 	// this turn ends (the Locker's KeepAlive takes over after a grant).
 	kctx, kcancel := context.WithCancel(ctx)
-	renewals := make(chan fencedlock.Renewal, 1)
+	renewals := make(chan driver.Renewal, 1)
 	kdone := make(chan struct{})
 	go func() {
 		defer close(kdone)
@@ -163,7 +163,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 	}()
 	stopKeeper := func() { kcancel(); <-kdone }
 
-	fail := func(err error) (fencedlock.Grant, error) {
+	fail := func(err error) (driver.Grant, error) {
 		stopKeeper()
 		g.retire()
 		rerr := b.revoke(g.lease)
@@ -173,7 +173,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 		if rerr != nil {
 			err = fmt.Errorf("%w (clean-up: revoking the waiter's lease failed, its queue entry expires with the lease: %v)", err, rerr)
 		}
-		return fencedlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 
 	backoff := 50 * time.Millisecond
@@ -198,7 +198,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 				return fail(err)
 			case r, ok := <-renewals:
 				t.Stop()
-				if !ok || errors.Is(r.Err, fencedlock.ErrNotHeld) {
+				if !ok || errors.Is(r.Err, driver.ErrNotHeld) {
 					return fail(errWaiterLost)
 				}
 			case <-t.C:
@@ -215,7 +215,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 			g.held = resp.Header.Revision
 			break
 		}
-		fencedlock.NoteQueued(ctx) // observe: queued behind a holder (a hand-off if granted)
+		driver.NoteQueued(ctx) // observe: queued behind a holder (a hand-off if granted)
 		lost, broke, err := b.waitDeleted(ctx, name, g.rev, kvs[0], renewals)
 		if lost {
 			return fail(errWaiterLost)
@@ -238,7 +238,7 @@ func (b *Backend) wait(ctx context.Context, req fencedlock.AcquireRequest, start
 	stopKeeper()
 	// The server can expire the lease at the earliest at the send time of
 	// its last confirmed renewal plus its TTL.
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
 }
 
 // watchRetry is the pause before re-reading the queue after a watch ended
@@ -259,7 +259,7 @@ const watchRetry = 50 * time.Millisecond
 // watch (WithCreatedNotify) one Txn checks that pred and our entry are
 // still there: any deletion after that Txn comes after the watch started
 // and reaches the watch.
-func (b *Backend) waitDeleted(ctx context.Context, name string, rev int64, pred *mvccpb.KeyValue, renewals <-chan fencedlock.Renewal) (lost, broke bool, err error) {
+func (b *Backend) waitDeleted(ctx context.Context, name string, rev int64, pred *mvccpb.KeyValue, renewals <-chan driver.Renewal) (lost, broke bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	key := string(pred.Key)
@@ -269,7 +269,7 @@ func (b *Backend) waitDeleted(ctx context.Context, name string, rev int64, pred 
 		case <-ctx.Done():
 			return false, false, ctx.Err()
 		case r, ok := <-renewals:
-			if !ok || errors.Is(r.Err, fencedlock.ErrNotHeld) {
+			if !ok || errors.Is(r.Err, driver.ErrNotHeld) {
 				return true, false, nil
 			}
 		case wr, ok := <-wch:

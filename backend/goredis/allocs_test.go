@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
@@ -20,7 +20,7 @@ func TestHotPathAllocs(t *testing.T) {
 	srv := redistest.Start(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
-	req := fencedlock.AcquireRequest{Key: "allocs", Owner: owner(), TTL: 10 * time.Second}
+	req := driver.AcquireRequest{Key: "allocs", Owner: owner(), TTL: 10 * time.Second}
 	// Load the scripts.
 	g, err := b.Acquire(ctx, req)
 	if err != nil {

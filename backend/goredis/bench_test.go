@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -16,7 +16,7 @@ func BenchmarkBackendAcquireRelease(b *testing.B) {
 	srv := redistest.Start(b)
 	be, _ := newBackend(b, srv, Options{})
 	ctx := context.Background()
-	req := fencedlock.AcquireRequest{Key: "bench", Owner: owner(), TTL: 10 * time.Second}
+	req := driver.AcquireRequest{Key: "bench", Owner: owner(), TTL: 10 * time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
 		g, err := be.Acquire(ctx, req)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -38,14 +38,14 @@ func TestClusterWaitOnKeysNode(t *testing.T) {
 			continue
 		}
 		seen[node] = true
-		_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+		_, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 		if !errors.Is(err, ErrReplication) {
 			t.Fatalf("%q on %s: acquire with WaitReplicas 1 and no replica: %v, want ErrReplication", key, node.Addr, err)
 		}
 		if out, _ := node.CLI(t, "EXISTS", b.LockKey(key)); strings.TrimSpace(out) != "0" {
 			t.Fatalf("%q: lock kept after ErrReplication", key)
 		}
-		g, err := plain.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+		g, err := plain.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}

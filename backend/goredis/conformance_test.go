@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -22,13 +22,13 @@ type harness struct {
 	ops       redis.UniversalClient // the operator's client, for Invalidate
 }
 
-func (h *harness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
+func (h *harness) NewBackend(ctx context.Context) (driver.Backend, error) {
 	return New(h.newClient(h.t, 0), h.opts)
 }
 
 // NewDelayedBackend makes the harness a conformance.Delayer: the backend's
 // client reads every response delay after redis-server sent it.
-func (h *harness) NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error) {
+func (h *harness) NewDelayedBackend(ctx context.Context, delay time.Duration) (driver.Backend, error) {
 	return New(h.newClient(h.t, delay), h.opts)
 }
 

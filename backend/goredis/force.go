@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 )
@@ -14,21 +14,21 @@ var (
 	fenceBarrierScript = script{redisscript.FenceBarrierSHA, redisscript.FenceBarrierLua}
 )
 
-var _ fencedlock.ForceReleaser = (*Backend)(nil)
+var _ driver.ForceReleaser = (*Backend)(nil)
 
 // ForceRelease deletes the lock key whoever holds it and advances its fence
 // counter, in one step (force_release.lua, the script of backend/redis): an
-// operator's forced release (see [fencedlock.ForceReleaser]). Write
+// operator's forced release (see [driver.ForceReleaser]). Write
 // ForceResult.After to the hashes the lock guards with
 // [Backend.FenceBarrier] so that the old holder's next [Backend.FencedSet]
 // is rejected. A key fencedlock did not write returns an error wrapping
 // [ErrCorrupt] and changes nothing.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (fencedlock.ForceResult, error) {
-	var r fencedlock.ForceResult
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceResult, error) {
+	var r driver.ForceResult
 	if b.closed.Load() {
 		return r, errClosed("force release", key)
 	}
-	if err := fencedlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return r, fmt.Errorf("redis: force release: %w", err)
 	}
 	lk := b.LockKey(key)
@@ -41,7 +41,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (fencedlock.Forc
 	}
 	if owner, ok := replyString(vals[0]); ok {
 		r.Held = true
-		r.Holder = fencedlock.HolderID(owner)
+		r.Holder = driver.HolderID(owner)
 	}
 	before, ok1 := replyString(vals[2])
 	after, ok2 := vals[3].(int64)
@@ -69,7 +69,7 @@ func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.To
 		return fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
 	}
 	if holder == "" {
-		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, fencedlock.ErrInvalid)
+		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, driver.ErrInvalid)
 	}
 	vals, err := b.run(ctx, fenceBarrierScript, []any{nil, nil, 1, key, token.String(), holder}).Slice()
 	if err != nil {

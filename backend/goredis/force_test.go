@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
@@ -20,12 +20,12 @@ func TestForceReleaseBarrier(t *testing.T) {
 	b, _ := newBackend(t, srv, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req := fencedlock.AcquireRequest{Key: "job", Owner: "owner-a-0123456789", TTL: 10 * time.Second}
+	req := driver.AcquireRequest{Key: "job", Owner: "owner-a-0123456789", TTL: 10 * time.Second}
 	old, err := b.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := fencedlock.HolderID(old.Owner)
+	holder := driver.HolderID(old.Owner)
 	if err := b.FencedSet(ctx, "job:res", "v1", old.Fence, holder); err != nil {
 		t.Fatal(err)
 	}
@@ -48,11 +48,11 @@ func TestForceReleaseBarrier(t *testing.T) {
 	if err := b.FenceBarrier(ctx, "job:res", r.After, "someone-else"); !errors.Is(err, fencing.ErrStale) {
 		t.Errorf("barrier at the record from another holder: %v, want ErrStale", err)
 	}
-	next, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "job", Owner: "owner-b-0123456789", TTL: 10 * time.Second})
+	next, err := b.Acquire(ctx, driver.AcquireRequest{Key: "job", Owner: "owner-b-0123456789", TTL: 10 * time.Second})
 	if err != nil || next.Fence <= r.After {
 		t.Fatalf("next grant %v, %v; want a fence above %v", next.Fence, err, r.After)
 	}
-	if err := b.FencedSet(ctx, "job:res", "v4", next.Fence, fencedlock.HolderID(next.Owner)); err != nil {
+	if err := b.FencedSet(ctx, "job:res", "v4", next.Fence, driver.HolderID(next.Owner)); err != nil {
 		t.Errorf("next holder's write: %v", err)
 	}
 }

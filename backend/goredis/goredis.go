@@ -1,4 +1,4 @@
-// Package goredis is a [fencedlock.Backend] on Redis through
+// Package goredis is a [driver.Backend] on Redis through
 // github.com/redis/go-redis/v9: it takes a [redis.UniversalClient] (a
 // plain *redis.Client, a Sentinel *redis.Client from
 // redis.NewFailoverClient, or a *redis.ClusterClient), so a service that
@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/redis/go-redis/v9"
@@ -58,7 +58,7 @@ var (
 	// value fencedlock did not write (WRONGTYPE, a fence counter that is
 	// not a decimal counter, a lock without a TTL). Nothing was changed.
 	// The errors of Acquire, Renew and Release that wrap it also wrap
-	// [fencedlock.ErrPermanent], as do ACL and authentication refusals
+	// [driver.ErrPermanent], as do ACL and authentication refusals
 	// (NOPERM, NOAUTH, WRONGPASS).
 	ErrCorrupt = redisscript.ErrCorrupt
 	// ErrReplication is wrapped by the error of an Acquire or Renew
@@ -67,7 +67,7 @@ var (
 	ErrReplication = redisscript.ErrReplication
 	// ErrFenceExhausted is wrapped by the error of an Acquire of a free
 	// lock whose fence counter is at [MaxFence]; it also wraps
-	// [fencedlock.ErrPermanent]. Nothing was changed.
+	// [driver.ErrPermanent]. Nothing was changed.
 	ErrFenceExhausted = redisscript.ErrFenceExhausted
 	// ErrEvictionPolicy is wrapped by the error of [New] when a server's
 	// maxmemory-policy is not noeviction. See [Options.AllowEvictingPolicy].
@@ -173,8 +173,8 @@ func isNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
-// Backend is a [fencedlock.Backend] on Redis through go-redis. It also
-// implements [fencedlock.Notifier] and [fencedlock.Inspector]. It is safe
+// Backend is a [driver.Backend] on Redis through go-redis. It also
+// implements [driver.Notifier] and [driver.Inspector]. It is safe
 // for concurrent use.
 type Backend struct {
 	c      redis.UniversalClient
@@ -195,14 +195,14 @@ type slotHub struct {
 }
 
 var (
-	_ fencedlock.Backend   = (*Backend)(nil)
-	_ fencedlock.Notifier  = (*Backend)(nil)
-	_ fencedlock.Inspector = (*Backend)(nil)
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Notifier  = (*Backend)(nil)
+	_ driver.Inspector = (*Backend)(nil)
 )
 
 // New returns a Backend that uses client. It does not take ownership of
 // client: [Backend.Close] leaves it open. Invalid options or a nil client
-// return an error wrapping [fencedlock.ErrInvalid].
+// return an error wrapping [driver.ErrInvalid].
 //
 // As backend/redis.New, New reads maxmemory-policy from every node
 // (INFO memory; for a *redis.ClusterClient from every shard): any policy
@@ -291,13 +291,13 @@ func wrap(op, key string, err error) error {
 
 // Acquire makes one attempt to take req.Key: one round trip running
 // acquire.lua (SET NX PX, then INCR of the fence counter). If another
-// owner holds the key it returns a *[fencedlock.HeldError] with the
+// owner holds the key it returns a *[driver.HeldError] with the
 // holder's remaining TTL. A repeated request of the same owner that
 // already holds the key gets its fence again and a fresh TTL. With
 // Options.WaitReplicas, WAIT follows the script on the same connection.
-func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if b.closed.Load() {
-		return fencedlock.Grant{}, errClosed("acquire", req.Key)
+		return driver.Grant{}, errClosed("acquire", req.Key)
 	}
 	// The three keys are substrings of one string (one allocation):
 	// lock key + FenceSuffix + lock key + AbandonedSuffix.
@@ -317,19 +317,19 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		var acked int64
 		n, acked, err = b.execWait(ctx, acquireScript, lk, cmd)
 		if err == nil && n > 0 && acked < int64(b.opts.WaitReplicas) {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fencedlock.DefaultReleaseTimeout)
-			rerr := b.Release(rctx, fencedlock.Grant{Key: req.Key, Owner: req.Owner})
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
+			rerr := b.Release(rctx, driver.Grant{Key: req.Key, Owner: req.Owner})
 			cancel()
-			return fencedlock.Grant{}, redisscript.Options(b.opts).NotReplicated("acquire", req.Key, acked, rerr)
+			return driver.Grant{}, redisscript.Options(b.opts).NotReplicated("acquire", req.Key, acked, rerr)
 		}
 	} else {
 		n, err = b.run(ctx, acquireScript, cmd).Int64()
 	}
 	if err != nil {
-		return fencedlock.Grant{}, wrap("acquire", req.Key, err)
+		return driver.Grant{}, wrap("acquire", req.Key, err)
 	}
 	if n <= 0 {
-		return fencedlock.Grant{}, redisscript.Held(req.Key, n)
+		return driver.Grant{}, redisscript.Held(req.Key, n)
 	}
 	return redisscript.Grant(req, n, ttl), nil
 }
@@ -384,8 +384,8 @@ func (b *Backend) execWait(ctx context.Context, s script, key string, cmd []any)
 // Renew extends g's lease to ttl if g.Owner still holds g.Key: one round
 // trip running renew.lua (followed by WAIT on the same connection with
 // Options.WaitReplicas). Otherwise it changes nothing and returns an error
-// wrapping [fencedlock.ErrNotHeld].
-func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+// wrapping [driver.ErrNotHeld].
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	if b.closed.Load() {
 		return 0, errClosed("renew", g.Key)
 	}
@@ -419,11 +419,11 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 // key's channel, waking waiters: one round trip running release.lua. If
 // waiters of backend/redis's FairBackend are queued on the key, the same
 // step hands the lock to the first live one instead. Otherwise it deletes nothing and returns an error wrapping
-// [fencedlock.ErrNotHeld]. The fence counter is kept. A Grant with Fence 0
+// [driver.ErrNotHeld]. The fence counter is kept. A Grant with Fence 0
 // (the Locker's clean-up after an Acquire whose outcome is unknown) also
 // makes the server remember the owner for 5 minutes and refuse its
 // acquire if that arrives later, as in backend/redis.
-func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if b.closed.Load() {
 		return errClosed("release", g.Key)
 	}
@@ -501,19 +501,19 @@ func values(vals []any) []redisscript.Value {
 
 // Inspect reports the state of key without changing it: whether it is
 // held, the holder's remaining TTL, the last fence granted and the holder
-// id ([fencedlock.HolderID] of the stored owner token; the token itself is
+// id ([driver.HolderID] of the stored owner token; the token itself is
 // never returned).
-func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if b.closed.Load() {
-		return fencedlock.Info{}, errClosed("inspect", key)
+		return driver.Info{}, errClosed("inspect", key)
 	}
 	if err := redisscript.CheckInspectKey("inspect", key); err != nil {
-		return fencedlock.Info{}, err
+		return driver.Info{}, err
 	}
 	lk := b.LockKey(key)
 	vals, err := b.run(ctx, inspectScript, []any{nil, nil, 2, lk, lk + redisscript.FenceSuffix}).Slice()
 	if err != nil {
-		return fencedlock.Info{}, wrap("inspect", key, err)
+		return driver.Info{}, wrap("inspect", key, err)
 	}
 	return redisscript.ReadInspect(key, values(vals))
 }
@@ -521,7 +521,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, err
 // RetireFence deletes the fence counter of key if key is not held, in one
 // step (retire.lua), and returns the last fence granted (0 if there was no
 // counter). If key is held it changes nothing and returns a
-// *[fencedlock.HeldError]; a key fencedlock did not write returns an error
+// *[driver.HeldError]; a key fencedlock did not write returns an error
 // wrapping [ErrCorrupt]. After it, a new Acquire of key starts again at
 // fence 1: see backend/redis.Backend.RetireFence for when that is safe.
 func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, error) {
@@ -544,7 +544,7 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 
 // Close ends the backend's subscriptions and goroutines. It does not close
 // the go-redis client. It is idempotent; other calls after Close return
-// errors wrapping [fencedlock.ErrClosed].
+// errors wrapping [driver.ErrClosed].
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil

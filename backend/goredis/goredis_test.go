@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
 	rbackend "github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/redistest"
@@ -46,22 +46,22 @@ func TestSharedWithRueidisBackend(t *testing.T) {
 		if g.LockKey(key) != r.LockKey(key) || g.FenceKey(key) != r.FenceKey(key) || g.Channel(key) != r.Channel(key) {
 			t.Fatalf("%q: keys %q %q %q, backend/redis %q %q %q", key, g.LockKey(key), g.FenceKey(key), g.Channel(key), r.LockKey(key), r.FenceKey(key), r.Channel(key))
 		}
-		gr, err := r.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+		gr, err := r.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		info, err := g.Inspect(ctx, key)
-		if err != nil || !info.Held || info.Fence != gr.Fence || info.Holder != fencedlock.HolderID(gr.Owner) {
+		if err != nil || !info.Held || info.Fence != gr.Fence || info.Holder != driver.HolderID(gr.Owner) {
 			t.Fatalf("goredis Inspect of a lock taken by backend/redis: %+v, %v", info, err)
 		}
-		var held *fencedlock.HeldError
-		if _, err := g.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute}); !errors.As(err, &held) {
+		var held *driver.HeldError
+		if _, err := g.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute}); !errors.As(err, &held) {
 			t.Fatalf("goredis Acquire of a held key: %v", err)
 		}
 		if err := g.Release(ctx, gr); err != nil {
 			t.Fatalf("goredis Release of backend/redis's grant: %v", err)
 		}
-		g2, err := g.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+		g2, err := g.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 		if err != nil || g2.Fence != gr.Fence+1 {
 			t.Fatalf("goredis Acquire after: %+v, %v; want fence %d", g2, err, gr.Fence+1)
 		}
@@ -83,33 +83,33 @@ func TestErrors(t *testing.T) {
 	srv := redistest.Start(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := ctxT(t)
-	req := func(key string) fencedlock.AcquireRequest {
-		return fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute}
+	req := func(key string) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute}
 	}
 	c.HSet(ctx, b.LockKey("wrongtype"), "f", "v")
 	_, err := b.Acquire(ctx, req("wrongtype"))
-	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, fencedlock.ErrPermanent) {
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, driver.ErrPermanent) {
 		t.Fatalf("acquire of a hash: %v, want ErrCorrupt and ErrPermanent", err)
 	}
 	c.Set(ctx, b.FenceKey("corrupt"), "01", 0)
-	if _, err := b.Acquire(ctx, req("corrupt")); !errors.Is(err, ErrCorrupt) || !errors.Is(err, fencedlock.ErrPermanent) {
+	if _, err := b.Acquire(ctx, req("corrupt")); !errors.Is(err, ErrCorrupt) || !errors.Is(err, driver.ErrPermanent) {
 		t.Fatalf("acquire with counter 01: %v", err)
 	}
 	if n := c.Exists(ctx, b.LockKey("corrupt")).Val(); n != 0 {
 		t.Fatal("lock written despite a corrupt counter")
 	}
 	c.Set(ctx, b.FenceKey("spent"), MaxFence.String(), 0)
-	if _, err := b.Acquire(ctx, req("spent")); !errors.Is(err, ErrFenceExhausted) || !errors.Is(err, fencedlock.ErrPermanent) {
+	if _, err := b.Acquire(ctx, req("spent")); !errors.Is(err, ErrFenceExhausted) || !errors.Is(err, driver.ErrPermanent) {
 		t.Fatalf("acquire at MaxFence: %v", err)
 	}
 	c.Set(ctx, b.FenceKey("inspect"), "x", 0)
 	if _, err := b.Inspect(ctx, "inspect"); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("inspect of a corrupt counter: %v", err)
 	}
-	if _, err := b.Renew(ctx, fencedlock.Grant{Key: "free", Owner: owner()}, time.Second); !isNotHeld(err) {
+	if _, err := b.Renew(ctx, driver.Grant{Key: "free", Owner: owner()}, time.Second); !isNotHeld(err) {
 		t.Fatalf("renew of a free key: %v", err)
 	}
-	if err := b.Release(ctx, fencedlock.Grant{Key: "free", Owner: owner(), Fence: 1}); !isNotHeld(err) {
+	if err := b.Release(ctx, driver.Grant{Key: "free", Owner: owner(), Fence: 1}); !isNotHeld(err) {
 		t.Fatalf("release of a free key: %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -126,7 +126,7 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lb.Close()
-	if _, err := lb.Acquire(ctx, req("acl")); !errors.Is(err, fencedlock.ErrPermanent) || !strings.Contains(err.Error(), "NOPERM") {
+	if _, err := lb.Acquire(ctx, req("acl")); !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("acquire without EVALSHA permission: %v, want NOPERM, ErrPermanent", err)
 	}
 }
@@ -144,13 +144,13 @@ func TestClosed(t *testing.T) {
 	stop()
 	b.Close()
 	b.Close()
-	if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}); !errors.Is(err, driver.ErrClosed) {
 		t.Fatalf("acquire after Close: %v", err)
 	}
-	if _, _, err := b.Watch(ctx, "k"); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, _, err := b.Watch(ctx, "k"); !errors.Is(err, driver.ErrClosed) {
 		t.Fatalf("watch after Close: %v", err)
 	}
-	if _, err := b.FencedGet(ctx, "r"); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, err := b.FencedGet(ctx, "r"); !errors.Is(err, driver.ErrClosed) {
 		t.Fatalf("fenced get after Close: %v", err)
 	}
 	c := newClient(t, srv, 0)
@@ -160,7 +160,7 @@ func TestClosed(t *testing.T) {
 	}
 	defer b2.Close()
 	c.Close()
-	if _, err := b2.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, err := b2.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}); !errors.Is(err, driver.ErrClosed) {
 		t.Fatalf("acquire on a closed client: %v", err)
 	}
 }
@@ -174,11 +174,11 @@ func TestAcquireArrivingAfterItsCleanup(t *testing.T) {
 		b, c := newBackend(t, srv, Options{ShardedPubSub: sharded})
 		ctx := ctxT(t)
 		abandoned := owner()
-		if err := b.Release(ctx, fencedlock.Grant{Key: "late", Owner: abandoned}); !isNotHeld(err) {
+		if err := b.Release(ctx, driver.Grant{Key: "late", Owner: abandoned}); !isNotHeld(err) {
 			t.Fatalf("clean-up of a free key: %v", err)
 		}
-		_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "late", Owner: abandoned, TTL: time.Minute})
-		if !errors.Is(err, fencedlock.ErrNotAcquired) || errors.Is(err, fencedlock.ErrPermanent) {
+		_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "late", Owner: abandoned, TTL: time.Minute})
+		if !errors.Is(err, driver.ErrNotAcquired) || errors.Is(err, driver.ErrPermanent) {
 			t.Fatalf("sharded %v: late Acquire: %v, want ErrNotAcquired", sharded, err)
 		}
 		if n := c.Exists(ctx, b.LockKey("late")).Val(); n != 0 {
@@ -190,10 +190,10 @@ func TestAcquireArrivingAfterItsCleanup(t *testing.T) {
 		}
 		// An applied Acquire is undone by the clean-up too.
 		o := owner()
-		if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "late", Owner: o, TTL: time.Minute}); err != nil {
+		if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "late", Owner: o, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Release(ctx, fencedlock.Grant{Key: "late", Owner: o}); err != nil {
+		if err := b.Release(ctx, driver.Grant{Key: "late", Owner: o}); err != nil {
 			t.Fatalf("clean-up of an applied Acquire: %v", err)
 		}
 		if n := c.Exists(ctx, b.LockKey("late")).Val(); n != 0 {
@@ -215,10 +215,10 @@ func TestEvictionPolicy(t *testing.T) {
 		t.Fatalf("New with AllowEvictingPolicy: %v", err)
 	}
 	b.Close()
-	if _, err := New(nil, Options{}); !errors.Is(err, fencedlock.ErrInvalid) {
+	if _, err := New(nil, Options{}); !errors.Is(err, driver.ErrInvalid) {
 		t.Fatalf("New(nil): %v", err)
 	}
-	if _, err := New(c, Options{KeyPrefix: "a{"}); !errors.Is(err, fencedlock.ErrInvalid) {
+	if _, err := New(c, Options{KeyPrefix: "a{"}); !errors.Is(err, driver.ErrInvalid) {
 		t.Fatalf("KeyPrefix with '{': %v", err)
 	}
 }
@@ -232,7 +232,7 @@ func TestWaitReplicas(t *testing.T) {
 	_ = replica
 	ctx := ctxT(t)
 	b, c := newBackend(t, primary, Options{WaitReplicas: 1, WaitTimeout: 5 * time.Second})
-	g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "w", Owner: owner(), TTL: time.Minute})
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "w", Owner: owner(), TTL: time.Minute})
 	if err != nil {
 		t.Fatalf("acquire with one replica: %v", err)
 	}
@@ -244,7 +244,7 @@ func TestWaitReplicas(t *testing.T) {
 	}
 	b2, _ := newBackend(t, primary, Options{WaitReplicas: 2, WaitTimeout: 100 * time.Millisecond})
 	start := time.Now()
-	_, err = b2.Acquire(ctx, fencedlock.AcquireRequest{Key: "w2", Owner: owner(), TTL: time.Minute})
+	_, err = b2.Acquire(ctx, driver.AcquireRequest{Key: "w2", Owner: owner(), TTL: time.Minute})
 	if !errors.Is(err, ErrReplication) {
 		t.Fatalf("acquire waiting for 2 of 1 replicas: %v, want ErrReplication", err)
 	}
@@ -272,7 +272,7 @@ func TestWatchWokenOnRelease(t *testing.T) {
 		srv := redistest.Start(t)
 		b, c := newBackend(t, srv, Options{ShardedPubSub: sharded})
 		ctx := ctxT(t)
-		g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Minute})
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,10 +334,10 @@ func TestGuards(t *testing.T) {
 	if err := b.FencedSet(ctx, "res", "x", 0, "h"); !errors.Is(err, fencing.ErrInvalidToken) {
 		t.Fatalf("zero token: %v", err)
 	}
-	if err := b.FencedSet(ctx, DefaultKeyPrefix+"x", "x", 1, "h"); !errors.Is(err, fencedlock.ErrInvalid) {
+	if err := b.FencedSet(ctx, DefaultKeyPrefix+"x", "x", 1, "h"); !errors.Is(err, driver.ErrInvalid) {
 		t.Fatalf("key inside the prefix: %v", err)
 	}
-	if err := b.FencedHSet(ctx, "res", map[string]string{FenceField: "9"}, 9, "h"); !errors.Is(err, fencedlock.ErrInvalid) {
+	if err := b.FencedHSet(ctx, "res", map[string]string{FenceField: "9"}, 9, "h"); !errors.Is(err, driver.ErrInvalid) {
 		t.Fatalf("reserved field: %v", err)
 	}
 	c.Set(ctx, "str", "plain", 0)
@@ -380,7 +380,7 @@ func TestCloseEndsPendingWatch(t *testing.T) {
 	t.Logf("Close took %v", time.Since(start).Round(time.Millisecond))
 	select {
 	case err := <-done:
-		if !errors.Is(err, fencedlock.ErrClosed) {
+		if !errors.Is(err, driver.ErrClosed) {
 			t.Fatalf("pending Watch after Close: %v, want ErrClosed", err)
 		}
 		t.Logf("pending Watch returned %v after Close: %v", time.Since(start).Round(time.Millisecond), err)
@@ -401,7 +401,7 @@ func TestScriptFlushRecovers(t *testing.T) {
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
-		g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "flushed", Owner: owner(), TTL: time.Minute})
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "flushed", Owner: owner(), TTL: time.Minute})
 		if err != nil {
 			t.Fatalf("%+v: acquire after SCRIPT FLUSH: %v", opts, err)
 		}
@@ -430,7 +430,7 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 	ctx := ctxT(t)
 	const key = "fair"
 	lk := g.LockKey(key)
-	h, err := g.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+	h, err := g.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 	if f, err := c.Get(ctx, g.FenceKey(key)).Int64(); err != nil || f != int64(h.Fence)+1 {
 		t.Fatalf("fence counter %d (%v), want %d", f, err, h.Fence+1)
 	}
-	if err := g.Release(ctx, fencedlock.Grant{Key: key, Owner: w, Fence: h.Fence + 1}); err != nil {
+	if err := g.Release(ctx, driver.Grant{Key: key, Owner: w, Fence: h.Fence + 1}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -461,17 +461,17 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	h, err = g.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+	h, err = g.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
-		g   fencedlock.Grant
+		g   driver.Grant
 		err error
 	}
 	res := make(chan result, 1)
 	go func() {
-		gr, err := r.AcquireWait(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+		gr, err := r.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 		res <- result{gr, err}
 	}()
 	for deadline := time.Now().Add(10 * time.Second); c.LLen(ctx, lk+redisscript.QueueSuffix).Val() != 1; time.Sleep(5 * time.Millisecond) {

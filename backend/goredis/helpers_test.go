@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -83,4 +83,4 @@ func newBackend(t testing.TB, srv *redistest.Server, opts Options) (*Backend, *r
 	return b, c
 }
 
-func isNotHeld(err error) bool { return errors.Is(err, fencedlock.ErrNotHeld) }
+func isNotHeld(err error) bool { return errors.Is(err, driver.ErrNotHeld) }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -247,7 +247,7 @@ func (b *Backend) hubFor(channel string) (*hub, func(), error) {
 	b.hubsMu.Lock()
 	defer b.hubsMu.Unlock()
 	if b.done {
-		return nil, nil, fencedlock.ErrClosed
+		return nil, nil, driver.ErrClosed
 	}
 	if !b.opts.ShardedPubSub {
 		if b.hub == nil {
@@ -288,7 +288,7 @@ func (b *Backend) unref(slot uint16, sh *slotHub) {
 	}
 }
 
-// Watch implements [fencedlock.Notifier]: the returned channel receives a
+// Watch implements [driver.Notifier]: the returned channel receives a
 // value when the release script publishes on key's channel (and when the
 // subscription connection is lost, since a release may have been missed).
 // All watches share one subscription connection (with
@@ -301,7 +301,7 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 	}
 	ch := b.Channel(key)
 	h, unref, err := b.hubFor(ch)
-	if errors.Is(err, fencedlock.ErrClosed) {
+	if errors.Is(err, driver.ErrClosed) {
 		return nil, nil, errClosed("watch", key)
 	}
 	if err != nil {

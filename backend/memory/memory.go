@@ -1,4 +1,4 @@
-// Package memory is an in-memory reference [fencedlock.Backend]: every rule
+// Package memory is an in-memory reference [driver.Backend]: every rule
 // of the driver contract (TTL on every key, owner-checked renew and release,
 // a fence that never goes back, wake-up on release) with no server.
 //
@@ -17,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -77,8 +77,8 @@ func (s *Store) live(key string, now time.Time) (entry, bool) {
 	return e, true
 }
 
-// Backend is one client of a Store. It implements [fencedlock.Backend],
-// [fencedlock.Notifier] and [fencedlock.Inspector].
+// Backend is one client of a Store. It implements [driver.Backend],
+// [driver.Notifier] and [driver.Inspector].
 type Backend struct {
 	s      *Store
 	mu     sync.Mutex
@@ -88,9 +88,9 @@ type Backend struct {
 }
 
 var (
-	_ fencedlock.Backend   = (*Backend)(nil)
-	_ fencedlock.Notifier  = (*Backend)(nil)
-	_ fencedlock.Inspector = (*Backend)(nil)
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Notifier  = (*Backend)(nil)
+	_ driver.Inspector = (*Backend)(nil)
 )
 
 func (b *Backend) usable(ctx context.Context) error {
@@ -98,7 +98,7 @@ func (b *Backend) usable(ctx context.Context) error {
 	closed := b.closed
 	b.mu.Unlock()
 	if closed {
-		return fmt.Errorf("memory: %w", fencedlock.ErrClosed)
+		return fmt.Errorf("memory: %w", driver.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memory: %w", err)
@@ -106,29 +106,29 @@ func (b *Backend) usable(ctx context.Context) error {
 	return nil
 }
 
-// Acquire implements [fencedlock.Backend].
-func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+// Acquire implements [driver.Backend].
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.usable(ctx); err != nil {
-		return fencedlock.Grant{}, err
+		return driver.Grant{}, err
 	}
 	if req.TTL <= 0 {
-		return fencedlock.Grant{}, fmt.Errorf("memory: TTL %v: %w", req.TTL, fencedlock.ErrInvalid)
+		return driver.Grant{}, fmt.Errorf("memory: TTL %v: %w", req.TTL, driver.ErrInvalid)
 	}
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
 	if e, ok := s.live(req.Key, now); ok {
-		return fencedlock.Grant{}, &fencedlock.HeldError{Key: req.Key, RetryAfter: e.expires.Sub(now)}
+		return driver.Grant{}, &driver.HeldError{Key: req.Key, RetryAfter: e.expires.Sub(now)}
 	}
 	fence := s.fences[req.Key] + 1
 	s.fences[req.Key] = fence
 	s.locks[req.Key] = entry{owner: req.Owner, fence: fence, expires: now.Add(req.TTL)}
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fence, TTL: req.TTL}, nil
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fence, TTL: req.TTL}, nil
 }
 
-// Renew implements [fencedlock.Backend].
-func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+// Renew implements [driver.Backend].
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	if err := b.usable(ctx); err != nil {
 		return 0, err
 	}
@@ -138,15 +138,15 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 	now := time.Now()
 	e, ok := s.live(g.Key, now)
 	if !ok || e.owner != g.Owner {
-		return 0, fmt.Errorf("memory: renew %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return 0, fmt.Errorf("memory: renew %q: %w", g.Key, driver.ErrNotHeld)
 	}
 	e.expires = now.Add(ttl)
 	s.locks[g.Key] = e
 	return ttl, nil
 }
 
-// Release implements [fencedlock.Backend]. It wakes the key's watchers.
-func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
+// Release implements [driver.Backend]. It wakes the key's watchers.
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if err := b.usable(ctx); err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	defer s.mu.Unlock()
 	e, ok := s.live(g.Key, time.Now())
 	if !ok || e.owner != g.Owner {
-		return fmt.Errorf("memory: release %q: %w", g.Key, fencedlock.ErrNotHeld)
+		return fmt.Errorf("memory: release %q: %w", g.Key, driver.ErrNotHeld)
 	}
 	delete(s.locks, g.Key)
 	for ch := range s.watchers[g.Key] {
@@ -167,7 +167,7 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 	return nil
 }
 
-// Watch implements [fencedlock.Notifier].
+// Watch implements [driver.Notifier].
 func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
 	if err := b.usable(ctx); err != nil {
 		return nil, nil, err
@@ -205,23 +205,23 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 	return ch, stop, nil
 }
 
-// Inspect implements [fencedlock.Inspector].
-func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
+// Inspect implements [driver.Inspector].
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if err := b.usable(ctx); err != nil {
-		return fencedlock.Info{}, err
+		return driver.Info{}, err
 	}
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	info := fencedlock.Info{Fence: s.fences[key]}
+	info := driver.Info{Fence: s.fences[key]}
 	if e, ok := s.live(key, now); ok {
-		info.Held, info.TTL, info.Holder = true, e.expires.Sub(now), fencedlock.HolderID(e.owner)
+		info.Held, info.TTL, info.Holder = true, e.expires.Sub(now), driver.HolderID(e.owner)
 	}
 	return info, nil
 }
 
-// Close implements [fencedlock.Backend]: it ends this backend's watches.
+// Close implements [driver.Backend]: it ends this backend's watches.
 // Locks it granted stay until released or expired, as on a server.
 func (b *Backend) Close() error {
 	b.mu.Lock()

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -24,14 +24,14 @@ func TestAcquireArrivingAfterItsCleanup(t *testing.T) {
 		ctx := context.Background()
 		key := "late"
 		abandoned := owner()
-		if err := b.Release(ctx, fencedlock.Grant{Key: key, Owner: abandoned}); !errors.Is(err, fencedlock.ErrNotHeld) {
+		if err := b.Release(ctx, driver.Grant{Key: key, Owner: abandoned}); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("clean-up Release of a free key: %v, want ErrNotHeld", err)
 		}
-		_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: abandoned, TTL: time.Minute})
+		_, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: abandoned, TTL: time.Minute})
 		if err == nil {
 			t.Fatalf("an Acquire arriving after its owner's clean-up took the key (TTL %d ms left)", num(t, c, "PTTL", b.LockKey(key)))
 		}
-		if !errors.Is(err, fencedlock.ErrNotAcquired) {
+		if !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatalf("late Acquire: %v, want ErrNotAcquired", err)
 		}
 		if n := num(t, c, "EXISTS", b.LockKey(key)); n != 0 {
@@ -40,17 +40,17 @@ func TestAcquireArrivingAfterItsCleanup(t *testing.T) {
 		// The clean-up also wins over an Acquire that was applied first
 		// and one of the same owner's attempts still in flight.
 		twice := owner()
-		if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: twice, TTL: time.Minute}); err != nil {
+		if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: twice, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Release(ctx, fencedlock.Grant{Key: key, Owner: twice}); err != nil {
+		if err := b.Release(ctx, driver.Grant{Key: key, Owner: twice}); err != nil {
 			t.Fatalf("clean-up Release of an applied Acquire: %v", err)
 		}
-		if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: twice, TTL: time.Minute}); err == nil {
+		if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: twice, TTL: time.Minute}); err == nil {
 			t.Fatal("a second in-flight attempt of a cleaned-up owner took the key")
 		}
 		// Another owner takes the key as usual, with a greater fence.
-		g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 		if err != nil {
 			t.Fatalf("another owner after the clean-ups: %v", err)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -19,7 +19,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	srv := redistest.Start(b)
 	be, _ := newBackend(b, srv, Options{})
 	ctx := context.Background()
-	req := fencedlock.AcquireRequest{Key: "bench", Owner: "bench-owner-0123456789abcdef", TTL: 10 * time.Second}
+	req := driver.AcquireRequest{Key: "bench", Owner: "bench-owner-0123456789abcdef", TTL: 10 * time.Second}
 	b.ReportAllocs()
 	for b.Loop() {
 		g, err := be.Acquire(ctx, req)
@@ -36,7 +36,7 @@ func BenchmarkRenew(b *testing.B) {
 	srv := redistest.Start(b)
 	be, _ := newBackend(b, srv, Options{})
 	ctx := context.Background()
-	g, err := be.Acquire(ctx, fencedlock.AcquireRequest{Key: "bench", Owner: "bench-owner-0123456789abcdef", TTL: 10 * time.Second})
+	g, err := be.Acquire(ctx, driver.AcquireRequest{Key: "bench", Owner: "bench-owner-0123456789abcdef", TTL: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func BenchmarkAcquireParallelKeys(b *testing.B) {
 	var id atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		key := "bench-" + strconv.FormatInt(id.Add(1), 10)
-		req := fencedlock.AcquireRequest{Key: key, Owner: "bench-owner-" + key, TTL: 10 * time.Second}
+		req := driver.AcquireRequest{Key: key, Owner: "bench-owner-" + key, TTL: 10 * time.Second}
 		for pb.Next() {
 			g, err := be.Acquire(ctx, req)
 			if err != nil {

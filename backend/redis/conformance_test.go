@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -22,14 +22,14 @@ type harness struct {
 	ops *Backend       // for key names
 }
 
-func (h *harness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
+func (h *harness) NewBackend(ctx context.Context) (driver.Backend, error) {
 	c := h.srv.Client(h.t, nil)
 	return New(c, Options{})
 }
 
 // NewDelayedBackend makes the harness a conformance.Delayer: the backend's
 // client reads every response delay after redis-server sent it.
-func (h *harness) NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error) {
+func (h *harness) NewDelayedBackend(ctx context.Context, delay time.Duration) (driver.Backend, error) {
 	c := h.srv.Client(h.t, func(o *rueidis.ClientOption) { o.DialCtxFn = delayedDial(delay) })
 	return New(c, Options{})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/redis/rueidis"
 )
@@ -49,8 +50,8 @@ func Example() {
 	// Another owner sees a held key as ErrNotAcquired, with the remaining TTL.
 	first, _ := locker.TryAcquire(ctx, "orders")
 	_, err = locker.TryAcquire(ctx, "orders")
-	var held *fencedlock.HeldError
-	fmt.Println("second owner refused:", errors.Is(err, fencedlock.ErrNotAcquired), errors.As(err, &held) && held.RetryAfter > 0)
+	var held *driver.HeldError
+	fmt.Println("second owner refused:", errors.Is(err, driver.ErrNotAcquired), errors.As(err, &held) && held.RetryAfter > 0)
 	fmt.Println("next fence:", first.Fence())
 	_ = first.Release(ctx)
 

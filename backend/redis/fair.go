@@ -8,14 +8,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/redis/rueidis"
 )
 
 // FairBackend is a [Backend] whose waiters queue on the server, in the
 // lock's hash slot, and are granted the lock in the order they arrived:
-// it implements [fencedlock.WaitAcquirer], so [fencedlock.Locker.Acquire]
+// it implements [driver.WaitAcquirer], so [fencedlock.Locker.Acquire]
 // waits through [FairBackend.AcquireWait] instead of retrying. A release
 // (by any Backend on the store) hands the lock to the first live waiter in
 // the same atomic step and wakes that waiter alone, instead of waking every
@@ -29,7 +29,7 @@ type FairBackend struct {
 	*Backend
 }
 
-var _ fencedlock.WaitAcquirer = (*FairBackend)(nil)
+var _ driver.WaitAcquirer = (*FairBackend)(nil)
 
 // NewFair returns a FairBackend on client. Options, errors and ownership
 // of client are those of [New].
@@ -73,14 +73,14 @@ const (
 // waiter from the queue and releases the lock if it was handed over
 // meanwhile (release.lua's clean-up: it also records the owner, so that a
 // wait.lua still on its way refuses to run), then returns an error
-// wrapping [fencedlock.ErrNotAcquired] and ctx.Err(). A transient error
+// wrapping [driver.ErrNotAcquired] and ctx.Err(). A transient error
 // (connection lost, timeout) is retried after a backoff of 50 ms doubling
 // up to 1 s, for as long as ctx allows: wait.lua is idempotent (a waiter
 // already queued keeps its place).
-func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (f *FairBackend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	b := f.Backend
 	if b.closed.Load() {
-		return fencedlock.Grant{}, errClosed("acquire", req.Key)
+		return driver.Grant{}, errClosed("acquire", req.Key)
 	}
 	lk := b.LockKey(req.Key)
 	ch := lk + releasedSuffix
@@ -89,13 +89,13 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireReq
 		switch {
 		case err == nil:
 			return g, nil
-		case errors.Is(err, fencedlock.ErrNotAcquired):
+		case errors.Is(err, driver.ErrNotAcquired):
 		case ctx.Err() != nil:
 			f.leave(ctx, req)
-			return fencedlock.Grant{}, f.waitError(ctx, req.Key)
-		case errors.Is(err, fencedlock.ErrPermanent), errors.Is(err, fencedlock.ErrClosed):
+			return driver.Grant{}, f.waitError(ctx, req.Key)
+		case errors.Is(err, driver.ErrPermanent), errors.Is(err, driver.ErrClosed):
 			f.leave(ctx, req)
-			return fencedlock.Grant{}, err
+			return driver.Grant{}, err
 		default:
 			// Transient: wait.lua below takes the lock or queues, whether
 			// or not this attempt was applied.
@@ -106,7 +106,7 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireReq
 	if err != nil {
 		if ctx.Err() != nil {
 			f.leave(ctx, req)
-			return fencedlock.Grant{}, f.waitError(ctx, req.Key)
+			return driver.Grant{}, f.waitError(ctx, req.Key)
 		}
 		// No notifications (MaxShardedConns reached, subscription
 		// refused): wait by polling wait.lua.
@@ -124,8 +124,8 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireReq
 	args := []string{req.Owner, ttl.S, ttl.S}
 	lease := ttl.Duration()
 	refresh := max(lease/3, time.Millisecond)
-	grant := func(fence uint64, sent time.Time) fencedlock.Grant {
-		return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: lease, Sent: sent}
+	grant := func(fence uint64, sent time.Time) driver.Grant {
+		return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: lease, Sent: sent}
 	}
 	var (
 		confirmed time.Time // send time of the last wait.lua that found the waiter queued
@@ -137,7 +137,7 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireReq
 	for {
 		if b.closed.Load() {
 			f.leave(ctx, req)
-			return fencedlock.Grant{}, errClosed("acquire", req.Key)
+			return driver.Grant{}, errClosed("acquire", req.Key)
 		}
 		sent := time.Now()
 		r, err := runWaitScript(ctx, b.c, keys, args)
@@ -158,11 +158,11 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireReq
 			err = wrap("acquire", req.Key, err)
 			if ctx.Err() != nil {
 				f.leave(ctx, req)
-				return fencedlock.Grant{}, f.waitError(ctx, req.Key)
+				return driver.Grant{}, f.waitError(ctx, req.Key)
 			}
-			if errors.Is(err, fencedlock.ErrPermanent) || errors.Is(err, fencedlock.ErrClosed) || errors.Is(err, fencedlock.ErrNotAcquired) {
+			if errors.Is(err, driver.ErrPermanent) || errors.Is(err, driver.ErrClosed) || errors.Is(err, driver.ErrNotAcquired) {
 				f.leave(ctx, req)
-				return fencedlock.Grant{}, err
+				return driver.Grant{}, err
 			}
 			b.opts.Logger.Debug("redis: fair wait attempt failed; retrying", "key", req.Key, "err", err, "backoff", backoff)
 			wait = backoff
@@ -172,7 +172,7 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req fencedlock.AcquireReq
 		select {
 		case <-ctx.Done():
 			f.leave(ctx, req)
-			return fencedlock.Grant{}, f.waitError(ctx, req.Key)
+			return driver.Grant{}, f.waitError(ctx, req.Key)
 		case <-timer.C:
 		case <-notify:
 			// A hand-off to this waiter after the last wait.lua that found
@@ -231,7 +231,7 @@ func (b *Backend) pollEvery() time.Duration { return 10 * time.Millisecond }
 func (f *FairBackend) watch(ctx context.Context, key, channel, id string) (*watcher, func(), error) {
 	b := f.Backend
 	h, unref, err := b.hubFor(ctx, channel)
-	if errors.Is(err, fencedlock.ErrClosed) {
+	if errors.Is(err, driver.ErrClosed) {
 		return nil, nil, errClosed("watch", key)
 	}
 	if err != nil {
@@ -252,10 +252,10 @@ func (f *FairBackend) watch(ctx context.Context, key, channel, id string) (*watc
 // the lock if it was handed over meanwhile (handed on in turn); the owner
 // is recorded so that its requests still on their way refuse to run. It
 // runs detached from ctx's cancellation (and after Close: the client is
-// not the backend's), bounded by [fencedlock.DefaultReleaseTimeout].
-func (f *FairBackend) leave(ctx context.Context, req fencedlock.AcquireRequest) {
+// not the backend's), bounded by [driver.DefaultReleaseTimeout].
+func (f *FairBackend) leave(ctx context.Context, req driver.AcquireRequest) {
 	b := f.Backend
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fencedlock.DefaultReleaseTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
 	defer cancel()
 	args := []string{req.Owner, "", abandonTTLms}
 	if b.sharded {
@@ -271,10 +271,10 @@ func (f *FairBackend) leave(ctx context.Context, req fencedlock.AcquireRequest) 
 // both ErrNotAcquired and the context's error (ErrClosed if the Locker's
 // Close ended it).
 func (f *FairBackend) waitError(ctx context.Context, key string) error {
-	if errors.Is(context.Cause(ctx), fencedlock.ErrClosed) {
+	if errors.Is(context.Cause(ctx), driver.ErrClosed) {
 		return errClosed("acquire", key)
 	}
-	return fmt.Errorf("redis: acquire %q: %w: %w", key, fencedlock.ErrNotAcquired, ctx.Err())
+	return fmt.Errorf("redis: acquire %q: %w: %w", key, driver.ErrNotAcquired, ctx.Err())
 }
 
 // ownerID is the id of a fair waiter in hand-off messages: the hex SHA-1 of

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
@@ -24,11 +25,11 @@ import (
 // nothing) run on Redis.
 type fairHarness struct{ harness }
 
-func (h *fairHarness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
+func (h *fairHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
 	return NewFair(h.srv.Client(h.t, nil), Options{})
 }
 
-func (h *fairHarness) NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error) {
+func (h *fairHarness) NewDelayedBackend(ctx context.Context, delay time.Duration) (driver.Backend, error) {
 	c := h.srv.Client(h.t, func(o *rueidis.ClientOption) { o.DialCtxFn = delayedDial(delay) })
 	return NewFair(c, Options{})
 }
@@ -155,7 +156,7 @@ func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
 	if n, err := runWait(t, b, key, wa, 7*time.Second, 5*time.Second); err != nil || n != int64(h.Fence)+1 {
 		t.Fatalf("wait.lua of the waiter handed the lock = %d, %v; want its fence %d", n, err, h.Fence+1)
 	}
-	ga := fencedlock.Grant{Key: key, Owner: wa, Fence: h.Fence + 1}
+	ga := driver.Grant{Key: key, Owner: wa, Fence: h.Fence + 1}
 	if err := b.Release(ctx, ga); err != nil {
 		t.Fatalf("release by the first waiter: %v", err)
 	}
@@ -163,7 +164,7 @@ func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
 		t.Fatal("the second waiter was not handed the lock")
 	}
 	<-msgs
-	if err := b.Release(ctx, fencedlock.Grant{Key: key, Owner: wb, Fence: h.Fence + 2}); err != nil {
+	if err := b.Release(ctx, driver.Grant{Key: key, Owner: wb, Fence: h.Fence + 2}); err != nil {
 		t.Fatalf("release by the second waiter: %v", err)
 	}
 	select {
@@ -215,8 +216,8 @@ func TestFairLeaveAndLateWait(t *testing.T) {
 	// Through AcquireWait: cancelled while queued.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	w := fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second}
-	if _, err := f.AcquireWait(ctx, w); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fencedlock.ErrNotAcquired) {
+	w := driver.AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second}
+	if _, err := f.AcquireWait(ctx, w); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("AcquireWait with an expiring context: %v", err)
 	}
 	if n := num(t, c, "EXISTS", lk+queueSuffix); n != 0 {
@@ -286,11 +287,11 @@ func TestFairUncontendedCommands(t *testing.T) {
 	f := &FairBackend{b}
 	ctx := context.Background()
 	const n = 20
-	run := func(what string, acq func(req fencedlock.AcquireRequest) (fencedlock.Grant, error)) map[string]int64 {
+	run := func(what string, acq func(req driver.AcquireRequest) (driver.Grant, error)) map[string]int64 {
 		t.Helper()
-		grants := make([]fencedlock.Grant, n)
+		grants := make([]driver.Grant, n)
 		for i := range grants { // warm: counters exist, scripts loaded
-			g, err := acq(fencedlock.AcquireRequest{Key: fmt.Sprintf("%s-%d", what, i), Owner: owner(), TTL: time.Second})
+			g, err := acq(driver.AcquireRequest{Key: fmt.Sprintf("%s-%d", what, i), Owner: owner(), TTL: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -300,7 +301,7 @@ func TestFairUncontendedCommands(t *testing.T) {
 		}
 		do(t, c, "CONFIG", "RESETSTAT")
 		for i := range grants {
-			g, err := acq(fencedlock.AcquireRequest{Key: fmt.Sprintf("%s-%d", what, i), Owner: owner(), TTL: time.Second})
+			g, err := acq(driver.AcquireRequest{Key: fmt.Sprintf("%s-%d", what, i), Owner: owner(), TTL: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -315,8 +316,8 @@ func TestFairUncontendedCommands(t *testing.T) {
 		}
 		return stats
 	}
-	plain := run("plain", func(req fencedlock.AcquireRequest) (fencedlock.Grant, error) { return b.Acquire(ctx, req) })
-	fair := run("fair", func(req fencedlock.AcquireRequest) (fencedlock.Grant, error) { return f.AcquireWait(ctx, req) })
+	plain := run("plain", func(req driver.AcquireRequest) (driver.Grant, error) { return b.Acquire(ctx, req) })
+	fair := run("fair", func(req driver.AcquireRequest) (driver.Grant, error) { return f.AcquireWait(ctx, req) })
 	if fmt.Sprint(plain) != fmt.Sprint(fair) {
 		t.Fatalf("%d uncontended acquires: Backend.Acquire ran %v, FairBackend.AcquireWait %v", n, plain, fair)
 	}
@@ -329,7 +330,7 @@ func TestFairUncontendedCommands(t *testing.T) {
 
 // contendedBackend makes the backends of TestFairContended (a variable so
 // that the same measurement can be run on the plain Backend).
-var contendedBackend = func(c rueidis.Client) (fencedlock.Backend, error) { return NewFair(c, Options{}) }
+var contendedBackend = func(c rueidis.Client) (driver.Backend, error) { return NewFair(c, Options{}) }
 
 // TestFairContended: 8 workers, one client each, loop on Acquire and
 // Release of one key for 320 acquisitions in all. Each release hands the
@@ -451,9 +452,9 @@ func TestFairStaleHandOffMessageIgnored(t *testing.T) {
 	const key = "stale"
 	lk := b.LockKey(key)
 	h := acquire(t, b, key, 10*time.Second)
-	w := fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second}
+	w := driver.AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second}
 	type result struct {
-		g   fencedlock.Grant
+		g   driver.Grant
 		err error
 	}
 	res := make(chan result, 1)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
 
@@ -25,7 +25,7 @@ func TestFenceCounterBoundary(t *testing.T) {
 	fk := b.FenceKey("edge")
 	do(t, c, "SET", fk, strconv.FormatInt(max-2, 10))
 	for _, want := range []int64{max - 1, max} {
-		g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "edge", Owner: owner(), TTL: time.Minute})
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "edge", Owner: owner(), TTL: time.Minute})
 		if err != nil {
 			t.Fatalf("acquire at counter %d: %v", want-1, err)
 		}
@@ -38,13 +38,13 @@ func TestFenceCounterBoundary(t *testing.T) {
 		}
 		if want == max {
 			// The holder's retry (its first reply lost) gets 2^53 again.
-			again, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "edge", Owner: g.Owner, TTL: time.Minute})
+			again, err := b.Acquire(ctx, driver.AcquireRequest{Key: "edge", Owner: g.Owner, TTL: time.Minute})
 			if err != nil || again.Fence != g.Fence {
 				t.Fatalf("retry of the holder of 2^53: %+v %v", again, err)
 			}
 			// Another owner waits for the holder, as for any held lock.
-			var held *fencedlock.HeldError
-			if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "edge", Owner: owner(), TTL: time.Minute}); !errors.As(err, &held) {
+			var held *driver.HeldError
+			if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "edge", Owner: owner(), TTL: time.Minute}); !errors.As(err, &held) {
 				t.Fatalf("another owner while 2^53 is held: %v, want HeldError", err)
 			}
 		}
@@ -52,7 +52,7 @@ func TestFenceCounterBoundary(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "edge", Owner: owner(), TTL: time.Minute})
+	_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "edge", Owner: owner(), TTL: time.Minute})
 	if !errors.Is(err, ErrFenceExhausted) || errors.Is(err, ErrCorrupt) {
 		t.Fatalf("acquire past 2^53: %v, want ErrFenceExhausted", err)
 	}
@@ -66,7 +66,7 @@ func TestFenceCounterBoundary(t *testing.T) {
 	for _, bad := range []string{"9007199254740993", "9999999999999999", "10000000000000000"} {
 		key := "over-" + bad
 		do(t, c, "SET", b.FenceKey(key), bad)
-		if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute}); !errors.Is(err, ErrCorrupt) {
+		if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute}); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("counter %s: %v, want ErrCorrupt", bad, err)
 		}
 		if _, err := b.Inspect(ctx, key); !errors.Is(err, ErrCorrupt) {

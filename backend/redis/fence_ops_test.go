@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
@@ -31,7 +31,7 @@ func TestFenceCounterWithTTL(t *testing.T) {
 	}
 	fk := b.FenceKey("ttl")
 	do(t, c, "PEXPIRE", fk, "600000")
-	_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "ttl", Owner: owner(), TTL: time.Minute})
+	_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "ttl", Owner: owner(), TTL: time.Minute})
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "TTL") {
 		t.Fatalf("acquire with a counter that expires: %v, want ErrCorrupt naming the TTL", err)
 	}
@@ -199,7 +199,7 @@ func TestRetireFence(t *testing.T) {
 	srv := redistest.Start(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
-	var g fencedlock.Grant
+	var g driver.Grant
 	for i := 0; i < 3; i++ {
 		if i > 0 {
 			if err := b.Release(ctx, g); err != nil {
@@ -209,7 +209,7 @@ func TestRetireFence(t *testing.T) {
 		g = acquire(t, b, "old", time.Minute)
 	}
 	fk := b.FenceKey("old")
-	var held *fencedlock.HeldError
+	var held *driver.HeldError
 	if _, err := b.RetireFence(ctx, "old"); !errors.As(err, &held) || held.RetryAfter <= 0 {
 		t.Fatalf("retire of a held name: %v, want HeldError", err)
 	}
@@ -292,7 +292,7 @@ func TestEvictionBehaviour(t *testing.T) {
 			srv := redistest.Start(t, redistest.WithConfig("maxmemory-policy "+policy))
 			b, c := newBackend(t, srv, Options{AllowEvictingPolicy: true})
 			ctx := context.Background()
-			var first fencedlock.Grant
+			var first driver.Grant
 			for i := 0; i < 6; i++ {
 				if i > 0 {
 					if err := b.Release(ctx, first); err != nil {
@@ -309,7 +309,7 @@ func TestEvictionBehaviour(t *testing.T) {
 			lockLeft, counterLeft := exists(t, c, lk), exists(t, c, fk)
 			t.Logf("%s, maxmemory %d: %d KiB written (ended by: %v); evicted_keys %d; lock key present %v, counter present %v",
 				policy, maxmemory, n, err, evicted, lockLeft, counterLeft)
-			second, aerr := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "victim", Owner: owner(), TTL: time.Minute})
+			second, aerr := b.Acquire(ctx, driver.AcquireRequest{Key: "victim", Owner: owner(), TTL: time.Minute})
 			switch policy {
 			case "allkeys-lru":
 				if lockLeft || counterLeft || aerr != nil || second.Fence >= first.Fence {
@@ -325,13 +325,13 @@ func TestEvictionBehaviour(t *testing.T) {
 				if !lockLeft || !counterLeft || evicted != 0 || err == nil || !strings.Contains(err.Error(), "OOM") {
 					t.Fatalf("noeviction: lock %v counter %v evicted %d, fill ended by %v", lockLeft, counterLeft, evicted, err)
 				}
-				var held *fencedlock.HeldError
+				var held *driver.HeldError
 				if !errors.As(aerr, &held) {
 					t.Fatalf("noeviction at OOM: second acquire of the held lock: %v, want HeldError", aerr)
 				}
 				// A free lock: granted (fence 1) while memory allows, or
 				// refused with OOM with nothing written. Never a lost key.
-				og, oerr := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "other", Owner: owner(), TTL: time.Minute})
+				og, oerr := b.Acquire(ctx, driver.AcquireRequest{Key: "other", Owner: owner(), TTL: time.Minute})
 				switch {
 				case oerr == nil && og.Fence == 1:
 				case oerr != nil && strings.Contains(oerr.Error(), "OOM") && !exists(t, c, b.LockKey("other")) && !exists(t, c, b.FenceKey("other")):

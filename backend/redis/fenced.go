@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/redis/rueidis"
@@ -33,7 +33,7 @@ const (
 // [fencing.ErrStale]) carrying the accepted token and holder id, and writes
 // nothing. A zero token returns an error wrapping [fencing.ErrInvalidToken];
 // an empty key or holder, or a key inside the backend's KeyPrefix, an error
-// wrapping [fencedlock.ErrInvalid]; nothing is sent. A key that is not a
+// wrapping [driver.ErrInvalid]; nothing is sent. A key that is not a
 // hash, or a fence record fencedlock did not write, returns an error
 // wrapping [ErrCorrupt] and changes nothing.
 //
@@ -197,13 +197,13 @@ func (b *Backend) NewFencedScript(body string) *FencedScript {
 // the fence record stays advanced with whatever the body wrote before it
 // failed, and the error is returned. A zero token wraps
 // [fencing.ErrInvalidToken]; an empty key or holder, or a key inside the
-// backend's KeyPrefix, [fencedlock.ErrInvalid]; nothing is sent then. A
+// backend's KeyPrefix, [driver.ErrInvalid]; nothing is sent then. A
 // key that is not a hash, or a fence record fencedlock did not write,
 // returns an error wrapping [ErrCorrupt] and runs nothing.
 //
 // On Redis Cluster every key must hash to the same slot as key: give them
 // one hash tag ("{order:42}" and "{order:42}:items"); keys in another slot
-// return an error wrapping [fencedlock.ErrInvalid] and nothing is sent.
+// return an error wrapping [driver.ErrInvalid] and nothing is sent.
 func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token, holder string, keys, args []string) (rueidis.RedisMessage, error) {
 	const op = "fenced eval"
 	b := s.b
@@ -220,7 +220,7 @@ func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token
 		}
 		if cluster && hashSlot(k) != hashSlot(key) {
 			// rueidis would panic building a command across slots.
-			return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: key %q in another Cluster slot (give the keys one hash tag): %w", op, key, k, fencedlock.ErrInvalid)
+			return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: key %q in another Cluster slot (give the keys one hash tag): %w", op, key, k, driver.ErrInvalid)
 		}
 	}
 	if err := redisscript.CheckGuardArgs(op, key, token, holder); err != nil {

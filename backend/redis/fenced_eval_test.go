@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
@@ -123,7 +124,7 @@ func TestFencedEvalRule(t *testing.T) {
 		"user key in KeyPrefix": func() error { _, err := s.Exec(ctx, "res", 1, "A", []string{DefaultKeyPrefix + "x"}, nil); return err },
 	} {
 		err := call()
-		if !errors.Is(err, fencedlock.ErrInvalid) && !errors.Is(err, fencing.ErrInvalidToken) {
+		if !errors.Is(err, driver.ErrInvalid) && !errors.Is(err, fencing.ErrInvalidToken) {
 			t.Errorf("%s: %v, want ErrInvalid or ErrInvalidToken", name, err)
 		}
 	}
@@ -186,7 +187,7 @@ func TestFencedEvalCluster(t *testing.T) {
 	// Keys in another slot are refused before anything is sent (rueidis
 	// would panic building the command).
 	s := b.NewFencedScript(`return redis.call('SET', KEYS[1], 'x')`)
-	if _, err := s.Exec(ctx, "{order:1}", 1<<62, "Z", []string{"{order:2}:doc"}, nil); !errors.Is(err, fencedlock.ErrInvalid) {
+	if _, err := s.Exec(ctx, "{order:1}", 1<<62, "Z", []string{"{order:2}:doc"}, nil); !errors.Is(err, driver.ErrInvalid) {
 		t.Fatalf("keys in two slots: %v, want ErrInvalid", err)
 	}
 	// hashSlot agrees with CLUSTER KEYSLOT.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/guardtest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
@@ -167,12 +168,12 @@ func TestFencedInvalid(t *testing.T) {
 		want error
 	}{
 		{"zero token", b.FencedSet(ctx, "r", "v", 0, "A"), fencing.ErrInvalidToken},
-		{"empty holder", b.FencedSet(ctx, "r", "v", 1, ""), fencedlock.ErrInvalid},
-		{"empty key", b.FencedSet(ctx, "", "v", 1, "A"), fencedlock.ErrInvalid},
-		{"key inside KeyPrefix", b.FencedSet(ctx, b.LockKey("orders"), "v", 1, "A"), fencedlock.ErrInvalid},
-		{"no fields", b.FencedHSet(ctx, "r", nil, 1, "A"), fencedlock.ErrInvalid},
-		{"reserved fence field", b.FencedHSet(ctx, "r", map[string]string{FenceField: "9"}, 1, "A"), fencedlock.ErrInvalid},
-		{"reserved holder field", b.FencedHSet(ctx, "r", map[string]string{HolderField: "X"}, 1, "A"), fencedlock.ErrInvalid},
+		{"empty holder", b.FencedSet(ctx, "r", "v", 1, ""), driver.ErrInvalid},
+		{"empty key", b.FencedSet(ctx, "", "v", 1, "A"), driver.ErrInvalid},
+		{"key inside KeyPrefix", b.FencedSet(ctx, b.LockKey("orders"), "v", 1, "A"), driver.ErrInvalid},
+		{"no fields", b.FencedHSet(ctx, "r", nil, 1, "A"), driver.ErrInvalid},
+		{"reserved fence field", b.FencedHSet(ctx, "r", map[string]string{FenceField: "9"}, 1, "A"), driver.ErrInvalid},
+		{"reserved holder field", b.FencedHSet(ctx, "r", map[string]string{HolderField: "X"}, 1, "A"), driver.ErrInvalid},
 	}
 	for _, tc := range cases {
 		if !errors.Is(tc.err, tc.want) {
@@ -191,7 +192,7 @@ func TestFencedInvalid(t *testing.T) {
 		t.Fatalf("%d keys after invalid writes", n)
 	}
 	b.Close()
-	if err := b.FencedSet(ctx, "r", "v", 1, "A"); !errors.Is(err, fencedlock.ErrClosed) {
+	if err := b.FencedSet(ctx, "r", "v", 1, "A"); !errors.Is(err, driver.ErrClosed) {
 		t.Fatalf("after Close: %v", err)
 	}
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 )
@@ -16,11 +16,11 @@ var (
 	fenceBarrierScript = rueidis.NewLuaScript(redisscript.FenceBarrierLua)
 )
 
-var _ fencedlock.ForceReleaser = (*Backend)(nil)
+var _ driver.ForceReleaser = (*Backend)(nil)
 
 // ForceRelease deletes the lock key whoever holds it and advances its fence
 // counter, in one step (internal/redisscript/force_release.lua): an
-// operator's forced release (see [fencedlock.ForceReleaser]). The fence it
+// operator's forced release (see [driver.ForceReleaser]). The fence it
 // consumes, ForceResult.After, is granted to no one: write it to the
 // hashes the lock guards with [Backend.FenceBarrier] so that the old
 // holder's next [Backend.FencedSet] is rejected. The old holder's next
@@ -30,12 +30,12 @@ var _ fencedlock.ForceReleaser = (*Backend)(nil)
 // A key fencedlock did not write returns an error wrapping [ErrCorrupt],
 // a counter at [MaxFence] one wrapping [ErrFenceExhausted]; nothing is
 // changed then.
-func (b *Backend) ForceRelease(ctx context.Context, key string) (fencedlock.ForceResult, error) {
-	var r fencedlock.ForceResult
+func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceResult, error) {
+	var r driver.ForceResult
 	if b.closed.Load() {
 		return r, errClosed("force release", key)
 	}
-	if err := fencedlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return r, fmt.Errorf("redis: force release: %w", err)
 	}
 	lk := b.LockKey(key)
@@ -48,7 +48,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (fencedlock.Forc
 	}
 	if owner, err := vals[0].ToString(); err == nil {
 		r.Held = true
-		r.Holder = fencedlock.HolderID(owner)
+		r.Holder = driver.HolderID(owner)
 	}
 	before, err1 := vals[2].ToString()
 	after, err2 := vals[3].AsInt64()
@@ -79,7 +79,7 @@ func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.To
 		return fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
 	}
 	if holder == "" {
-		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, fencedlock.ErrInvalid)
+		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, driver.ErrInvalid)
 	}
 	vals, err := fenceBarrierScript.Exec(ctx, b.c, []string{key}, []string{token.String(), holder}).ToArray()
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
@@ -25,7 +25,7 @@ func TestForceReleaseBarrier(t *testing.T) {
 	const key, res = "job", "job:resource"
 
 	old := acquire(t, b, "job", 10*time.Second)
-	oldHolder := fencedlock.HolderID(old.Owner)
+	oldHolder := driver.HolderID(old.Owner)
 	if err := b.FencedSet(ctx, res, "v1", old.Fence, oldHolder); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestForceReleaseBarrier(t *testing.T) {
 	if next.Fence <= r.After {
 		t.Fatalf("next grant fence %v, want > %v", next.Fence, r.After)
 	}
-	if err := b.FencedSet(ctx, res, "v4 (next holder)", next.Fence, fencedlock.HolderID(next.Owner)); err != nil {
+	if err := b.FencedSet(ctx, res, "v4 (next holder)", next.Fence, driver.HolderID(next.Owner)); err != nil {
 		t.Fatalf("next holder's write: %v", err)
 	}
 
@@ -86,7 +86,7 @@ func TestForceReleaseBarrier(t *testing.T) {
 		token  fencing.Token
 		holder string
 		want   error
-	}{{"", 5, operator, fencedlock.ErrInvalid}, {"fencedlock:x", 5, operator, fencedlock.ErrInvalid}, {res, 0, operator, fencing.ErrInvalidToken}, {res, 5, "", fencedlock.ErrInvalid}} {
+	}{{"", 5, operator, driver.ErrInvalid}, {"fencedlock:x", 5, operator, driver.ErrInvalid}, {res, 0, operator, fencing.ErrInvalidToken}, {res, 5, "", driver.ErrInvalid}} {
 		if err := b.FenceBarrier(ctx, bad.key, bad.token, bad.holder); !errors.Is(err, bad.want) {
 			t.Errorf("FenceBarrier(%q, %v, %q) = %v, want %v", bad.key, bad.token, bad.holder, err, bad.want)
 		}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
@@ -95,9 +95,9 @@ func owner() string {
 	return fmt.Sprintf("test-owner-%d-%d", time.Now().UnixNano(), ownerSeq.n)
 }
 
-func acquire(t testing.TB, b *Backend, key string, ttl time.Duration) fencedlock.Grant {
+func acquire(t testing.TB, b *Backend, key string, ttl time.Duration) driver.Grant {
 	t.Helper()
-	g, err := b.Acquire(context.Background(), fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
+	g, err := b.Acquire(context.Background(), driver.AcquireRequest{Key: key, Owner: owner(), TTL: ttl})
 	if err != nil {
 		t.Fatalf("acquire %q: %v", key, err)
 	}
@@ -228,4 +228,4 @@ func (m *monitor) sync(t testing.TB, c rueidis.Client) []string {
 	}
 }
 
-func isNotHeld(err error) bool { return errors.Is(err, fencedlock.ErrNotHeld) }
+func isNotHeld(err error) bool { return errors.Is(err, driver.ErrNotHeld) }

@@ -11,8 +11,8 @@ import (
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/rueidis"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // miniHarness runs the conformance suite on miniredis: the fast path, not
@@ -32,12 +32,12 @@ func (h *miniHarness) client() rueidis.Client {
 	return c
 }
 
-func (h *miniHarness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
+func (h *miniHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
 	return New(h.client(), Options{})
 }
 
 // NewDelayedBackend makes the harness a conformance.Delayer.
-func (h *miniHarness) NewDelayedBackend(ctx context.Context, delay time.Duration) (fencedlock.Backend, error) {
+func (h *miniHarness) NewDelayedBackend(ctx context.Context, delay time.Duration) (driver.Backend, error) {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{h.m.Addr()}, DisableCache: true, DialCtxFn: delayedDial(delay)})
 	if err != nil {
 		return nil, err

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 )
 
@@ -24,8 +24,8 @@ func TestMiniAcquireRenewRelease(t *testing.T) {
 	if got := m.TTL(b.LockKey("k")); got != time.Second {
 		t.Fatalf("TTL on the server %v", got)
 	}
-	_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second})
-	var held *fencedlock.HeldError
+	_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second})
+	var held *driver.HeldError
 	if !errors.As(err, &held) || held.RetryAfter != time.Second {
 		t.Fatalf("held: %v", err)
 	}
@@ -61,14 +61,14 @@ func TestMiniCorrupt(t *testing.T) {
 	b, m, _ := newMini(t)
 	ctx := context.Background()
 	m.Set(b.FenceKey("k"), "x")
-	if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}); !errors.Is(err, ErrCorrupt) {
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("corrupt counter: %v", err)
 	}
 	if m.Exists(b.LockKey("k")) {
 		t.Fatal("lock left behind")
 	}
 	m.HSet(b.LockKey("h"), "f", "v")
-	if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "h", Owner: owner(), TTL: time.Second}); !errors.Is(err, ErrCorrupt) {
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "h", Owner: owner(), TTL: time.Second}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("hash lock key: %v", err)
 	}
 }

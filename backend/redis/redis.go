@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/redis/rueidis"
@@ -36,7 +36,7 @@ var (
 	// value fencedlock did not write: another type (WRONGTYPE), a fence
 	// counter that is not a decimal counter, a lock without a TTL. Nothing
 	// was changed on the server. The errors of Acquire, Renew and Release
-	// that wrap it also wrap [fencedlock.ErrPermanent], as do ACL and
+	// that wrap it also wrap [driver.ErrPermanent], as do ACL and
 	// authentication refusals (NOPERM, NOAUTH, WRONGPASS).
 	ErrCorrupt = redisscript.ErrCorrupt
 	// ErrReplication is wrapped by the error of an Acquire whose lock was
@@ -47,7 +47,7 @@ var (
 	// lock whose fence counter is at [MaxFence]: the scripts cannot grant a
 	// greater fence exactly, so the lock cannot be taken again under its
 	// name. Nothing was changed. No retry helps, so it also wraps
-	// [fencedlock.ErrPermanent]: Acquire returns it at once. See [MaxFence].
+	// [driver.ErrPermanent]: Acquire returns it at once. See [MaxFence].
 	ErrFenceExhausted = redisscript.ErrFenceExhausted
 	// ErrEvictionPolicy is wrapped by the error of [New] when a server's
 	// maxmemory-policy is not noeviction: such a server may evict a held
@@ -127,9 +127,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Backend is a [fencedlock.Backend] on Redis. It also implements
-// [fencedlock.Notifier] (waiters woken by the release script's PUBLISH) and
-// [fencedlock.Inspector]. It is safe for concurrent use.
+// Backend is a [driver.Backend] on Redis. It also implements
+// [driver.Notifier] (waiters woken by the release script's PUBLISH) and
+// [driver.Inspector]. It is safe for concurrent use.
 type Backend struct {
 	c      rueidis.Client
 	opts   Options
@@ -159,14 +159,14 @@ type slotHub struct {
 }
 
 var (
-	_ fencedlock.Backend   = (*Backend)(nil)
-	_ fencedlock.Notifier  = (*Backend)(nil)
-	_ fencedlock.Inspector = (*Backend)(nil)
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Notifier  = (*Backend)(nil)
+	_ driver.Inspector = (*Backend)(nil)
 )
 
 // New returns a Backend that uses client. It does not take ownership of
 // client: [Backend.Close] leaves it open. Invalid options or a nil client
-// return an error wrapping [fencedlock.ErrInvalid].
+// return an error wrapping [driver.ErrInvalid].
 //
 // New reads maxmemory-policy from every node the client knows (INFO
 // memory, one round trip per node, at most 5 s each). Only noeviction
@@ -242,14 +242,14 @@ func wrap(op, key string, err error) error {
 
 // Acquire makes one attempt to take req.Key: one round trip running
 // internal/redisscript/acquire.lua (SET NX PX, then INCR of the fence counter). If
-// another owner holds the key it returns a *[fencedlock.HeldError] with the
+// another owner holds the key it returns a *[driver.HeldError] with the
 // holder's remaining TTL. A repeated request of the same owner that already
 // holds the key (a retry whose first reply was lost) gets its fence again
 // and a fresh TTL. With Options.WaitReplicas, WAIT follows the script on
 // the same connection.
-func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if b.closed.Load() {
-		return fencedlock.Grant{}, errClosed("acquire", req.Key)
+		return driver.Grant{}, errClosed("acquire", req.Key)
 	}
 	lk := b.LockKey(req.Key)
 	keys := []string{lk, lk + fenceSuffix, lk + abandonedSuffix}
@@ -263,19 +263,19 @@ func (b *Backend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (f
 		var acked int64
 		n, acked, err = b.acquireWait(ctx, keys, args)
 		if err == nil && n > 0 && acked < int64(b.opts.WaitReplicas) {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fencedlock.DefaultReleaseTimeout)
-			rerr := b.Release(rctx, fencedlock.Grant{Key: req.Key, Owner: req.Owner})
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
+			rerr := b.Release(rctx, driver.Grant{Key: req.Key, Owner: req.Owner})
 			cancel()
-			return fencedlock.Grant{}, redisscript.Options(b.opts).NotReplicated("acquire", req.Key, acked, rerr)
+			return driver.Grant{}, redisscript.Options(b.opts).NotReplicated("acquire", req.Key, acked, rerr)
 		}
 	} else {
 		n, err = acquireScript.Exec(ctx, b.c, keys, args).AsInt64()
 	}
 	if err != nil {
-		return fencedlock.Grant{}, wrap("acquire", req.Key, err)
+		return driver.Grant{}, wrap("acquire", req.Key, err)
 	}
 	if n <= 0 {
-		return fencedlock.Grant{}, redisscript.Held(req.Key, n)
+		return driver.Grant{}, redisscript.Held(req.Key, n)
 	}
 	return redisscript.Grant(req, n, ttl), nil
 }
@@ -331,8 +331,8 @@ func (b *Backend) execWait(ctx context.Context, sha, lua string, keys, args []st
 // Renew extends g's lease to ttl if g.Owner still holds g.Key: one round
 // trip running internal/redisscript/renew.lua (followed by WAIT on the same connection
 // with Options.WaitReplicas). Otherwise it changes nothing and returns
-// an error wrapping [fencedlock.ErrNotHeld].
-func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Duration) (time.Duration, error) {
+// an error wrapping [driver.ErrNotHeld].
+func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
 	if b.closed.Load() {
 		return 0, errClosed("renew", g.Key)
 	}
@@ -367,9 +367,9 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 // internal/redisscript/release.lua. If waiters of [FairBackend] are queued
 // on the key, the same step hands the lock to the first live one instead
 // (its lease, the next fence, and a message waking it alone). Otherwise it
-// deletes nothing and returns an error wrapping [fencedlock.ErrNotHeld].
+// deletes nothing and returns an error wrapping [driver.ErrNotHeld].
 // The fence counter is kept.
-func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
+func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if b.closed.Load() {
 		return errClosed("release", g.Key)
 	}
@@ -399,19 +399,19 @@ func (b *Backend) Release(ctx context.Context, g fencedlock.Grant) error {
 
 // Inspect reports the state of key without changing it: whether it is
 // held, the holder's remaining TTL, the last fence granted and the holder
-// id ([fencedlock.HolderID] of the stored owner token; the token itself is
+// id ([driver.HolderID] of the stored owner token; the token itself is
 // never returned).
-func (b *Backend) Inspect(ctx context.Context, key string) (fencedlock.Info, error) {
+func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	if b.closed.Load() {
-		return fencedlock.Info{}, errClosed("inspect", key)
+		return driver.Info{}, errClosed("inspect", key)
 	}
 	if err := redisscript.CheckInspectKey("inspect", key); err != nil {
-		return fencedlock.Info{}, err
+		return driver.Info{}, err
 	}
 	lk := b.LockKey(key)
 	vals, err := inspectScript.Exec(ctx, b.c, []string{lk, lk + fenceSuffix}, nil).ToArray()
 	if err != nil {
-		return fencedlock.Info{}, wrap("inspect", key, err)
+		return driver.Info{}, wrap("inspect", key, err)
 	}
 	return redisscript.ReadInspect(key, values(vals))
 }
@@ -445,7 +445,7 @@ func values(vals []rueidis.RedisMessage) []redisscript.Value {
 // RetireFence deletes the fence counter of key if key is not held, in one
 // step (internal/redisscript/retire.lua), and returns the last fence granted (0 if there
 // was no counter). If key is held it changes nothing and returns a
-// *[fencedlock.HeldError]; a key fencedlock did not write returns an error
+// *[driver.HeldError]; a key fencedlock did not write returns an error
 // wrapping [ErrCorrupt].
 //
 // Fence counters never expire (see the package documentation, "Memory"):
@@ -491,7 +491,7 @@ const MaxFence fencing.Token = redisscript.MaxFence
 
 // Close ends the backend's subscriptions and goroutines. It does not close
 // the rueidis client. It is idempotent; other calls after Close return
-// errors wrapping [fencedlock.ErrClosed].
+// errors wrapping [driver.ErrClosed].
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
 		return nil
@@ -529,7 +529,7 @@ func (b *Backend) hubFor(ctx context.Context, channel string) (*hub, func(), err
 	defer b.hubsMu.Unlock()
 	for {
 		if b.hubs == nil {
-			return nil, nil, fencedlock.ErrClosed
+			return nil, nil, driver.ErrClosed
 		}
 		sh := b.hubs[slot]
 		if sh == nil && len(b.hubs)+b.closing < b.opts.MaxShardedConns {
@@ -583,7 +583,7 @@ func (b *Backend) unref(slot uint16, sh *slotHub) {
 	}
 }
 
-// Watch implements [fencedlock.Notifier]: the returned channel receives a
+// Watch implements [driver.Notifier]: the returned channel receives a
 // value when the release script publishes on key's channel (and when the
 // subscription connection is lost, since a release may have been missed).
 // All watches of a Backend share one subscription connection, with one
@@ -601,7 +601,7 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 	}
 	ch := b.Channel(key)
 	h, unref, err := b.hubFor(ctx, ch)
-	if errors.Is(err, fencedlock.ErrClosed) {
+	if errors.Is(err, driver.ErrClosed) {
 		return nil, nil, errClosed("watch", key)
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/redistest"
@@ -104,7 +105,7 @@ func TestKeySlots(t *testing.T) {
 	}
 	defer b.Close()
 	keys := []string{"orders", "}", "}{", "{", "{}", "a}b", "}abc{", "{a}b", "%7D", "%", "%25", "x{y}z}",
-		" ", "a b", "\xff\xfe", "ключ", strings.Repeat("}", fencedlock.MaxKeyLen)}
+		" ", "a b", "\xff\xfe", "ключ", strings.Repeat("}", driver.MaxKeyLen)}
 	seen := make(map[string]string)
 	for _, k := range keys {
 		lk, fk := b.LockKey(k), b.FenceKey(k)
@@ -130,11 +131,11 @@ func TestOptions(t *testing.T) {
 		{KeyPrefix: "a{b"}, {KeyPrefix: "}"}, {KeyPrefix: strings.Repeat("p", MaxKeyPrefixLen+1)},
 		{WaitReplicas: -1}, {WaitTimeout: -time.Second},
 	} {
-		if _, err := New(c, o); !errors.Is(err, fencedlock.ErrInvalid) {
+		if _, err := New(c, o); !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("New(%+v): %v, want ErrInvalid", o, err)
 		}
 	}
-	if _, err := New(nil, Options{}); !errors.Is(err, fencedlock.ErrInvalid) {
+	if _, err := New(nil, Options{}); !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("New(nil): %v, want ErrInvalid", err)
 	}
 	b, err := New(c, Options{WaitReplicas: 1})
@@ -166,13 +167,13 @@ func TestWrongType(t *testing.T) {
 	ctx := context.Background()
 	lk, fk := b.LockKey("k"), b.FenceKey("k")
 	do(t, c, "HSET", lk, "field", "value")
-	req := fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}
+	req := driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}
 	_, err := b.Acquire(ctx, req)
-	if !errors.Is(err, ErrCorrupt) || errors.Is(err, fencedlock.ErrNotAcquired) {
+	if !errors.Is(err, ErrCorrupt) || errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("acquire on a hash: %v, want ErrCorrupt", err)
 	}
 	t.Logf("acquire on a hash: %v", err)
-	g := fencedlock.Grant{Key: "k", Owner: req.Owner}
+	g := driver.Grant{Key: "k", Owner: req.Owner}
 	if _, err := b.Renew(ctx, g, time.Second); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("renew on a hash: %v, want ErrCorrupt", err)
 	}
@@ -194,7 +195,7 @@ func TestWrongType(t *testing.T) {
 
 	// Fence key of another type: no lock is left behind.
 	do(t, c, "RPUSH", b.FenceKey("f"), "x")
-	if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "f", Owner: owner(), TTL: time.Second}); !errors.Is(err, ErrCorrupt) {
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "f", Owner: owner(), TTL: time.Second}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("acquire with a list as fence counter: %v, want ErrCorrupt", err)
 	}
 	if n := num(t, c, "EXISTS", b.LockKey("f")); n != 0 {
@@ -212,7 +213,7 @@ func TestCorruptFenceCounter(t *testing.T) {
 		key := "bad-" + bad
 		fk := b.FenceKey(key)
 		do(t, c, "SET", fk, bad)
-		_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: key, Owner: owner(), TTL: time.Second})
+		_, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Second})
 		if !errors.Is(err, ErrCorrupt) {
 			t.Errorf("fence counter %q: acquire %v, want ErrCorrupt", bad, err)
 			continue
@@ -239,7 +240,7 @@ func TestCorruptFenceCounter(t *testing.T) {
 	}
 	// A foreign string lock without TTL is reported, not waited for forever.
 	do(t, c, "SET", b.LockKey("nottl"), "someone")
-	_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "nottl", Owner: owner(), TTL: time.Second})
+	_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "nottl", Owner: owner(), TTL: time.Second})
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("lock without TTL: %v, want ErrCorrupt", err)
 	}
@@ -278,7 +279,7 @@ func TestScriptFlushRecovers(t *testing.T) {
 	// With WAIT (acquire pipelined by hand) too.
 	bw, _ := newBackend(t, srv, Options{WaitReplicas: 1, WaitTimeout: 10 * time.Millisecond})
 	do(t, c, "SCRIPT", "FLUSH")
-	if _, err := bw.Acquire(ctx, fencedlock.AcquireRequest{Key: "w", Owner: owner(), TTL: time.Second}); !errors.Is(err, ErrReplication) {
+	if _, err := bw.Acquire(ctx, driver.AcquireRequest{Key: "w", Owner: owner(), TTL: time.Second}); !errors.Is(err, ErrReplication) {
 		t.Fatalf("acquire with WAIT after SCRIPT FLUSH: %v, want ErrReplication (no replica)", err)
 	}
 }
@@ -299,21 +300,21 @@ func TestClosed(t *testing.T) {
 	ctx := context.Background()
 	g := acquire(t, b, "k", time.Second)
 	c.Close()
-	_, err = b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k2", Owner: owner(), TTL: time.Second})
-	if !errors.Is(err, fencedlock.ErrClosed) || !errors.Is(err, rueidis.ErrClosing) {
+	_, err = b.Acquire(ctx, driver.AcquireRequest{Key: "k2", Owner: owner(), TTL: time.Second})
+	if !errors.Is(err, driver.ErrClosed) || !errors.Is(err, rueidis.ErrClosing) {
 		t.Fatalf("acquire on a closed client: %v, want ErrClosed", err)
 	}
 	t.Logf("closed client: %v", err)
-	if _, err := b.Renew(ctx, g, time.Second); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, err := b.Renew(ctx, g, time.Second); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("renew: %v", err)
 	}
-	if err := b.Release(ctx, g); !errors.Is(err, fencedlock.ErrClosed) {
+	if err := b.Release(ctx, g); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("release: %v", err)
 	}
-	if _, err := b.Inspect(ctx, "k"); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, err := b.Inspect(ctx, "k"); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("inspect: %v", err)
 	}
-	if _, _, err := b.Watch(ctx, "k"); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, _, err := b.Watch(ctx, "k"); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("watch: %v", err)
 	}
 
@@ -325,10 +326,10 @@ func TestClosed(t *testing.T) {
 	if err := b2.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := b2.Acquire(ctx, fencedlock.AcquireRequest{Key: "k3", Owner: owner(), TTL: time.Second}); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, err := b2.Acquire(ctx, driver.AcquireRequest{Key: "k3", Owner: owner(), TTL: time.Second}); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("acquire on a closed backend: %v", err)
 	}
-	if _, _, err := b2.Watch(ctx, "k3"); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, _, err := b2.Watch(ctx, "k3"); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("watch on a closed backend: %v", err)
 	}
 	// Close left the caller's client open.
@@ -345,7 +346,7 @@ func TestCancelledContext(t *testing.T) {
 	b, c := newBackend(t, srv, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second})
+	_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("acquire with a cancelled context: %v", err)
 	}
@@ -362,10 +363,10 @@ func TestCancelledContext(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer wcancel()
 	_, err = locker.Acquire(wctx, "k")
-	if !errors.Is(err, fencedlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, driver.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting acquire past its deadline: %v", err)
 	}
-	if info, err := b.Inspect(context.Background(), "k"); err != nil || info.Holder != fencedlock.HolderID(holder.Owner) {
+	if info, err := b.Inspect(context.Background(), "k"); err != nil || info.Holder != driver.HolderID(holder.Owner) {
 		t.Fatalf("holder changed: %+v %v", info, err)
 	}
 }
@@ -531,7 +532,7 @@ func TestAcquireSameOwnerAgain(t *testing.T) {
 	srv := redistest.Start(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
-	req := fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: 500 * time.Millisecond}
+	req := driver.AcquireRequest{Key: "k", Owner: owner(), TTL: 500 * time.Millisecond}
 	g1, err := b.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -547,9 +548,9 @@ func TestAcquireSameOwnerAgain(t *testing.T) {
 	if pttl := num(t, c, "PTTL", b.LockKey("k")); pttl <= 500 {
 		t.Fatalf("same owner again: PTTL %d, want the new 30s lease", pttl)
 	}
-	_, err = b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second})
-	var held *fencedlock.HeldError
-	if !errors.As(err, &held) || !errors.Is(err, fencedlock.ErrNotAcquired) {
+	_, err = b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second})
+	var held *driver.HeldError
+	if !errors.As(err, &held) || !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("other owner: %v, want *HeldError", err)
 	}
 	if held.RetryAfter <= 29*time.Second || held.RetryAfter > 30*time.Second || held.Key != "k" {
@@ -570,7 +571,7 @@ func TestRenewAndReleaseNotHeld(t *testing.T) {
 	if pttl := num(t, c, "PTTL", b.LockKey("k")); pttl <= 1000 {
 		t.Fatalf("PTTL %d after renew to 3s", pttl)
 	}
-	stranger := fencedlock.Grant{Key: "k", Owner: "stranger"}
+	stranger := driver.Grant{Key: "k", Owner: "stranger"}
 	if _, err := b.Renew(ctx, stranger, 10*time.Second); !isNotHeld(err) {
 		t.Fatalf("stranger's renew: %v", err)
 	}
@@ -611,7 +612,7 @@ func TestInspectNeverContainsToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !info.Held || info.Fence != g.Fence || info.Holder != fencedlock.HolderID(g.Owner) || info.TTL <= 0 || info.TTL > 5*time.Second {
+	if !info.Held || info.Fence != g.Fence || info.Holder != driver.HolderID(g.Owner) || info.TTL <= 0 || info.TTL > 5*time.Second {
 		t.Fatalf("inspect: %+v", info)
 	}
 	for _, s := range []string{fmt.Sprintf("%+v", info), fmt.Sprintf("%#v", info), info.Holder} {
@@ -626,7 +627,7 @@ func TestInspectNeverContainsToken(t *testing.T) {
 	if err != nil || info.Held || info.Fence != g.Fence || info.Holder != "" || info.TTL != 0 {
 		t.Fatalf("inspect after release: %+v %v", info, err)
 	}
-	if _, err := b.Inspect(ctx, ""); !errors.Is(err, fencedlock.ErrInvalid) {
+	if _, err := b.Inspect(ctx, ""); !errors.Is(err, driver.ErrInvalid) {
 		t.Fatalf("inspect of an empty key: %v", err)
 	}
 }
@@ -680,7 +681,7 @@ func TestRoundTrips(t *testing.T) {
 		t.Logf("%s: %d ops -> commandstats evalsha=%d, MONITOR %d client commands: %.2f round trips per op",
 			op, n, evalsha, len(sent), float64(len(sent))/n)
 	}
-	grants := make([]fencedlock.Grant, n)
+	grants := make([]driver.Grant, n)
 	measure("acquire", func(i int) { grants[i] = acquire(t, b, fmt.Sprintf("k%d", i), 10*time.Second) })
 	measure("renew", func(i int) {
 		if _, err := b.Renew(ctx, grants[i], 10*time.Second); err != nil {
@@ -696,8 +697,8 @@ func TestRoundTrips(t *testing.T) {
 		grants[i] = acquire(t, b, fmt.Sprintf("k%d", i), 10*time.Second)
 	}
 	measure("acquire (held)", func(i int) {
-		_, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: fmt.Sprintf("k%d", i), Owner: owner(), TTL: time.Second})
-		if !errors.Is(err, fencedlock.ErrNotAcquired) {
+		_, err := b.Acquire(ctx, driver.AcquireRequest{Key: fmt.Sprintf("k%d", i), Owner: owner(), TTL: time.Second})
+		if !errors.Is(err, driver.ErrNotAcquired) {
 			t.Fatal(err)
 		}
 	})
@@ -719,12 +720,12 @@ func TestWaitReplicas(t *testing.T) {
 		t.Fatal("lock not on the replica after a WAIT-confirmed acquire")
 	}
 	// Held: still a HeldError.
-	if _, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}); !errors.Is(err, fencedlock.ErrNotAcquired) {
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second}); !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("held: %v", err)
 	}
 	b2, _ := newBackend(t, primary, Options{WaitReplicas: 2, WaitTimeout: 50 * time.Millisecond})
-	_, err := b2.Acquire(ctx, fencedlock.AcquireRequest{Key: "k2", Owner: owner(), TTL: 10 * time.Second})
-	if !errors.Is(err, ErrReplication) || errors.Is(err, fencedlock.ErrNotAcquired) {
+	_, err := b2.Acquire(ctx, driver.AcquireRequest{Key: "k2", Owner: owner(), TTL: 10 * time.Second})
+	if !errors.Is(err, ErrReplication) || errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("2 replicas wanted, 1 present: %v, want ErrReplication", err)
 	}
 	t.Logf("too few replicas: %v", err)
@@ -741,12 +742,12 @@ func TestWaitReplicas(t *testing.T) {
 	if pttl := num(t, rc, "PTTL", b.LockKey("k")); pttl <= 10000 {
 		t.Fatalf("replica PTTL %dms after a WAIT-confirmed renew to 30s", pttl)
 	}
-	if _, err := b2.Renew(ctx, g, 30*time.Second); !errors.Is(err, ErrReplication) || errors.Is(err, fencedlock.ErrNotHeld) {
+	if _, err := b2.Renew(ctx, g, 30*time.Second); !errors.Is(err, ErrReplication) || errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("renew wanting 2 replicas: %v, want ErrReplication", err)
 	}
 	other := g
 	other.Owner = owner()
-	if _, err := b.Renew(ctx, other, time.Second); !errors.Is(err, fencedlock.ErrNotHeld) {
+	if _, err := b.Renew(ctx, other, time.Second); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("renew of another owner with WAIT: %v, want ErrNotHeld", err)
 	}
 }

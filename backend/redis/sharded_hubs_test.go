@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -139,7 +139,7 @@ func TestMaxShardedConnsOption(t *testing.T) {
 		t.Fatalf("default MaxShardedConns %d", got)
 	}
 	for _, n := range []int{-1, 16385} {
-		if _, err := New(c, Options{ShardedPubSub: true, MaxShardedConns: n}); !errors.Is(err, fencedlock.ErrInvalid) {
+		if _, err := New(c, Options{ShardedPubSub: true, MaxShardedConns: n}); !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("MaxShardedConns %d: %v, want ErrInvalid", n, err)
 		}
 	}

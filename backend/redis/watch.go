@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/redis/rueidis"
 )
 
@@ -170,7 +170,7 @@ func (h *hub) subscribe(ctx context.Context, cs *chanState) error {
 			case conn.lost != nil:
 				err = fmt.Errorf("subscription connection lost: %w", conn.lost)
 			case h.closed:
-				err = fencedlock.ErrClosed
+				err = driver.ErrClosed
 			default:
 				err = fmt.Errorf("subscription connection lost: %w: %w", errLost, err)
 			}
@@ -195,7 +195,7 @@ func (h *hub) connect() (*subConn, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return nil, fencedlock.ErrClosed
+		return nil, driver.ErrClosed
 	}
 	if h.conn != nil {
 		return h.conn, nil

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -35,7 +35,7 @@ func TestWatchOnClosedClient(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "subscription connection lost") {
 			recycled++
 		}
-		if !errors.Is(err, fencedlock.ErrClosed) {
+		if !errors.Is(err, driver.ErrClosed) {
 			t.Fatalf("round %d: watch on a closed client: %v, want ErrClosed", i, err)
 		}
 	}

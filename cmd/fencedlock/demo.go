@@ -9,10 +9,10 @@ import (
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
 	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/demo"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 const demoHeader = `Usage: fencedlock demo [flags]
@@ -82,7 +82,7 @@ func (e *env) demo(ctx context.Context, args []string) int {
 	if fs.NArg() != 0 {
 		return e.usageError("demo", "unexpected arguments %q", fs.Args())
 	}
-	if err := fencedlock.ValidateKey(f.key); err != nil {
+	if err := driver.ValidateKey(f.key); err != nil {
 		return e.usageError("demo", "%v", err)
 	}
 	if f.resource == "" {

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 const inspectHeader = `Usage: fencedlock inspect [flags] KEY
@@ -76,7 +76,7 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 		return e.usageError("inspect", "want exactly one KEY, got %d arguments", fs.NArg())
 	}
 	key := fs.Arg(0)
-	if err := fencedlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return e.usageError("inspect", "%s", errText(err))
 	}
 	if err := cfg.resolve(e.getenv); err != nil {
@@ -87,7 +87,7 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 		return e.openError("inspect", err)
 	}
 	defer closeBackend()
-	in, ok := b.(fencedlock.Inspector)
+	in, ok := b.(driver.Inspector)
 	if !ok {
 		fmt.Fprintf(e.stderr, "fencedlock inspect: the %s backend cannot describe locks\n", cfg.describe())
 		return exitBackend
@@ -140,7 +140,7 @@ func heldCode(held bool) int {
 // watch prints key's state each time it changes, until SIGINT or SIGTERM
 // (exit 0) or ctx ends. A failed read is reported on standard error and
 // retried at the next interval: a watch for debugging outlives a blip.
-func (e *env) watch(ctx context.Context, in fencedlock.Inspector, key string, interval time.Duration, jsonOut bool) int {
+func (e *env) watch(ctx context.Context, in driver.Inspector, key string, interval time.Duration, jsonOut bool) int {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	var (

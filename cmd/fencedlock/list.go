@@ -15,9 +15,9 @@ import (
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
 	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 const listHeader = `Usage: fencedlock list [flags] [PREFIX]
@@ -84,8 +84,8 @@ func (e *env) list(ctx context.Context, args []string) int {
 		return e.usageError("list", "want at most one PREFIX, got %d arguments", fs.NArg())
 	}
 	prefix := fs.Arg(0)
-	if len(prefix) > fencedlock.MaxKeyLen {
-		return e.usageError("list", "PREFIX is longer than a key can be (%d bytes)", fencedlock.MaxKeyLen)
+	if len(prefix) > driver.MaxKeyLen {
+		return e.usageError("list", "PREFIX is longer than a key can be (%d bytes)", driver.MaxKeyLen)
 	}
 	if f.count < 1 || f.count > 100000 || f.max < 1 || f.pace < 0 || f.timeout <= 0 {
 		return e.usageError("list", "--count must be in [1, 100000], --max at least 1, --pace not negative and --timeout positive")
@@ -164,7 +164,7 @@ func (p *listPrinter) print(o inspectOutput) error {
 
 // inspectLocks inspects names (sorted) and prints each; it returns how many
 // it printed, errListMax once *n reaches f.max.
-func inspectLocks(ctx context.Context, in fencedlock.Inspector, names []string, n *int, f listFlags, print func(inspectOutput) error) error {
+func inspectLocks(ctx context.Context, in driver.Inspector, names []string, n *int, f listFlags, print func(inspectOutput) error) error {
 	sort.Strings(names)
 	for _, name := range names {
 		if *n >= f.max {

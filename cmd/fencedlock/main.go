@@ -42,7 +42,7 @@
 // calls on Redis, never KEYS; paged ranges on etcd; bounded by --max and
 // --timeout). inspect --watch follows one key's state changes until
 // interrupted. release --force breaks a lock whoever holds it, fenced: one
-// atomic step deletes it and consumes a fence (fencedlock.ForceReleaser),
+// atomic step deletes it and consumes a fence (driver.ForceReleaser),
 // which it writes as a barrier to each --resource the lock guards, so that
 // the old holder's next guarded write is rejected; it prints an audit line.
 // run and inspect take --log-format json for log pipelines. See
@@ -94,7 +94,7 @@
 // ambiguous; the message on standard error tells them apart.
 //
 // Owner tokens are never printed: holders are shown by their holder id, a
-// hash of the token (see fencedlock.HolderID).
+// hash of the token (see driver.HolderID).
 package main
 
 import (
@@ -107,7 +107,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // Exit codes; see the package documentation.
@@ -190,7 +190,7 @@ type env struct {
 	commandStderr io.Writer
 	getenv        func(string) string
 	// open makes the backend of a command; tests may replace it.
-	open func(ctx context.Context, cfg backendConfig) (fencedlock.Backend, func(), error)
+	open func(ctx context.Context, cfg backendConfig) (driver.Backend, func(), error)
 	// self is the path of this executable, for demo workers.
 	self func() (string, error)
 }

@@ -18,14 +18,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fencedlock/fencedlock"
 	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // openBackend connects to the server c names. The returned function closes
 // the backend and its client.
-func openBackend(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+func openBackend(ctx context.Context, c backendConfig) (driver.Backend, func(), error) {
 	ctx, cancel := openContext(ctx)
 	defer cancel()
 	if c.redisURL != "" {
@@ -64,7 +64,7 @@ func redisOptions(raw string) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-func openRedis(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+func openRedis(ctx context.Context, c backendConfig) (driver.Backend, func(), error) {
 	client, b, err := dialRedis(c)
 	if err != nil {
 		return nil, nil, err
@@ -95,7 +95,7 @@ func dialRedis(c backendConfig) (rueidis.Client, *redisb.Backend, error) {
 	return client, b, nil
 }
 
-func openEtcd(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+func openEtcd(ctx context.Context, c backendConfig) (driver.Backend, func(), error) {
 	client, b, err := dialEtcd(ctx, c)
 	if err != nil {
 		return nil, nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // progressAfter is how long a waiting run waits before its (n+1)th report
@@ -65,14 +66,14 @@ func (p *progress) acquired(l *fencedlock.Lease) {
 }
 
 // waiting reports who holds the key and for how long.
-func (p *progress) waiting(ctx context.Context, b fencedlock.Backend, since time.Time) {
+func (p *progress) waiting(ctx context.Context, b driver.Backend, since time.Time) {
 	if p.quiet {
 		return
 	}
 	waited := time.Since(since)
 	if p.log != nil {
 		attrs := []any{"key", p.key, "waited_ms", waited.Milliseconds()}
-		if in, ok := b.(fencedlock.Inspector); ok {
+		if in, ok := b.(driver.Inspector); ok {
 			ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
 			info, err := in.Inspect(ictx, p.key)
 			cancel()
@@ -96,8 +97,8 @@ func (p *progress) waiting(ctx context.Context, b fencedlock.Backend, since time
 
 // describeHolder returns ": held by holder H (fence F), lease ends in T" for
 // messages, or "" if the backend cannot tell.
-func describeHolder(ctx context.Context, b fencedlock.Backend, key string) string {
-	in, ok := b.(fencedlock.Inspector)
+func describeHolder(ctx context.Context, b driver.Backend, key string) string {
+	in, ok := b.(driver.Inspector)
 	if !ok {
 		return ""
 	}

@@ -12,7 +12,7 @@ import (
 	"os/user"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -94,7 +94,7 @@ func (e *env) releaseCmd(ctx context.Context, args []string) int {
 		return e.usageError("release", "want exactly one KEY, got %d arguments", fs.NArg())
 	}
 	key := fs.Arg(0)
-	if err := fencedlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return e.usageError("release", "%s", errText(err))
 	}
 	for _, r := range resources {
@@ -110,7 +110,7 @@ func (e *env) releaseCmd(ctx context.Context, args []string) int {
 		return e.openError("release", err)
 	}
 	defer closeBackend()
-	fr, ok := b.(fencedlock.ForceReleaser)
+	fr, ok := b.(driver.ForceReleaser)
 	if !ok {
 		fmt.Fprintf(e.stderr, "fencedlock release: the %s backend cannot force a release\n", cfg.describe())
 		return exitBackend
@@ -122,7 +122,7 @@ func (e *env) releaseCmd(ctx context.Context, args []string) int {
 			return exitBackend
 		}
 	}
-	out := releaseOutput{Key: key, By: operatorName(), PID: os.Getpid(), Operator: fencedlock.HolderID(rand.Text())}
+	out := releaseOutput{Key: key, By: operatorName(), PID: os.Getpid(), Operator: driver.HolderID(rand.Text())}
 	fctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	out.At = time.Now().UTC()

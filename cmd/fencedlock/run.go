@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 const runHeader = `Usage: fencedlock run [flags] KEY -- COMMAND [ARGS...]
@@ -187,7 +188,7 @@ func (e *env) run(ctx context.Context, args []string) int {
 
 // acquire takes the lock as the flags say. It returns the lease, or nil and
 // the exit code.
-func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b fencedlock.Backend, key string, f *runFlags, sigs <-chan os.Signal, p *progress) (*fencedlock.Lease, int) {
+func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b driver.Backend, key string, f *runFlags, sigs <-chan os.Signal, p *progress) (*fencedlock.Lease, int) {
 	lease, err := locker.TryAcquire(ctx, key)
 	if err == nil {
 		return lease, 0

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/clitest"
 )
 
@@ -29,7 +30,7 @@ func memEnv(store *memory.Store, vars map[string]string) (*env, *clitest.SyncBuf
 		stdout: &out,
 		stderr: &errb,
 		getenv: func(k string) string { return vars[k] },
-		open: func(ctx context.Context, c backendConfig) (fencedlock.Backend, func(), error) {
+		open: func(ctx context.Context, c backendConfig) (driver.Backend, func(), error) {
 			b := store.Backend()
 			return b, func() { _ = b.Close() }, nil
 		},
@@ -305,7 +306,7 @@ func holdMemKey(t *testing.T, store *memory.Store, key string) *fencedlock.Lease
 }
 
 // waitHeld waits (bounded) until key is held in store.
-func waitHeld(t *testing.T, store *memory.Store, key string) fencedlock.Info {
+func waitHeld(t *testing.T, store *memory.Store, key string) driver.Info {
 	t.Helper()
 	b := store.Backend()
 	defer b.Close()
@@ -320,7 +321,7 @@ func waitHeld(t *testing.T, store *memory.Store, key string) fencedlock.Info {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("%q not held after 5s", key)
-	return fencedlock.Info{}
+	return driver.Info{}
 }
 
 func TestInspectOutput(t *testing.T) {
@@ -380,7 +381,7 @@ type recordingBackend struct {
 	owners []string
 }
 
-func (r *recordingBackend) Acquire(ctx context.Context, req fencedlock.AcquireRequest) (fencedlock.Grant, error) {
+func (r *recordingBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	g, err := r.Backend.Acquire(ctx, req)
 	if err == nil {
 		r.mu.Lock()

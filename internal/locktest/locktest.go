@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // New returns fencedlock.New(b, opts), failing t (with the error of New)
 // if New refuses the options.
-func New(t testing.TB, b fencedlock.Backend, opts fencedlock.Options) *fencedlock.Locker {
+func New(t testing.TB, b driver.Backend, opts fencedlock.Options) *fencedlock.Locker {
 	t.Helper()
 	l, err := fencedlock.New(b, opts)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/history"
 	"github.com/fencedlock/fencedlock/internal/redistest"
@@ -353,7 +354,7 @@ func (w *worker) round(between func()) {
 		t.Fatal(err)
 	}
 	// A lease lost during a pause is no longer held: ErrNotHeld is expected.
-	if err := l.Release(context.Background()); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+	if err := l.Release(context.Background()); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatal(err)
 	}
 }

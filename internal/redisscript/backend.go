@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -40,25 +40,25 @@ type Options struct {
 }
 
 // Resolve checks o and fills in the defaults. An invalid option returns an
-// error wrapping [fencedlock.ErrInvalid].
+// error wrapping [driver.ErrInvalid].
 func (o Options) Resolve() (Options, error) {
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = DefaultKeyPrefix
 	}
 	if strings.ContainsAny(o.KeyPrefix, "{}") {
-		return o, fmt.Errorf("redis: KeyPrefix %q contains '{' or '}': %w", o.KeyPrefix, fencedlock.ErrInvalid)
+		return o, fmt.Errorf("redis: KeyPrefix %q contains '{' or '}': %w", o.KeyPrefix, driver.ErrInvalid)
 	}
 	if len(o.KeyPrefix) > MaxKeyPrefixLen {
-		return o, fmt.Errorf("redis: KeyPrefix of %d bytes exceeds %d: %w", len(o.KeyPrefix), MaxKeyPrefixLen, fencedlock.ErrInvalid)
+		return o, fmt.Errorf("redis: KeyPrefix of %d bytes exceeds %d: %w", len(o.KeyPrefix), MaxKeyPrefixLen, driver.ErrInvalid)
 	}
 	if o.WaitReplicas < 0 {
-		return o, fmt.Errorf("redis: WaitReplicas %d negative: %w", o.WaitReplicas, fencedlock.ErrInvalid)
+		return o, fmt.Errorf("redis: WaitReplicas %d negative: %w", o.WaitReplicas, driver.ErrInvalid)
 	}
 	if o.WaitTimeout < 0 {
-		return o, fmt.Errorf("redis: WaitTimeout %v negative: %w", o.WaitTimeout, fencedlock.ErrInvalid)
+		return o, fmt.Errorf("redis: WaitTimeout %v negative: %w", o.WaitTimeout, driver.ErrInvalid)
 	}
 	if o.MaxShardedConns < 0 || o.MaxShardedConns > maxSlots {
-		return o, fmt.Errorf("redis: MaxShardedConns %d outside 0..%d: %w", o.MaxShardedConns, maxSlots, fencedlock.ErrInvalid)
+		return o, fmt.Errorf("redis: MaxShardedConns %d outside 0..%d: %w", o.MaxShardedConns, maxSlots, driver.ErrInvalid)
 	}
 	if o.MaxShardedConns == 0 {
 		o.MaxShardedConns = DefaultMaxShardedConns
@@ -145,7 +145,7 @@ func (c *TTLCache) Get(ttl time.Duration) *TTLArg {
 
 // ErrClosed is the error of op on key after the backend's Close.
 func ErrClosed(op, key string) error {
-	return fmt.Errorf("redis: %s %q: backend closed: %w", op, key, fencedlock.ErrClosed)
+	return fmt.Errorf("redis: %s %q: backend closed: %w", op, key, driver.ErrClosed)
 }
 
 // Wrap turns err, an error of a client or of a script, into the backends'
@@ -154,14 +154,14 @@ func ErrClosed(op, key string) error {
 // reply): its codes then decide what else it wraps.
 func Wrap(op, key string, err error, clientClosed, reply bool) error {
 	if clientClosed {
-		return fmt.Errorf("redis: %s %q: client closed: %w: %w", op, key, fencedlock.ErrClosed, err)
+		return fmt.Errorf("redis: %s %q: client closed: %w: %w", op, key, driver.ErrClosed, err)
 	}
 	if reply {
 		// Redis puts the code first; some compatible servers (miniredis)
 		// wrap script errors, so look for it anywhere.
 		msg := err.Error()
 		if strings.Contains(msg, AbandonedCode) {
-			return fmt.Errorf("redis: %s %q: %w: the owner's attempt was cleaned up before it arrived: %w", op, key, fencedlock.ErrNotAcquired, err)
+			return fmt.Errorf("redis: %s %q: %w: the owner's attempt was cleaned up before it arrived: %w", op, key, driver.ErrNotAcquired, err)
 		}
 		if strings.Contains(msg, ExhaustedCode) {
 			// No retry can fix it: only an operator (another lock name).
@@ -181,28 +181,28 @@ func Wrap(op, key string, err error, clientClosed, reply bool) error {
 }
 
 // permanentError marks an error no retry can fix: it also wraps
-// [fencedlock.ErrPermanent], without changing the message, so that the
+// [driver.ErrPermanent], without changing the message, so that the
 // Locker gives up at once instead of retrying until its context ends.
 type permanentError struct{ err error }
 
 func (e permanentError) Error() string   { return e.err.Error() }
-func (e permanentError) Unwrap() []error { return []error{e.err, fencedlock.ErrPermanent} }
+func (e permanentError) Unwrap() []error { return []error{e.err, driver.ErrPermanent} }
 
 // NotHeld is the error of a renew or release (op) of key the owner does
 // not hold.
 func NotHeld(op, key string) error {
-	return fmt.Errorf("redis: %s %q: %w", op, key, fencedlock.ErrNotHeld)
+	return fmt.Errorf("redis: %s %q: %w", op, key, driver.ErrNotHeld)
 }
 
 // Held is the error of an acquire or retire of key that another owner
 // holds; n is the script's reply, minus the holder's remaining TTL in ms.
 func Held(key string, n int64) error {
-	return &fencedlock.HeldError{Key: key, RetryAfter: time.Duration(-n) * time.Millisecond}
+	return &driver.HeldError{Key: key, RetryAfter: time.Duration(-n) * time.Millisecond}
 }
 
 // Grant is the grant of an acquire of req whose script replied fence n.
-func Grant(req fencedlock.AcquireRequest, n int64, ttl *TTLArg) fencedlock.Grant {
-	return fencedlock.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(n), TTL: ttl.Duration()}
+func Grant(req driver.AcquireRequest, n int64, ttl *TTLArg) driver.Grant {
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(n), TTL: ttl.Duration()}
 }
 
 // NotReplicated is the error of op on key whose write acked replicas
@@ -219,7 +219,7 @@ func (o Options) NotReplicated(op, key string, acked int64, releaseErr error) er
 
 // CheckInspectKey checks the key of an Inspect or RetireFence (op).
 func CheckInspectKey(op, key string) error {
-	if err := fencedlock.ValidateKey(key); err != nil {
+	if err := driver.ValidateKey(key); err != nil {
 		return fmt.Errorf("redis: %s: %w", op, err)
 	}
 	return nil
@@ -235,8 +235,8 @@ type Value interface {
 }
 
 // ReadInspect reads vals, the reply of inspect.lua, as the Inspect of key.
-func ReadInspect(key string, vals []Value) (fencedlock.Info, error) {
-	var info fencedlock.Info
+func ReadInspect(key string, vals []Value) (driver.Info, error) {
+	var info driver.Info
 	if len(vals) != 3 {
 		return info, fmt.Errorf("redis: inspect %q: unexpected reply of %d values", key, len(vals))
 	}
@@ -246,19 +246,19 @@ func ReadInspect(key string, vals []Value) (fencedlock.Info, error) {
 	}
 	if held {
 		info.Held = true
-		info.Holder = fencedlock.HolderID(owner)
+		info.Holder = driver.HolderID(owner)
 		if pttl, err := vals[1].Int(); err == nil && pttl > 0 {
 			info.TTL = time.Duration(pttl) * time.Millisecond
 		}
 	}
 	s, found, err := vals[2].Text()
 	if err != nil {
-		return fencedlock.Info{}, fmt.Errorf("redis: inspect %q: unexpected reply: %w", key, err)
+		return driver.Info{}, fmt.Errorf("redis: inspect %q: unexpected reply: %w", key, err)
 	}
 	if found {
 		f, ok := ParseFence(s)
 		if !ok {
-			return fencedlock.Info{}, fmt.Errorf("redis: inspect %q: fence counter %q: %w", key, s, ErrCorrupt)
+			return driver.Info{}, fmt.Errorf("redis: inspect %q: fence counter %q: %w", key, s, ErrCorrupt)
 		}
 		info.Fence = f
 	}
@@ -267,11 +267,11 @@ func ReadInspect(key string, vals []Value) (fencedlock.Info, error) {
 
 // Prepare is the client-independent part of the backends' New: a nil
 // client (nilClient) or invalid options are an error wrapping
-// [fencedlock.ErrInvalid]; then checkEviction runs with the resolved
+// [driver.ErrInvalid]; then checkEviction runs with the resolved
 // options, bounded by EvictionCheckTimeout.
 func Prepare(nilClient bool, o Options, checkEviction func(context.Context, Options) error) (Options, error) {
 	if nilClient {
-		return o, fmt.Errorf("redis: nil client: %w", fencedlock.ErrInvalid)
+		return o, fmt.Errorf("redis: nil client: %w", driver.ErrInvalid)
 	}
 	o, err := o.Resolve()
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 func TestTTLCache(t *testing.T) {
@@ -41,7 +41,7 @@ func TestWrap(t *testing.T) {
 		want      error
 		permanent bool
 	}{
-		{AbandonedCode + " x", true, fencedlock.ErrNotAcquired, false},
+		{AbandonedCode + " x", true, driver.ErrNotAcquired, false},
 		{ExhaustedCode + " x", true, ErrFenceExhausted, true},
 		{"WRONGTYPE x", true, ErrCorrupt, true},
 		{"ERR x " + CorruptCode + " y", true, ErrCorrupt, true},
@@ -52,11 +52,11 @@ func TestWrap(t *testing.T) {
 		if tc.want != nil && !errors.Is(err, tc.want) {
 			t.Errorf("Wrap(%q): %v, want it to wrap %v", tc.msg, err, tc.want)
 		}
-		if got := errors.Is(err, fencedlock.ErrPermanent); got != tc.permanent {
+		if got := errors.Is(err, driver.ErrPermanent); got != tc.permanent {
 			t.Errorf("Wrap(%q) wraps ErrPermanent: %v, want %v", tc.msg, got, tc.permanent)
 		}
 	}
-	if err := Wrap("renew", "k", errors.New("closed"), true, false); !errors.Is(err, fencedlock.ErrClosed) {
+	if err := Wrap("renew", "k", errors.New("closed"), true, false); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Wrap of a closed client: %v, want ErrClosed", err)
 	}
 }
@@ -70,7 +70,7 @@ func TestResolve(t *testing.T) {
 	for _, bad := range []Options{
 		{KeyPrefix: "a{"}, {WaitReplicas: -1}, {WaitTimeout: -1}, {MaxShardedConns: maxSlots + 1},
 	} {
-		if _, err := bad.Resolve(); !errors.Is(err, fencedlock.ErrInvalid) {
+		if _, err := bad.Resolve(); !errors.Is(err, driver.ErrInvalid) {
 			t.Errorf("Resolve(%+v): %v, want ErrInvalid", bad, err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -16,10 +16,10 @@ import (
 // keeps its locks.
 func CheckResourceKey(op, key, prefix string) error {
 	if key == "" {
-		return fmt.Errorf("redis: %s: empty key: %w", op, fencedlock.ErrInvalid)
+		return fmt.Errorf("redis: %s: empty key: %w", op, driver.ErrInvalid)
 	}
 	if strings.HasPrefix(key, prefix) {
-		return fmt.Errorf("redis: %s %q: key inside the backend's KeyPrefix %q: %w", op, key, prefix, fencedlock.ErrInvalid)
+		return fmt.Errorf("redis: %s %q: key inside the backend's KeyPrefix %q: %w", op, key, prefix, driver.ErrInvalid)
 	}
 	return nil
 }
@@ -28,10 +28,10 @@ func CheckResourceKey(op, key, prefix string) error {
 func ValuePairs(value string) []string { return []string{ValueField, value} }
 
 // HSetPairs is the field-value list of FencedHSet of fields to key; no
-// fields is an error wrapping [fencedlock.ErrInvalid].
+// fields is an error wrapping [driver.ErrInvalid].
 func HSetPairs(key string, fields map[string]string) ([]string, error) {
 	if len(fields) == 0 {
-		return nil, fmt.Errorf("redis: fenced hset %q: no fields: %w", key, fencedlock.ErrInvalid)
+		return nil, fmt.Errorf("redis: fenced hset %q: no fields: %w", key, driver.ErrInvalid)
 	}
 	pairs := make([]string, 0, 2*len(fields))
 	for f, v := range fields {
@@ -51,7 +51,7 @@ func CheckFencedWrite(op, key, prefix string, token fencing.Token, holder string
 	}
 	for i := 0; i < len(pairs); i += 2 {
 		if pairs[i] == FenceField || pairs[i] == HolderField {
-			return fmt.Errorf("redis: %s %q: field %q is reserved for the fence record: %w", op, key, pairs[i], fencedlock.ErrInvalid)
+			return fmt.Errorf("redis: %s %q: field %q is reserved for the fence record: %w", op, key, pairs[i], driver.ErrInvalid)
 		}
 	}
 	return nil
@@ -64,7 +64,7 @@ func CheckGuardArgs(op, key string, token fencing.Token, holder string) error {
 		return fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
 	}
 	if holder == "" {
-		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, fencedlock.ErrInvalid)
+		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, driver.ErrInvalid)
 	}
 	return nil
 }
@@ -118,7 +118,7 @@ func Stale(op, key string, token fencing.Token, holder, fence, from string) erro
 // CheckGetKey checks the key of FencedGet.
 func CheckGetKey(key string) error {
 	if key == "" {
-		return fmt.Errorf("redis: fenced get: empty key: %w", fencedlock.ErrInvalid)
+		return fmt.Errorf("redis: fenced get: empty key: %w", driver.ErrInvalid)
 	}
 	return nil
 }

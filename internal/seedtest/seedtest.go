@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/locktest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
@@ -21,8 +22,8 @@ import (
 // Backend is what the seed tests need of a Redis backend: the driver
 // contract, Inspect, and the Redis guard.
 type Backend interface {
-	fencedlock.Backend
-	fencedlock.Inspector
+	driver.Backend
+	driver.Inspector
 	FencedSet(ctx context.Context, key, value string, token fencing.Token, holder string) error
 	FencedGet(ctx context.Context, key string) (fencing.Record, error)
 }
@@ -43,7 +44,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 // the options (internal/locktest).
 var mustLocker = locktest.New
 
-func isNotHeld(err error) bool { return errors.Is(err, fencedlock.ErrNotHeld) }
+func isNotHeld(err error) bool { return errors.Is(err, driver.ErrNotHeld) }
 
 // oneHolderAtATime: several independent Backends (each with its
 // own client, as separate processes would be) contend for one key; an
@@ -141,7 +142,7 @@ func leaseSurvives5xTTL(t *testing.T, newBackend NewBackend) {
 		time.Sleep(ttl / 4)
 		attempts++
 		_, err := otherLocker.TryAcquire(context.Background(), "orders")
-		var held *fencedlock.HeldError
+		var held *driver.HeldError
 		if !errors.As(err, &held) {
 			t.Fatalf("other TryAcquire after %v: %v, want *HeldError", time.Since(end.Add(-5*ttl)), err)
 		}
@@ -189,7 +190,7 @@ func lateReleaseDeletesNothing(t *testing.T, newBackend NewBackend) {
 		t.Fatalf("late release: %v, want ErrNotHeld", lateErr)
 	}
 	// Also straight at the backend, with A's grant.
-	if err := ba.Release(context.Background(), fencedlock.Grant{Key: "orders", Owner: "not-the-owner"}); !isNotHeld(err) {
+	if err := ba.Release(context.Background(), driver.Grant{Key: "orders", Owner: "not-the-owner"}); !isNotHeld(err) {
 		t.Fatalf("release by a stranger: %v, want ErrNotHeld", err)
 	}
 	info, err := bb.Inspect(context.Background(), "orders")

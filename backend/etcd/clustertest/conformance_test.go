@@ -7,8 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // conformanceHarness gives every backend its own client on a different
@@ -18,7 +18,7 @@ type conformanceHarness struct {
 	n int
 }
 
-func (h *conformanceHarness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
+func (h *conformanceHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
 	b := h.e.backend(h.n % len(h.e.clus.Members))
 	h.n++
 	return b, nil

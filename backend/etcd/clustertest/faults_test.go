@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -130,7 +131,7 @@ func lossRace(t *testing.T, e *env, hm, wm int, fault, heal func()) (lost, grant
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := h.Release(ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+	if err := h.Release(ctx); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("H's late release: %v, want ErrNotHeld", err)
 	}
 	if info, err := wb.Inspect(ctx, "k"); err != nil || info.Fence != w.lease.Fence() {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/etcd"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/history"
 )
@@ -221,7 +222,7 @@ func (w *pauseWorker) round(ctx context.Context, between func()) error {
 	if err != nil {
 		return err
 	}
-	if err := l.Release(ctx); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+	if err := l.Release(ctx); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		return err
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/etcd"
 	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -172,7 +173,7 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, err = wl.Acquire(wctx, "k")
 	cancel()
-	if !errors.Is(err, fencedlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, driver.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("timed-out wait: %v, want ErrNotAcquired and DeadlineExceeded", err)
 	}
 
@@ -181,7 +182,7 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	ch := acquireAsync(cctx, wl, "k")
 	e.waitEntries("k", 2)
 	ccancel()
-	if a := <-ch; !errors.Is(a.err, fencedlock.ErrNotAcquired) || !errors.Is(a.err, context.Canceled) {
+	if a := <-ch; !errors.Is(a.err, driver.ErrNotAcquired) || !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("cancelled wait: %v", a.err)
 	}
 
@@ -192,13 +193,13 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 	if err := cl.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if a := <-ch; !errors.Is(a.err, fencedlock.ErrClosed) {
+	if a := <-ch; !errors.Is(a.err, driver.ErrClosed) {
 		t.Fatalf("wait ended by Close: %v, want ErrClosed", a.err)
 	}
 
 	_, err = wl.TryAcquire(ctx, "k")
-	var he *fencedlock.HeldError
-	if !errors.As(err, &he) || !errors.Is(err, fencedlock.ErrNotAcquired) || he.RetryAfter <= 0 || he.RetryAfter > 2*ttl {
+	var he *driver.HeldError
+	if !errors.As(err, &he) || !errors.Is(err, driver.ErrNotAcquired) || he.RetryAfter <= 0 || he.RetryAfter > 2*ttl {
 		t.Fatalf("TryAcquire on a held lock: %v, want *HeldError with 0 < RetryAfter <= %v", err, 2*ttl)
 	}
 
@@ -307,10 +308,10 @@ func TestRevocationByAnotherClient(t *testing.T) {
 			t.Fatalf("%s: loss not reported within %v", how, bound)
 		}
 		delay := time.Since(start)
-		if !errors.Is(ls.Err(), fencedlock.ErrLeaseLost) || !errors.Is(ls.Err(), fencedlock.ErrNotHeld) {
+		if !errors.Is(ls.Err(), fencedlock.ErrLeaseLost) || !errors.Is(ls.Err(), driver.ErrNotHeld) {
 			t.Fatalf("%s: Err = %v, want ErrLeaseLost wrapping ErrNotHeld", how, ls.Err())
 		}
-		if err := ls.Release(ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+		if err := ls.Release(ctx); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("%s: release after loss = %v, want ErrNotHeld", how, err)
 		}
 		t.Logf("%s: loss reported after %s (%v)", how, ms(delay), ls.Err())
@@ -328,8 +329,8 @@ func TestLateReleaseDeletesNothing(t *testing.T) {
 	e := newEnv(t)
 	b1, b2 := e.backend(0), e.backend(1)
 	ctx := ctxFor(t, time.Minute)
-	req1 := fencedlock.AcquireRequest{Key: "k", Owner: "owner-one-0123456789", TTL: ttl}
-	req2 := fencedlock.AcquireRequest{Key: "k", Owner: "owner-two-0123456789", TTL: ttl}
+	req1 := driver.AcquireRequest{Key: "k", Owner: "owner-one-0123456789", TTL: ttl}
+	req2 := driver.AcquireRequest{Key: "k", Owner: "owner-two-0123456789", TTL: ttl}
 	g1, err := b1.Acquire(ctx, req1)
 	if err != nil {
 		t.Fatal(err)
@@ -345,13 +346,13 @@ func TestLateReleaseDeletesNothing(t *testing.T) {
 	if g2.Fence <= g1.Fence {
 		t.Fatalf("fence %d after %d", g2.Fence, g1.Fence)
 	}
-	if err := b1.Release(ctx, g1); !errors.Is(err, fencedlock.ErrNotHeld) {
+	if err := b1.Release(ctx, g1); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("late release: %v, want ErrNotHeld", err)
 	}
-	if err := b1.Release(ctx, fencedlock.Grant{Key: "k", Owner: req1.Owner}); !errors.Is(err, fencedlock.ErrNotHeld) {
+	if err := b1.Release(ctx, driver.Grant{Key: "k", Owner: req1.Owner}); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("late release without data: %v, want ErrNotHeld", err)
 	}
-	if _, err := b1.Renew(ctx, g1, ttl); !errors.Is(err, fencedlock.ErrNotHeld) {
+	if _, err := b1.Renew(ctx, g1, ttl); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("late renew: %v, want ErrNotHeld", err)
 	}
 	kvs := e.entries("k")
@@ -363,7 +364,7 @@ func TestLateReleaseDeletesNothing(t *testing.T) {
 	if got, err := b2.Renew(ctx, g2, ttl); err != nil || got != ttl {
 		t.Fatalf("renew: %v %v", got, err)
 	}
-	if err := b2.Release(ctx, fencedlock.Grant{Key: "k", Owner: req2.Owner}); err != nil {
+	if err := b2.Release(ctx, driver.Grant{Key: "k", Owner: req2.Owner}); err != nil {
 		t.Fatalf("release by owner: %v", err)
 	}
 	if n := len(e.entries("k")); n != 0 {
@@ -414,7 +415,7 @@ func TestFencedPut(t *testing.T) {
 	if err := ba.FencedPut(ctx, data, "zero", 0, a.Holder()); !errors.Is(err, fencing.ErrInvalidToken) {
 		t.Fatalf("zero token: %v", err)
 	}
-	if err := bb.FencedPut(ctx, data, "anon", b.Fence(), ""); !errors.Is(err, fencedlock.ErrInvalid) {
+	if err := bb.FencedPut(ctx, data, "anon", b.Fence(), ""); !errors.Is(err, driver.ErrInvalid) {
 		t.Fatalf("empty holder id: %v", err)
 	}
 	rec, err := bb.FencedGet(ctx, data)
@@ -465,10 +466,10 @@ func TestSameCodeAsOtherBackends(t *testing.T) {
 	e := newEnv(t)
 	constructors := []struct {
 		name string
-		make func() (fencedlock.Backend, error)
+		make func() (driver.Backend, error)
 	}{
-		{"etcd", func() (fencedlock.Backend, error) { return etcd.New(e.client(1), etcd.Options{}) }},
-		{"memory", func() (fencedlock.Backend, error) { return memory.New(), nil }},
+		{"etcd", func() (driver.Backend, error) { return etcd.New(e.client(1), etcd.Options{}) }},
+		{"memory", func() (driver.Backend, error) { return memory.New(), nil }},
 	}
 	for _, c := range constructors {
 		b, err := c.make() // the only backend-specific line
@@ -510,7 +511,7 @@ func TestManualRenew(t *testing.T) {
 		t.Fatalf("lost despite manual renewals past 1.5x TTL: %v", ls.Err())
 	}
 	e.revoke(e.entries("k")[0].Lease)
-	if err := ls.Renew(ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+	if err := ls.Renew(ctx); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("renew of a revoked lease: %v", err)
 	}
 	if !errors.Is(ls.Err(), fencedlock.ErrLeaseLost) {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // streamCounter counts the gRPC streams a client opens, by method.
@@ -127,7 +128,7 @@ func TestManyLeasesSharedStreams(t *testing.T) {
 	case <-time.After(bound):
 		t.Fatalf("deleted key not reported lost within %v", bound)
 	}
-	if !errors.Is(leases[victim].Err(), fencedlock.ErrNotHeld) {
+	if !errors.Is(leases[victim].Err(), driver.ErrNotHeld) {
 		t.Fatalf("victim: Err = %v, want ErrNotHeld", leases[victim].Err())
 	}
 	delay := time.Since(start)
@@ -161,7 +162,7 @@ func TestKeyDeletedBeforeKeepAlive(t *testing.T) {
 	for round, what := range []string{"before the shared watch started", "while the shared watch runs"} {
 		if round == 1 {
 			// Start the shared watch with a healthy grant.
-			g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "other", Owner: "owner-other-0123456789", TTL: ttl})
+			g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "other", Owner: "owner-other-0123456789", TTL: ttl})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +179,7 @@ func TestKeyDeletedBeforeKeepAlive(t *testing.T) {
 			}
 		}
 		owner := fmt.Sprintf("owner-%d-0123456789", round)
-		g, err := b.Acquire(ctx, fencedlock.AcquireRequest{Key: "k", Owner: owner, TTL: ttl})
+		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner, TTL: ttl})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +200,7 @@ func TestKeyDeletedBeforeKeepAlive(t *testing.T) {
 				if !ok {
 					t.Fatalf("%s: channel closed without reporting the loss", what)
 				}
-				if errors.Is(r.Err, fencedlock.ErrNotHeld) {
+				if errors.Is(r.Err, driver.ErrNotHeld) {
 					lost = r.Err
 				}
 			case <-time.After(ttl / 3):

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/etcd"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // The etcd backend reuses the lease of a released lock for a later grant
@@ -20,8 +21,8 @@ import (
 // Txn. These tests hold the pool to what lease-per-lock promises: a held
 // lock's lease carries its key and no other, whatever was done before.
 
-func req(key string, ttl time.Duration) fencedlock.AcquireRequest {
-	return fencedlock.AcquireRequest{Key: key, Owner: rand.Text(), TTL: ttl}
+func req(key string, ttl time.Duration) driver.AcquireRequest {
+	return driver.AcquireRequest{Key: key, Owner: rand.Text(), TTL: ttl}
 }
 
 // leaseOf returns the lease of key's holder entry.
@@ -158,7 +159,7 @@ func TestSecondReleaseLeavesReusedLeaseAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	lb := e.leaseOf("b")
-	if err := b.Release(ctx, ga); !errors.Is(err, fencedlock.ErrNotHeld) {
+	if err := b.Release(ctx, ga); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("second release: %v, want ErrNotHeld", err)
 	}
 	time.Sleep(200 * time.Millisecond) // a background revocation would land by now
@@ -252,7 +253,7 @@ func TestPoolRevokedIdleLeaseAndClose(t *testing.T) {
 	}
 
 	// Fill the pool with 4 leases, then Close: none is left.
-	gs := make([]fencedlock.Grant, 4)
+	gs := make([]driver.Grant, 4)
 	for i := range gs {
 		var err error
 		if gs[i], err = b.Acquire(ctx, req(fmt.Sprint("p", i), ttl)); err != nil {

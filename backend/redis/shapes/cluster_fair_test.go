@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -22,7 +22,7 @@ type clusterFairHarness struct {
 	opts  redis.Options
 }
 
-func (h *clusterFairHarness) NewBackend(ctx context.Context) (fencedlock.Backend, error) {
+func (h *clusterFairHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
 	return redis.NewFair(h.cl.Client(h.t, nil), h.opts)
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
 	"github.com/fencedlock/fencedlock/internal/redistest"
@@ -263,7 +264,7 @@ wait:
 	if at := sentinels.Events("+elected-leader"); len(at) > 0 {
 		res.electedAfter = at[0].Sub(killAt)
 	}
-	if err := lsB.Release(ctx); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
+	if err := lsB.Release(ctx); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		t.Errorf("B release: %v", err)
 	}
 	return res
@@ -272,7 +273,7 @@ wait:
 func shortReason(err error) string {
 	s := err.Error()
 	switch {
-	case errors.Is(err, fencedlock.ErrNotHeld):
+	case errors.Is(err, driver.ErrNotHeld):
 		return "server reported the key gone (renew: not held)"
 	case strings.Contains(s, "local deadline"):
 		return "local deadline passed without a renewal"

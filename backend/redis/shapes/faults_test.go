@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
@@ -202,7 +203,7 @@ func TestRestartWhileHeld(t *testing.T) {
 				}
 				lostAt := time.Now()
 				cause := context.Cause(ls.Context())
-				if !errors.Is(cause, fencedlock.ErrNotHeld) {
+				if !errors.Is(cause, driver.ErrNotHeld) {
 					t.Fatalf("cause %v, want the server's answer (ErrNotHeld)", cause)
 				}
 				if !lostAt.Before(deadline) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
@@ -32,7 +33,7 @@ func newBackend(t testing.TB, c rueidis.Client, opts redis.Options) *redis.Backe
 }
 
 // newLocker returns a Locker on b, closed when the test ends.
-func newLocker(t testing.TB, b fencedlock.Backend, opts fencedlock.Options) *fencedlock.Locker {
+func newLocker(t testing.TB, b driver.Backend, opts fencedlock.Options) *fencedlock.Locker {
 	t.Helper()
 	l := mustLocker(t, b, opts)
 	t.Cleanup(func() { l.Close() })

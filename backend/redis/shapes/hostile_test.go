@@ -11,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
@@ -139,10 +140,10 @@ func TestHostileInput(t *testing.T) {
 		for _, n := range []int{0, 1025, 512 << 10, 1<<20 + 1} {
 			key := strings.Repeat("k", n)
 			_, err := l.TryAcquire(ctx, key)
-			if !errors.Is(err, fencedlock.ErrInvalid) {
+			if !errors.Is(err, driver.ErrInvalid) {
 				t.Fatalf("key of %d bytes: %v, want ErrInvalid", n, err)
 			}
-			if _, err := b.Inspect(ctx, key); !errors.Is(err, fencedlock.ErrInvalid) {
+			if _, err := b.Inspect(ctx, key); !errors.Is(err, driver.ErrInvalid) {
 				t.Fatalf("inspect key of %d bytes: %v, want ErrInvalid", n, err)
 			}
 			if n > 0 && !strings.Contains(err.Error(), "MaxKeyLen") {
@@ -152,7 +153,7 @@ func TestHostileInput(t *testing.T) {
 		if after := dbsize(t, c); after != before {
 			t.Fatalf("refused keys changed the server: %d keys, was %d", after, before)
 		}
-		for _, n := range []int{1, fencedlock.MaxKeyLen} {
+		for _, n := range []int{1, driver.MaxKeyLen} {
 			ls, err := l.TryAcquire(ctx, strings.Repeat("s", n))
 			if err != nil {
 				t.Fatalf("key of %d bytes: %v", n, err)
@@ -202,13 +203,13 @@ func TestHostileInput(t *testing.T) {
 		lb := newBackend(t, c, redis.Options{})
 		valid := mustLocker(t, lb, fencedlock.Options{})
 		defer valid.Close()
-		for _, ttl := range []time.Duration{time.Millisecond, fencedlock.MinTTL - 1, -time.Second, math.MinInt64, fencedlock.MaxTTL + 1, math.MaxInt64} {
+		for _, ttl := range []time.Duration{time.Millisecond, driver.MinTTL - 1, -time.Second, math.MinInt64, driver.MaxTTL + 1, math.MaxInt64} {
 			// Refused by New, and as a per-call option.
-			if lt, err := fencedlock.New(lb, fencedlock.Options{TTL: ttl}); lt != nil || !errors.Is(err, fencedlock.ErrInvalid) || !strings.Contains(err.Error(), "TTL") {
+			if lt, err := fencedlock.New(lb, fencedlock.Options{TTL: ttl}); lt != nil || !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "TTL") {
 				t.Fatalf("New with TTL %v: %v, want ErrInvalid naming the TTL", ttl, err)
 			}
 			_, err := valid.TryAcquire(ctx, "ttl", fencedlock.WithTTL(ttl))
-			if !errors.Is(err, fencedlock.ErrInvalid) || !strings.Contains(err.Error(), "TTL") {
+			if !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), "TTL") {
 				t.Fatalf("WithTTL(%v): %v, want ErrInvalid naming the TTL", ttl, err)
 			}
 		}
@@ -260,7 +261,7 @@ func FuzzRedisKeys(f *testing.F) {
 		m.FlushAll()
 		b, err := redis.New(c, redis.Options{KeyPrefix: prefix})
 		if err != nil {
-			if !errors.Is(err, fencedlock.ErrInvalid) {
+			if !errors.Is(err, driver.ErrInvalid) {
 				t.Fatalf("New(prefix %q): %v, want ErrInvalid", prefix, err)
 			}
 			return
@@ -273,7 +274,7 @@ func FuzzRedisKeys(f *testing.F) {
 		defer cancel()
 		ls, err := l.TryAcquire(ctx, key, fencedlock.WithTTL(time.Duration(ttlMs)*time.Millisecond))
 		if err != nil {
-			if !errors.Is(err, fencedlock.ErrInvalid) {
+			if !errors.Is(err, driver.ErrInvalid) {
 				t.Fatalf("key %q ttl %dms: %v", key, ttlMs, err)
 			}
 			if keys := m.Keys(); len(keys) != 0 {

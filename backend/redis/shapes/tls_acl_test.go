@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -107,8 +108,8 @@ func TestTLSAndACL(t *testing.T) {
 			if err != nil {
 				t.Fatalf("acquire: %v", err)
 			}
-			err = b.Release(ctxT(t, 5*time.Second), fencedlock.Grant{Key: "denied", Owner: "not-the-owner"})
-			if !errors.Is(err, fencedlock.ErrNotHeld) {
+			err = b.Release(ctxT(t, 5*time.Second), driver.Grant{Key: "denied", Owner: "not-the-owner"})
+			if !errors.Is(err, driver.ErrNotHeld) {
 				t.Fatalf("release with another token: %v, want ErrNotHeld before any PUBLISH", err)
 			}
 			err = ls.Release(ctxT(t, 5*time.Second))
@@ -133,7 +134,7 @@ func TestTLSAndACL(t *testing.T) {
 				t.Fatalf("acquire: %v", err)
 			}
 			err = ls.Renew(ctxT(t, 5*time.Second))
-			if errors.Is(err, fencedlock.ErrNotHeld) {
+			if errors.Is(err, driver.ErrNotHeld) {
 				t.Fatalf("a denied renewal reported as not held: %v", err)
 			}
 			<-ls.Done() // lost at the local deadline: no renewal can succeed
@@ -157,7 +158,7 @@ func TestTLSAndACL(t *testing.T) {
 			if err == nil || !deniedByACL(err) || !strings.HasPrefix(err.Error(), "fencedlock: ") && !strings.HasPrefix(err.Error(), "redis: ") {
 				t.Fatalf("error %v, want an ACL denial", err)
 			}
-			if errors.Is(err, fencedlock.ErrNotAcquired) {
+			if errors.Is(err, driver.ErrNotAcquired) {
 				t.Fatalf("a permission error reported as contention: %v", err)
 			}
 			// The lock key never stays behind (the Locker releases what a

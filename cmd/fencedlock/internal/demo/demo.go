@@ -28,9 +28,9 @@ import (
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
 	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 )
 
 // Exit codes of the demo and its workers, the command's own (see its
@@ -88,7 +88,7 @@ type Config struct {
 // Run plays the scenario and returns the exit code: 0 if the outcome was
 // safe, 1 if it was not or the scenario could not be played to its end.
 // It returns an error, and no code, if the server could not be set up;
-// an error wrapping [fencedlock.ErrInvalid] is the caller's usage error.
+// an error wrapping [driver.ErrInvalid] is the caller's usage error.
 func Run(ctx context.Context, cfg Config) (int, error) {
 	d := &demo{cfg: cfg, tl: newTimeline(cfg.Stdout)}
 	defer d.cleanup()
@@ -115,7 +115,7 @@ type demo struct {
 	stopTick chan struct{}
 	tickDone chan struct{}
 	server   Server
-	backend  fencedlock.Backend
+	backend  driver.Backend
 	res      resource
 	closeB   func()
 	workers  []*workerProc
@@ -265,7 +265,7 @@ func (d *demo) play(ctx context.Context) error {
 	}
 
 	ictx, cancel := context.WithTimeout(ctx, stepTimeout)
-	info, err := d.backend.(fencedlock.Inspector).Inspect(ictx, d.cfg.Lock)
+	info, err := d.backend.(driver.Inspector).Inspect(ictx, d.cfg.Lock)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("inspecting %q: %w", d.cfg.Lock, err)

@@ -11,9 +11,9 @@ import (
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock"
 	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -51,11 +51,11 @@ type resourceState struct {
 
 // open connects to s and returns the lock backend, the resource at key
 // on the same connection, and a function that closes both.
-func open(ctx context.Context, s Server, key string, unfenced bool) (fencedlock.Backend, resource, func(), error) {
+func open(ctx context.Context, s Server, key string, unfenced bool) (driver.Backend, resource, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	if key == "" {
-		return nil, nil, nil, fmt.Errorf("empty resource key: %w", fencedlock.ErrInvalid)
+		return nil, nil, nil, fmt.Errorf("empty resource key: %w", driver.ErrInvalid)
 	}
 	if s.DialRedis != nil {
 		client, b, err := s.DialRedis()
@@ -70,7 +70,7 @@ func open(ctx context.Context, s Server, key string, unfenced bool) (fencedlock.
 		return b, &redisResource{b: b, c: client, key: key, unfenced: unfenced}, closeAll, nil
 	}
 	if s.DialEtcd == nil {
-		return nil, nil, nil, fmt.Errorf("demo: no server to dial: %w", fencedlock.ErrInvalid)
+		return nil, nil, nil, fmt.Errorf("demo: no server to dial: %w", driver.ErrInvalid)
 	}
 	client, b, err := s.DialEtcd(ctx)
 	if err != nil {
@@ -91,7 +91,7 @@ const openTimeout = 5 * time.Second
 // which the fenced helpers refuse too.
 func outsidePrefix(key, prefix string) error {
 	if strings.HasPrefix(key, prefix) {
-		return fmt.Errorf("--resource %q lies inside the key prefix %q, where the locks live: %w", key, prefix, fencedlock.ErrInvalid)
+		return fmt.Errorf("--resource %q lies inside the key prefix %q, where the locks live: %w", key, prefix, driver.ErrInvalid)
 	}
 	return nil
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/fencedlock/fencedlock"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 )
@@ -110,14 +110,14 @@ func TestDemoResourceRedis(t *testing.T) {
 	}
 
 	for _, bad := range []string{"", "fencedlock:mine"} {
-		if _, _, c, err := open(ctx, cfg, bad, false); !errors.Is(err, fencedlock.ErrInvalid) {
+		if _, _, c, err := open(ctx, cfg, bad, false); !errors.Is(err, driver.ErrInvalid) {
 			if c != nil {
 				c()
 			}
 			t.Errorf("open(%q) = %v, want ErrInvalid", bad, err)
 		}
 	}
-	if _, _, c, err := open(ctx, redisServer(t, s, "demo:"), key, false); !errors.Is(err, fencedlock.ErrInvalid) {
+	if _, _, c, err := open(ctx, redisServer(t, s, "demo:"), key, false); !errors.Is(err, driver.ErrInvalid) {
 		if c != nil {
 			c()
 		}

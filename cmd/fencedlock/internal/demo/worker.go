@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
 
@@ -104,7 +105,7 @@ func Worker(ctx context.Context, server func() (Server, error), args []string, s
 	lease, err := locker.TryAcquire(ctx, key)
 	if errors.Is(err, fencedlock.ErrNotAcquired) {
 		ev := workerEvent{Ev: "waiting"}
-		if in, ok := b.(fencedlock.Inspector); ok {
+		if in, ok := b.(driver.Inspector); ok {
 			if info, ierr := in.Inspect(ctx, key); ierr == nil && info.Held {
 				ev.Holder, ev.Fence, ev.TTLms = info.Holder, uint64(info.Fence), info.TTL.Milliseconds()
 			}

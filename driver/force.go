@@ -1,4 +1,4 @@
-package fencedlock
+package driver
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 // ForceReleaser is implemented by backends that let an operator break a
 // lock whoever holds it, fenced (for tools such as `fencedlock release
 // --force`). It is not for programs that hold locks: a holder releases its
-// own lease with [Lease.Release].
+// own lease with [fencedlock.Lease.Release].
 type ForceReleaser interface {
 	// ForceRelease deletes the lock key whoever holds it and advances its
 	// fence, in one atomic step, and reports what it broke. Afterwards:

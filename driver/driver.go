@@ -1,4 +1,4 @@
-package fencedlock
+package driver
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 )
 
 // Backend is the driver contract a lock store implements. Most code should
-// use [Locker], which adds waiting, backoff, the renewal watchdog, input
+// use [fencedlock.Locker], which adds waiting, backoff, the renewal watchdog, input
 // validation and lease-loss reporting on top of any Backend.
 //
 // A Backend makes exactly one attempt per call: no retries, no sleeping, no
@@ -38,7 +38,7 @@ import (
 // [ErrNotAcquired], [ErrInvalid] nor [ErrClosed], the Locker assumes the
 // server may have applied it and sends a Release of Key and Owner.
 //
-// A Backend is owned by whoever created it: [Locker.Close] does not close
+// A Backend is owned by whoever created it: [fencedlock.Locker.Close] does not close
 // it, so several Lockers may share one Backend.
 //
 // Optional capabilities are separate interfaces found by type assertion:
@@ -121,7 +121,7 @@ type Notifier interface {
 }
 
 // WaitAcquirer is implemented by backends that keep a fair queue of waiters
-// on the server (etcd). When a backend implements it, [Locker.Acquire] calls
+// on the server (etcd). When a backend implements it, [fencedlock.Locker.Acquire] calls
 // AcquireWait instead of its own retry loop.
 type WaitAcquirer interface {
 	// AcquireWait blocks until req.Key is granted to req.Owner or ctx is
