@@ -31,12 +31,14 @@ func StartLag(t *testing.T) *Lag {
 			select {
 			case <-l.stop:
 				return
-			case now := <-t.C:
-				late := now.Sub(last) - lagTick
+			case <-t.C:
+				// Read the clock when this goroutine runs, not the
+				// timer's own time: the delay is the one to running.
+				now := time.Now()
 				l.mu.Lock()
-				l.max = max(l.max, late)
+				l.max = max(l.max, now.Sub(last)-lagTick)
 				l.mu.Unlock()
-				last = time.Now()
+				last = now
 				t.Reset(lagTick)
 			}
 		}
