@@ -60,57 +60,130 @@ func release(t *testing.T, holder *clitest.Proc) {
 // TestRunNeverOverlaps runs several `fencedlock run` processes on one key
 // at once; their commands log start and end times, which must form
 // disjoint intervals with increasing fences.
+//
+// With --ttl 1s the supervisor terminates a command whose renewal reaches
+// it more than about 217ms late (docs/cli-run.md), as it must; on a loaded
+// machine that happens without any fault. Such a run (exit 76, the
+// supervisor saying no lease extension came) makes the attempt
+// inconclusive, not failed: it is retried once with a TTL sized by the
+// delay measured (clitest.RetryTTL), and the retry accepts no cut run.
+// Every other check holds in both attempts: a start inside another
+// command's interval, decreasing fences, or any other non-zero exit fails.
 func TestRunNeverOverlaps(t *testing.T) {
 	_, url := redisServer(t)
-	const procs, rounds = 4, 2
-	gaps := bin.CheckRunsDisjoint(t, []string{"FENCEDLOCK_REDIS=" + url}, []string{"run", "-q", "--ttl", "1s", "--wait", "30s", "shared", "--"}, procs, rounds)
-	t.Logf("%d runs by %d processes, no overlap; hand-off gaps (end of one command to start of the next): %v", len(gaps)+1, procs, gaps)
+	const procs, rounds, grace = 4, 2, 10 * time.Second // grace: run's default
+	ttl := time.Second
+	env := []string{"FENCEDLOCK_REDIS=" + url}
+	args := func(ttl time.Duration) []string {
+		return []string{"run", "-q", "--ttl", ttl.String(), "--wait", "30s", "shared", "--"}
+	}
+	lag := clitest.StartLag(t)
+	runs := bin.RunsDisjoint(t, env, args(ttl), procs, rounds, switchFired)
+	if len(runs.Cut) > 0 {
+		retry := clitest.RetryTTL(ttl, grace, lag.Max())
+		t.Logf("inconclusive with --ttl %v: %d of %d runs cut short by the supervisor (a renewal at least %v late; this test's scheduling delay max %v); not an overlap: retrying once with --ttl %v. First cut run's stderr:\n%s",
+			ttl, len(runs.Cut), procs*rounds, clitest.SwitchLateness(ttl, grace).Round(time.Millisecond), lag.Max().Round(time.Millisecond), retry, runs.Cut[0])
+		ttl = retry
+		runs = bin.RunsDisjoint(t, env, args(ttl), procs, rounds, nil)
+	}
+	t.Logf("%d runs by %d processes with --ttl %v, no overlap; hand-off gaps (end of one command to start of the next): %v; scheduling delay max %v",
+		len(runs.Gaps)+1, procs, ttl, runs.Gaps, lag.Max().Round(time.Millisecond))
+}
+
+// switchFired tells a run that the supervisor's dead man's switch cut
+// short (exit 76) while the server still kept its lease: run did not
+// report the lease lost.
+func switchFired(code int, stderr string) bool {
+	_, fired := clitest.SwitchFired(stderr)
+	return code == exitLeaseLost && fired && !strings.Contains(stderr, "fencedlock run: lease on ")
 }
 
 // TestLeaseLostTerminatesCommand loses the lease of a running command in
 // the two ways a server can take it away, and measures the time from the
 // loss to the command's termination, which must be within TTL plus grace.
+//
+// Before the loss the lease is healthy, so the supervisor's dead man's
+// switch fires then only if a renewal reached it about 0.22x the TTL late
+// (a loaded machine): that attempt is inconclusive and retried once, with
+// a TTL sized by the delay measured (as in TestRunNeverOverlaps). Any
+// other termination before the loss fails.
 func TestLeaseLostTerminatesCommand(t *testing.T) {
-	const ttl, grace = time.Second, 3 * time.Second
+	const grace = 3 * time.Second
 	for _, how := range []string{"key deleted", "server killed"} {
 		t.Run(how, func(t *testing.T) {
-			srv, url := redisServer(t)
-			dir := t.TempDir()
-			p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", ttl.String(), "--grace", grace.String(), "job", "--", "/bin/sh", "-c", clitest.TermScript(dir))
-			clitest.WaitFile(t, dir+"/pid", 10*time.Second)
-			time.Sleep(2 * ttl) // renewals keep the lease past its TTL
-			if p.Stderr.String() != "" && strings.Contains(p.Stderr.String(), "lost") {
-				t.Fatalf("lease lost under a healthy server:\n%s", p.Stderr)
+			lag := clitest.StartLag(t)
+			ttl := time.Second
+			late := loseLease(t, how, ttl, grace)
+			if late == "" {
+				return
 			}
-			var lostAt time.Time
-			switch how {
-			case "key deleted":
-				client := srv.Client(t, nil)
-				lostAt = time.Now()
-				n, err := client.Do(context.Background(), client.B().Del().Key(lockKey("job")).Build()).AsInt64()
-				if err != nil || n != 1 {
-					t.Fatalf("DEL %s: %d, %v", lockKey("job"), n, err)
-				}
-			case "server killed":
-				lostAt = time.Now()
-				srv.Kill()
-			}
-			code := p.Wait(ttl + grace + 10*time.Second)
-			termAt := clitest.WaitUnixNanos(t, dir+"/term", time.Second)
-			toTerm, toExit := termAt.Sub(lostAt), p.Ended.Sub(lostAt)
-			t.Logf("%s: SIGTERM reached the command %v after the loss; fencedlock exited %v after it (TTL %v, grace %v)", how, toTerm, toExit, ttl, grace)
-			t.Logf("stderr:\n%s", p.Stderr)
-			if code != exitLeaseLost {
-				t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.Stderr)
-			}
-			if toTerm > ttl+grace {
-				t.Errorf("the command was terminated %v after the loss, more than TTL+grace %v", toTerm, ttl+grace)
-			}
-			if !strings.Contains(p.Stderr.String(), `lease on "job" lost`) || !strings.Contains(p.Stderr.String(), "sending SIGTERM") {
-				t.Errorf("stderr does not explain the loss:\n%s", p.Stderr)
+			retry := clitest.RetryTTL(ttl, grace, lag.Max())
+			t.Logf("inconclusive with --ttl %v: the supervisor cut the command short before the loss (a renewal at least %v late; this test's scheduling delay max %v); not a fault: retrying once with --ttl %v. stderr:\n%s",
+				ttl, clitest.SwitchLateness(ttl, grace).Round(time.Millisecond), lag.Max().Round(time.Millisecond), retry, late)
+			if late := loseLease(t, how, retry, grace); late != "" {
+				t.Fatalf("with --ttl %v too, the supervisor cut the command short before the loss (scheduling delay max %v); stderr:\n%s", retry, lag.Max().Round(time.Millisecond), late)
 			}
 		})
 	}
+}
+
+// loseLease runs one attempt of TestLeaseLostTerminatesCommand with how,
+// ttl and grace. It returns run's stderr if the attempt was inconclusive
+// (the supervisor's switch fired before the loss, with the lease healthy),
+// "" otherwise.
+func loseLease(t *testing.T, how string, ttl, grace time.Duration) (inconclusive string) {
+	t.Helper()
+	srv, url := redisServer(t)
+	dir := t.TempDir()
+	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", ttl.String(), "--grace", grace.String(), "job", "--", "/bin/sh", "-c", clitest.TermScript(dir))
+	clitest.WaitFile(t, dir+"/pid", 10*time.Second)
+	time.Sleep(2 * ttl) // renewals keep the lease past its TTL
+	var lostAt time.Time
+	deleted := int64(1)
+	switch how {
+	case "key deleted":
+		client := srv.Client(t, nil)
+		lostAt = time.Now()
+		// The key may be gone already if the supervisor cut the command
+		// short and run released it; judged below from stderr.
+		var err error
+		if deleted, err = client.Do(context.Background(), client.B().Del().Key(lockKey("job")).Build()).AsInt64(); err != nil {
+			t.Fatalf("DEL %s: %v", lockKey("job"), err)
+		}
+	case "server killed":
+		lostAt = time.Now()
+		srv.Kill()
+	}
+	code := p.Wait(ttl + grace + 10*time.Second)
+	if at, fired := clitest.SwitchFired(p.Stderr.String()); fired && at.Before(lostAt) {
+		// (Run may still report the loss the test then caused: a key
+		// deleted before run released it.)
+		if code != exitLeaseLost {
+			t.Fatalf("the supervisor cut the command short %v before the loss, and then exit code %d, want %d:\n%s",
+				lostAt.Sub(at), code, exitLeaseLost, p.Stderr)
+		}
+		return p.Stderr.String()
+	}
+	if deleted != 1 {
+		t.Fatalf("DEL %s deleted %d keys, want 1: the lease was gone before the loss, and not by the supervisor's switch; stderr:\n%s", lockKey("job"), deleted, p.Stderr)
+	}
+	termAt := clitest.WaitUnixNanos(t, dir+"/term", time.Second)
+	toTerm, toExit := termAt.Sub(lostAt), p.Ended.Sub(lostAt)
+	t.Logf("%s: SIGTERM reached the command %v after the loss; fencedlock exited %v after it (TTL %v, grace %v)", how, toTerm, toExit, ttl, grace)
+	t.Logf("stderr:\n%s", p.Stderr)
+	if code != exitLeaseLost {
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.Stderr)
+	}
+	if toTerm < 0 {
+		t.Errorf("the command got SIGTERM %v before the loss, and not from the supervisor's switch; stderr:\n%s", -toTerm, p.Stderr)
+	}
+	if toTerm > ttl+grace {
+		t.Errorf("the command was terminated %v after the loss, more than TTL+grace %v", toTerm, ttl+grace)
+	}
+	if !strings.Contains(p.Stderr.String(), `lease on "job" lost`) || !strings.Contains(p.Stderr.String(), "sending SIGTERM") {
+		t.Errorf("stderr does not explain the loss:\n%s", p.Stderr)
+	}
+	return ""
 }
 
 // TestCommandIgnoringSIGTERMIsKilled: after a lost lease, a command that

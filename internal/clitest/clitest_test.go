@@ -201,3 +201,65 @@ func TestTermScript(t *testing.T) {
 		t.Errorf("SIGTERM recorded at %v, sent at %v, exit seen at %v", got, sent, p.Ended)
 	}
 }
+
+// TestCheckIntervals: the log check of RunsDisjoint stays strict when runs
+// are cut short: an overlap with a complete interval fails, whether the
+// later run completed or was cut, and only as many intervals may lack an
+// end as runs were cut.
+func TestCheckIntervals(t *testing.T) {
+	cases := []struct {
+		name      string
+		log       string
+		runs, cut int
+		problem   string // "" for none
+	}{
+		{"disjoint", "start 1 10\nend 1 20\nstart 2 30\nend 2 40\n", 2, 0, ""},
+		{"overlap", "start 1 10\nend 1 20\nstart 2 15\nend 2 40\n", 2, 0, "overlap: fence 1 ran [10, 20], fence 2 started at 15"},
+		{"overlap with an interval two back", "start 1 10\nend 1 100\nstart 2 20\nend 2 30\nstart 3 40\nend 3 50\n", 3, 0, "fence 3 started at 40"},
+		{"cut run tolerated", "start 1 10\nend 1 20\nstart 2 30\nstart 3 50\nend 3 60\n", 3, 1, ""},
+		{"cut run that never started", "start 1 10\nend 1 20\n", 2, 1, ""},
+		{"cut run starting inside another", "start 1 10\nend 1 20\nstart 2 15\n", 2, 1, "overlap: fence 1 ran [10, 20], fence 2 started at 15"},
+		{"run starting inside a complete one after a cut", "start 1 10\nstart 2 30\nend 2 60\nstart 3 50\nend 3 70\n", 3, 1, "fence 3 started at 50"},
+		{"incomplete without a cut", "start 1 10\nend 1 20\nstart 2 30\n", 2, 0, "incomplete"},
+		{"more incomplete than cut", "start 1 10\nstart 2 30\n", 2, 1, "incomplete"},
+		{"missing run", "start 1 10\nend 1 20\n", 2, 0, "distinct fences"},
+		{"fences decrease", "start 2 10\nend 2 20\nstart 1 30\nend 1 40\n", 2, 0, "fence 1 ran after fence 2"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, problems := checkIntervals(tc.log, tc.runs, tc.cut)
+			got := strings.Join(problems, "; ")
+			switch {
+			case tc.problem == "" && got != "":
+				t.Errorf("problems %q, want none", got)
+			case tc.problem != "" && !strings.Contains(got, tc.problem):
+				t.Errorf("problems %q, want one saying %q", got, tc.problem)
+			}
+		})
+	}
+}
+
+// TestSwitchFired reads the time out of the supervisor's message (as
+// fencedlock run writes it) and tells it from other ends.
+func TestSwitchFired(t *testing.T) {
+	stderr := `fencedlock: acquired "job": fence 1, holder baefd7e3e61c0ebb, lease 1s
+fencedlock run: no lease extension from fencedlock (stopped, killed, or its renewals failing); local deadline 2026-12-01T18:39:14.670867019Z in 342ms: sending SIGTERM to 2 processes of "/bin/sh" (process group 26766 and its descendants), SIGKILL in 242ms
+`
+	at, fired := SwitchFired(stderr)
+	want := time.Date(2026, 12, 1, 18, 39, 14, 328867019, time.UTC)
+	if !fired || !at.Equal(want) {
+		t.Errorf("SwitchFired = %v, %v; want %v, true", at, fired, want)
+	}
+	if _, fired := SwitchFired(`fencedlock run: lease on "job" lost: key deleted: sending SIGTERM`); fired {
+		t.Error("SwitchFired on a lease lost at the server")
+	}
+	if got := SwitchLateness(time.Second, 3*time.Second); got < 216*time.Millisecond || got > 217*time.Millisecond {
+		t.Errorf("SwitchLateness(1s, 3s) = %v, want 0.55s-1s/3", got)
+	}
+	if got := RetryTTL(time.Second, 3*time.Second, 300*time.Millisecond); got != 2400*time.Millisecond {
+		t.Errorf("RetryTTL with 300ms measured = %v, want 2.4s", got)
+	}
+	if got := RetryTTL(time.Second, 3*time.Second, 0); got != 1800*time.Millisecond {
+		t.Errorf("RetryTTL with nothing measured = %v, want 1.8s (8x the 217ms the switch implies)", got)
+	}
+}

@@ -1,6 +1,8 @@
 package clitest
 
 import (
+	"bytes"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,4 +28,25 @@ func WaitUnixNanos(t *testing.T, path string, timeout time.Duration) time.Time {
 		t.Fatalf("timestamp %q in %s: %v", s, path, err)
 	}
 	return time.Unix(0, n)
+}
+
+// TermRecorded is WaitUnixNanos for a command that may have been killed
+// before it could record SIGTERM: it waits at most timeout for path to
+// hold a complete line and returns the time in it and true, or the zero
+// time and false if there is none (an empty or partial file, as a SIGKILL
+// during the write leaves, counts as none). It fails the test if a
+// complete line is not a time in Unix nanoseconds.
+func TermRecorded(t *testing.T, path string, timeout time.Duration) (time.Time, bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for i := 0; ; i++ {
+		b, err := os.ReadFile(path)
+		if err == nil && bytes.HasSuffix(b, []byte("\n")) {
+			return WaitUnixNanos(t, path, time.Second), true
+		}
+		if time.Now().After(deadline) || i > 100000 {
+			return time.Time{}, false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

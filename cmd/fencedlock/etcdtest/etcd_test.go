@@ -80,10 +80,26 @@ func TestEtcd(t *testing.T) {
 	clus, eps, admin := cluster(t)
 	env := []string{"FENCEDLOCK_ETCD=" + eps}
 
+	// A run the supervisor cut short because a renewal reached it late
+	// (about 0.22x the TTL: a loaded machine) makes the attempt
+	// inconclusive; it is retried once with a TTL sized by the delay
+	// measured, accepting no cut run (see the Redis TestRunNeverOverlaps).
 	t.Run("runs never overlap", func(t *testing.T) {
-		const procs, rounds = 3, 2
-		gaps := bin.CheckRunsDisjoint(t, env, []string{"run", "-q", "--ttl", "2s", "--wait", "60s", "shared", "--"}, procs, rounds)
-		t.Logf("%d runs by %d processes on etcd, no overlap", len(gaps)+1, procs)
+		const procs, rounds, grace = 3, 2, 10 * time.Second // grace: run's default
+		ttl := 2 * time.Second
+		args := func(ttl time.Duration) []string {
+			return []string{"run", "-q", "--ttl", ttl.String(), "--wait", "60s", "shared", "--"}
+		}
+		lag := clitest.StartLag(t)
+		runs := bin.RunsDisjoint(t, env, args(ttl), procs, rounds, switchFired)
+		if len(runs.Cut) > 0 {
+			retry := clitest.RetryTTL(ttl, grace, lag.Max())
+			t.Logf("inconclusive with --ttl %v: %d of %d runs cut short by the supervisor (a renewal at least %v late; scheduling delay max %v); retrying once with --ttl %v. First cut run's stderr:\n%s",
+				ttl, len(runs.Cut), procs*rounds, clitest.SwitchLateness(ttl, grace).Round(time.Millisecond), lag.Max().Round(time.Millisecond), retry, runs.Cut[0])
+			ttl = retry
+			runs = bin.RunsDisjoint(t, env, args(ttl), procs, rounds, nil)
+		}
+		t.Logf("%d runs by %d processes on etcd with --ttl %v, no overlap; scheduling delay max %v", len(runs.Gaps)+1, procs, ttl, lag.Max().Round(time.Millisecond))
 	})
 
 	t.Run("inspect", func(t *testing.T) {
@@ -196,24 +212,57 @@ func TestEtcd(t *testing.T) {
 	})
 }
 
+// switchFired tells a run that the supervisor's dead man's switch cut
+// short (exit 76) while the server still kept its lease: run did not
+// report the lease lost.
+func switchFired(code int, stderr string) bool {
+	_, fired := clitest.SwitchFired(stderr)
+	return code == exitLeaseLost && fired && !strings.Contains(stderr, "fencedlock run: lease on ")
+}
+
 // checkLeaseLoss runs a command under the lock key with a 2s TTL and a 3s
 // grace period, then calls lose, which takes the lease away and returns
 // when it was lost (what names how, for the log). fencedlock must exit
-// with exitLeaseLost within TTL+grace+slack, and the command must have got
-// SIGTERM within TTL+grace of the loss.
+// with exitLeaseLost within TTL+grace+slack, its supervisor must have sent
+// the command SIGTERM, and the command must have got it within TTL+grace
+// of the loss.
+//
+// What the command promises (docs/cli-run.md) is that SIGTERM is sent,
+// and SIGKILL at the latest TTL/10 before the local deadline: when the
+// switch fires (renewals failing, as with the cluster stopped) that is
+// min(grace, TTL/4) = 500ms after SIGTERM. A loaded machine may not give
+// the command's shell the CPU within that time to run its trap: then the
+// command ends by SIGKILL without having recorded SIGTERM, which is the
+// documented behaviour, not a fault. The test accepts it only if the
+// supervisor reports both signals sent and run reports the command killed
+// by signal 9; it logs the scheduling delay it measured meanwhile.
 func checkLeaseLoss(t *testing.T, env []string, key, what string, slack time.Duration, lose func() time.Time) {
 	t.Helper()
 	const ttl, grace = 2 * time.Second, 3 * time.Second
+	lag := clitest.StartLag(t)
 	dir := t.TempDir()
 	p := bin.Start(t, env, "run", "--ttl", ttl.String(), "--grace", grace.String(), key, "--", "/bin/sh", "-c", clitest.TermScript(dir))
 	clitest.WaitFile(t, dir+"/pid", 20*time.Second)
 	lostAt := lose()
 	code := p.Wait(ttl + grace + slack)
-	toTerm := clitest.WaitUnixNanos(t, dir+"/term", time.Second).Sub(lostAt)
-	t.Logf("etcd, %s: SIGTERM reached the command %v after the loss (TTL %v, grace %v)", what, toTerm, ttl, grace)
+	stderr := p.Stderr.String()
+	toExit := p.Ended.Sub(lostAt)
 	if code != exitLeaseLost {
-		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, p.Stderr)
+		t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, stderr)
 	}
+	if !strings.Contains(stderr, "sending SIGTERM") {
+		t.Errorf("the supervisor does not report sending SIGTERM; stderr:\n%s", stderr)
+	}
+	termAt, recorded := clitest.TermRecorded(t, dir+"/term", time.Second)
+	if !recorded {
+		t.Logf("etcd, %s: the command did not record SIGTERM; fencedlock exited %v after the loss; scheduling delay max %v; stderr:\n%s", what, toExit, lag.Max().Round(time.Millisecond), stderr)
+		if !strings.Contains(stderr, "sending SIGKILL") || !strings.Contains(stderr, "ended (killed by signal 9 (killed))") {
+			t.Errorf("the command recorded no SIGTERM, yet it was not killed by SIGKILL; stderr:\n%s", stderr)
+		}
+		return
+	}
+	toTerm := termAt.Sub(lostAt)
+	t.Logf("etcd, %s: SIGTERM reached the command %v after the loss; fencedlock exited %v after it (TTL %v, grace %v; scheduling delay max %v)", what, toTerm, toExit, ttl, grace, lag.Max().Round(time.Millisecond))
 	if toTerm > ttl+grace {
 		t.Errorf("terminated %v after the loss, more than TTL+grace", toTerm)
 	}

@@ -1,0 +1,98 @@
+package clitest
+
+import (
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Lag measures how late the test process is scheduled while it runs: a
+// goroutine sleeps lagTick in a loop and records the largest oversleep.
+// On a loaded machine the binary under test is delayed alike; a test that
+// a late binary makes inconclusive sizes its retry by what Lag measured.
+type Lag struct {
+	mu   sync.Mutex
+	max  time.Duration
+	stop chan struct{}
+	done chan struct{}
+}
+
+const lagTick = 5 * time.Millisecond
+
+// StartLag starts measuring; the measurement stops when the test ends.
+func StartLag(t *testing.T) *Lag {
+	l := &Lag{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		t := time.NewTimer(lagTick)
+		defer t.Stop()
+		for last := time.Now(); ; {
+			select {
+			case <-l.stop:
+				return
+			case <-t.C:
+				// Read the clock when this goroutine runs, not the
+				// timer's own time: the delay is the one to running.
+				now := time.Now()
+				l.mu.Lock()
+				l.max = max(l.max, now.Sub(last)-lagTick)
+				l.mu.Unlock()
+				last = now
+				t.Reset(lagTick)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(l.stop); <-l.done })
+	return l
+}
+
+// Max returns the largest scheduling delay measured so far.
+func (l *Lag) Max() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.max
+}
+
+// switchMsg is what fencedlock run's supervisor writes when it fires its
+// dead man's switch because no lease extension came in time.
+var switchMsg = regexp.MustCompile(`no lease extension from fencedlock \([^)]*\); local deadline (\S+) in (\S+): sending SIGTERM`)
+
+// SwitchFired reports whether stderr (of fencedlock run) says that the
+// supervisor terminated the command because no lease extension came in
+// time, and when: the local deadline the message names less the time it
+// says was left (wall clock, to the millisecond).
+func SwitchFired(stderr string) (at time.Time, fired bool) {
+	m := switchMsg.FindStringSubmatch(stderr)
+	if m == nil {
+		return time.Time{}, false
+	}
+	dl, err1 := time.Parse(time.RFC3339Nano, m[1])
+	left, err2 := time.ParseDuration(m[2])
+	if err1 != nil || err2 != nil {
+		return time.Time{}, true
+	}
+	return dl.Add(-left), true
+}
+
+// SwitchLateness is how late a renewal was, at least, when the switch of
+// fencedlock run --ttl ttl --grace grace fired with the lease healthy: the
+// deadline sent after a renewal is ttl-ttl/10 after it, the next renewal
+// is due ttl/3 later, and SIGTERM goes out ttl/10+min(grace, ttl/4) before
+// the deadline (docs/cli-run.md).
+func SwitchLateness(ttl, grace time.Duration) time.Duration {
+	return ttl - ttl/10 - ttl/10 - min(grace, ttl/4) - ttl/3
+}
+
+// RetryTTL is the --ttl for the one retry of a run that the switch cut
+// short with a lease of ttl and grace, while Lag measured lag: 8x the
+// larger of lag and the lateness the switch implies, rounded up to 100ms.
+// The switch tolerates a renewal late by about SwitchLateness (0.22x the
+// TTL, less the up to 50ms run takes to pass the deadline on), so a TTL
+// of 4.6x a delay is just enough; 8x leaves room for a delay that grows
+// by 70% between the attempts.
+func RetryTTL(ttl, grace, lag time.Duration) time.Duration {
+	d := 8 * max(lag, SwitchLateness(ttl, grace))
+	const step = 100 * time.Millisecond
+	return (d + step - 1) / step * step
+}
