@@ -461,9 +461,6 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	return nil
 }
 
-// abandonTTLArg is redisscript.AbandonTTLms, boxed once.
-var abandonTTLArg any = redisscript.AbandonTTLms
-
 // value is a value of a go-redis reply, read by internal/redisscript.
 type value struct{ v any }
 
