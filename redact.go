@@ -4,29 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redact"
 )
 
 // Owner tokens are secrets: whoever has one can renew and release the lock
 // it holds. The types that carry one render it as redacted, whatever the
 // fmt verb, in slog records and in JSON.
-
-// formatAs prints v, a method-less copy of a value of type name with its
-// owner redacted, with f's verb and flags; %#v names the exported type.
-func formatAs(f fmt.State, verb rune, name string, v any) {
-	if verb == 'v' && f.Flag('#') {
-		s := fmt.Sprintf("%#v", v)
-		if i := strings.IndexByte(s, '{'); i >= 0 {
-			s = name + s[i:]
-		}
-		fmt.Fprint(f, s)
-		return
-	}
-	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
-}
 
 // leaseView is what a printed Lease shows.
 type leaseView struct {
@@ -42,7 +28,9 @@ func (ls *Lease) view() leaseView {
 
 // Format implements [fmt.Formatter]: every verb prints the lease's key,
 // fence, holder id and TTL, never its owner token.
-func (ls *Lease) Format(f fmt.State, verb rune) { formatAs(f, verb, "&fencedlock.Lease", ls.view()) }
+func (ls *Lease) Format(f fmt.State, verb rune) {
+	redact.Format(f, verb, "&fencedlock.Lease", ls.view())
+}
 
 // String returns the lease's key, fence, holder id and TTL.
 func (ls *Lease) String() string { return fmt.Sprintf("%+v", ls.view()) }

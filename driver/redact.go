@@ -4,25 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redact"
 )
-
-// formatAs prints v, a method-less copy of a value of type name with its
-// owner redacted, with f's verb and flags; %#v names the exported type.
-func formatAs(f fmt.State, verb rune, name string, v any) {
-	if verb == 'v' && f.Flag('#') {
-		s := fmt.Sprintf("%#v", v)
-		if i := strings.IndexByte(s, '{'); i >= 0 {
-			s = name + s[i:]
-		}
-		fmt.Fprint(f, s)
-		return
-	}
-	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
-}
 
 // redacted replaces an owner token when a value is printed.
 const redacted = "[redacted]"
@@ -50,7 +36,7 @@ func (g Grant) view() grantView {
 
 // Format implements [fmt.Formatter]: every verb prints the Grant with its
 // owner token redacted.
-func (g Grant) Format(f fmt.State, verb rune) { formatAs(f, verb, "driver.Grant", g.view()) }
+func (g Grant) Format(f fmt.State, verb rune) { redact.Format(f, verb, "driver.Grant", g.view()) }
 
 // String returns the Grant's fields with its owner token redacted.
 func (g Grant) String() string { return fmt.Sprintf("%+v", g.view()) }
@@ -80,7 +66,7 @@ func (r AcquireRequest) view() requestView {
 // Format implements [fmt.Formatter]: every verb prints the request with
 // its owner token redacted.
 func (r AcquireRequest) Format(f fmt.State, verb rune) {
-	formatAs(f, verb, "driver.AcquireRequest", r.view())
+	redact.Format(f, verb, "driver.AcquireRequest", r.view())
 }
 
 // String returns the request's fields with its owner token redacted.
