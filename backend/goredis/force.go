@@ -36,21 +36,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceRes
 	if err != nil {
 		return r, wrap("force release", key, err)
 	}
-	if len(vals) != 4 {
-		return r, fmt.Errorf("redis: force release %q: unexpected reply of %d values", key, len(vals))
-	}
-	if owner, ok := replyString(vals[0]); ok {
-		r.Held = true
-		r.Holder = driver.HolderID(owner)
-	}
-	before, ok1 := replyString(vals[2])
-	after, ok2 := vals[3].(int64)
-	f, ok3 := redisscript.ParseFence(before)
-	if !ok1 || !ok2 || !ok3 || after <= 0 || fencing.Token(after) <= f {
-		return r, fmt.Errorf("redis: force release %q: unreadable fences in reply: %w", key, ErrCorrupt)
-	}
-	r.Before, r.After = f, fencing.Token(after)
-	return r, nil
+	return redisscript.ReadForceRelease(key, values(vals))
 }
 
 // FenceBarrier raises the fence record of key, a hash guarded by
@@ -62,41 +48,12 @@ func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.To
 	if b.closed.Load() {
 		return errClosed(op, key)
 	}
-	if err := redisscript.CheckResourceKey(op, key, b.opts.KeyPrefix); err != nil {
+	if err := redisscript.CheckFenceBarrier(op, key, b.opts.KeyPrefix, token, holder); err != nil {
 		return err
-	}
-	if token == 0 {
-		return fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
-	}
-	if holder == "" {
-		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, driver.ErrInvalid)
 	}
 	vals, err := b.run(ctx, fenceBarrierScript, []any{nil, nil, 1, key, token.String(), holder}).Slice()
 	if err != nil {
 		return wrap(op, key, err)
 	}
-	if len(vals) == 0 {
-		return fmt.Errorf("redis: %s %q: empty reply", op, key)
-	}
-	if n, ok := vals[0].(int64); ok && n == 1 {
-		return nil
-	}
-	if len(vals) != 3 {
-		return fmt.Errorf("redis: %s %q: unexpected reply of %d values", op, key, len(vals))
-	}
-	fs, ok1 := replyString(vals[1])
-	from, ok2 := replyString(vals[2])
-	accepted, perr := fencing.ParseToken(fs)
-	if !ok1 || !ok2 || perr != nil {
-		return fmt.Errorf("redis: %s %q: unreadable fence record in reply: %w", op, key, ErrCorrupt)
-	}
-	return fmt.Errorf("redis: %s %q: %w", op, key, &fencing.StaleError{
-		Token: token, Holder: holder, Accepted: accepted, AcceptedFrom: from,
-	})
-}
-
-// replyString reads a string reply value (a nil, Lua false, is not one).
-func replyString(v any) (string, bool) {
-	s, ok, err := value{v}.Text()
-	return s, ok && err == nil
+	return redisscript.ReadFencedWrite(op, key, token, holder, values(vals))
 }

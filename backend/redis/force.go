@@ -43,21 +43,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceRes
 	if err != nil {
 		return r, wrap("force release", key, err)
 	}
-	if len(vals) != 4 {
-		return r, fmt.Errorf("redis: force release %q: unexpected reply of %d values", key, len(vals))
-	}
-	if owner, err := vals[0].ToString(); err == nil {
-		r.Held = true
-		r.Holder = driver.HolderID(owner)
-	}
-	before, err1 := vals[2].ToString()
-	after, err2 := vals[3].AsInt64()
-	f, ok := redisscript.ParseFence(before)
-	if err1 != nil || err2 != nil || !ok || after <= 0 || fencing.Token(after) <= f {
-		return r, fmt.Errorf("redis: force release %q: unreadable fences in reply: %w", key, ErrCorrupt)
-	}
-	r.Before, r.After = f, fencing.Token(after)
-	return r, nil
+	return redisscript.ReadForceRelease(key, values(vals))
 }
 
 // FenceBarrier raises the fence record of key, a hash guarded by
@@ -72,35 +58,12 @@ func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.To
 	if b.closed.Load() {
 		return errClosed(op, key)
 	}
-	if err := redisscript.CheckResourceKey(op, key, b.opts.KeyPrefix); err != nil {
+	if err := redisscript.CheckFenceBarrier(op, key, b.opts.KeyPrefix, token, holder); err != nil {
 		return err
-	}
-	if token == 0 {
-		return fmt.Errorf("redis: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
-	}
-	if holder == "" {
-		return fmt.Errorf("redis: %s %q: empty holder id: %w", op, key, driver.ErrInvalid)
 	}
 	vals, err := fenceBarrierScript.Exec(ctx, b.c, []string{key}, []string{token.String(), holder}).ToArray()
 	if err != nil {
 		return wrap(op, key, err)
 	}
-	if len(vals) == 0 {
-		return fmt.Errorf("redis: %s %q: empty reply", op, key)
-	}
-	if n, err := vals[0].AsInt64(); err == nil && n == 1 {
-		return nil
-	}
-	if len(vals) != 3 {
-		return fmt.Errorf("redis: %s %q: unexpected reply of %d values", op, key, len(vals))
-	}
-	fs, err1 := vals[1].ToString()
-	from, err2 := vals[2].ToString()
-	accepted, perr := fencing.ParseToken(fs)
-	if err1 != nil || err2 != nil || perr != nil {
-		return fmt.Errorf("redis: %s %q: unreadable fence record in reply: %w", op, key, ErrCorrupt)
-	}
-	return fmt.Errorf("redis: %s %q: %w", op, key, &fencing.StaleError{
-		Token: token, Holder: holder, Accepted: accepted, AcceptedFrom: from,
-	})
+	return redisscript.ReadFencedWrite(op, key, token, holder, values(vals))
 }
