@@ -16,8 +16,10 @@
 -- The fence record of fenced_write.lua: two reserved fields of the hash.
 local FENCE, HOLDER = 'fencedlock:fence', 'fencedlock:holder'
 
--- Tokens are uint64 in decimal, checked and compared as strings (Lua
--- numbers are exact only to 2^53), as fenced_write.lua does.
+-- A token is a uint64 in decimal: no sign, no leading zero, from 1 to
+-- MAX_TOKEN (2^64-1). Lua numbers are doubles, exact only to 2^53, so
+-- tokens are checked and compared as strings: by length first, then
+-- digit by digit.
 local MAX_TOKEN = '18446744073709551615'
 local function isToken(s)
   if #s > #MAX_TOKEN or string.match(s, '^[1-9]%d*$') == nil then
@@ -44,7 +46,7 @@ if fence then
   if not isToken(fence) or not owner then
     return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'hash ' .. KEYS[1] .. ' holds a fence record fencedlock did not write')
   end
-  -- The guard rule of fenced_write.lua.
+  -- The guard rule: greater accepted; equal only from the same holder.
   if older(token, fence) or (token == fence and holder ~= owner) then
     return {0, fence, owner}
   end
