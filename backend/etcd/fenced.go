@@ -42,6 +42,13 @@ func parseFenceRecord(v []byte) (fencing.Token, string, error) {
 // and an empty holder id one wrapping [driver.ErrInvalid].
 // Pass the lease's fence and holder id: lease.Fence(), lease.Holder().
 func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencing.Token, holder string) error {
+	return b.guardedWrite(ctx, "fenced put", key, &value, token, holder)
+}
+
+// guardedWrite is FencedPut (value not nil: key is written with its fence
+// record) and FenceBarrier (value nil: only the record), op naming it in
+// errors: one Txn that applies the guard rule to the fence record of key.
+func (b *Backend) guardedWrite(ctx context.Context, op, key string, value *string, token fencing.Token, holder string) error {
 	if err := b.begin(); err != nil {
 		return err
 	}
@@ -49,17 +56,20 @@ func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencin
 	ctx, cancel := b.withClose(ctx)
 	defer cancel()
 	if key == "" || strings.HasPrefix(key, b.opts.KeyPrefix) {
-		return fmt.Errorf("etcd: fenced put %q: key empty or inside the backend's KeyPrefix %q: %w", key, b.opts.KeyPrefix, driver.ErrInvalid)
+		return fmt.Errorf("etcd: %s %q: key empty or inside the backend's KeyPrefix %q: %w", op, key, b.opts.KeyPrefix, driver.ErrInvalid)
 	}
 	if token == 0 {
-		return fmt.Errorf("etcd: fenced put %q: zero token: %w", key, fencing.ErrInvalidToken)
+		return fmt.Errorf("etcd: %s %q: zero token: %w", op, key, fencing.ErrInvalidToken)
 	}
 	if holder == "" {
-		return fmt.Errorf("etcd: fenced put %q: empty holder id: %w", key, driver.ErrInvalid)
+		return fmt.Errorf("etcd: %s %q: empty holder id: %w", op, key, driver.ErrInvalid)
 	}
 	fk := b.fenceKey(key)
 	rec := fenceRecord(token, holder)
-	puts := []clientv3.Op{clientv3.OpPut(key, value), clientv3.OpPut(fk, rec)}
+	puts := []clientv3.Op{clientv3.OpPut(fk, rec)}
+	if value != nil {
+		puts = []clientv3.Op{clientv3.OpPut(key, *value), puts[0]}
+	}
 	// Accept when: no record yet; or stored fence < token (any stored
 	// "<fence> <holder>" whose fence is smaller sorts below the bare padded
 	// token); or stored record == ours (equal fence, same holder).
@@ -77,7 +87,7 @@ func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencin
 		Else(greater).
 		Commit()
 	if err != nil {
-		return b.ctxErr(ctx, fmt.Errorf("etcd: fenced put %q: %w", key, err))
+		return b.ctxErr(ctx, fmt.Errorf("etcd: %s %q: %w", op, key, err))
 	}
 	if resp.Succeeded {
 		return nil
@@ -94,11 +104,11 @@ func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencin
 	if kvs := r3.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 		acc, from, perr := parseFenceRecord(kvs[0].Value)
 		if perr != nil {
-			return fmt.Errorf("etcd: fenced put %q: %w", key, perr)
+			return fmt.Errorf("etcd: %s %q: %w", op, key, perr)
 		}
 		stale.Accepted, stale.AcceptedFrom = acc, from
 	}
-	return fmt.Errorf("etcd: fenced put %q: %w", key, stale)
+	return fmt.Errorf("etcd: %s %q: %w", op, key, stale)
 }
 
 // FencedGet reads key and its fence record in one consistent read: the

@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -65,57 +64,5 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceRes
 // [Backend.ForceRelease] this way. A rejection returns an error wrapping a
 // *[fencing.StaleError].
 func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.Token, holder string) error {
-	if err := b.begin(); err != nil {
-		return err
-	}
-	defer b.wg.Done()
-	ctx, cancel := b.withClose(ctx)
-	defer cancel()
-	if key == "" || strings.HasPrefix(key, b.opts.KeyPrefix) {
-		return fmt.Errorf("etcd: fence barrier %q: key empty or inside the backend's prefix %q: %w", key, b.opts.KeyPrefix, driver.ErrInvalid)
-	}
-	if token == 0 {
-		return fmt.Errorf("etcd: fence barrier %q: zero token: %w", key, fencing.ErrInvalidToken)
-	}
-	if holder == "" {
-		return fmt.Errorf("etcd: fence barrier %q: empty holder id: %w", key, driver.ErrInvalid)
-	}
-	fk := b.fenceKey(key)
-	rec := fenceRecord(token, holder)
-	put := clientv3.OpPut(fk, rec)
-	// The rule of FencedPut: no record, a smaller fence, or this record.
-	resp, err := b.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(fk), "=", 0)).
-		Then(put).
-		Else(clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), "<", rec[:fenceDigits])},
-			[]clientv3.Op{put},
-			[]clientv3.Op{clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(fk), "=", rec)},
-				nil,
-				[]clientv3.Op{clientv3.OpGet(fk)})})).
-		Commit()
-	if err != nil {
-		return b.ctxErr(ctx, fmt.Errorf("etcd: fence barrier %q: %w", key, err))
-	}
-	if resp.Succeeded {
-		return nil
-	}
-	r2 := resp.Responses[0].GetResponseTxn()
-	if r2.GetSucceeded() {
-		return nil
-	}
-	r3 := r2.GetResponses()[0].GetResponseTxn()
-	if r3.GetSucceeded() {
-		return nil
-	}
-	stale := &fencing.StaleError{Token: token, Holder: holder}
-	if kvs := r3.GetResponses()[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		acc, from, perr := parseFenceRecord(kvs[0].Value)
-		if perr != nil {
-			return fmt.Errorf("etcd: fence barrier %q: %w", key, perr)
-		}
-		stale.Accepted, stale.AcceptedFrom = acc, from
-	}
-	return fmt.Errorf("etcd: fence barrier %q: %w", key, stale)
+	return b.guardedWrite(ctx, "fence barrier", key, nil, token, holder)
 }
