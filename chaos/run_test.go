@@ -39,6 +39,7 @@ type setup struct {
 	etcd     *etcdCluster
 	sentinel *sentinelDeploy
 	bypass   bool
+	fair     bool // the workers' lock is redis.FairBackend
 	broken   string
 	work     time.Duration // the workers' Work
 	// minFault, if set, lengthens shorter faults of the schedule: the
@@ -155,7 +156,7 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 		procs[i] = p
 		cfg := WorkerConfig{ID: i, Register: s.register, Bypass: s.bypass, Broken: s.broken,
 			TTL: rc.ttl, LockKey: lockKey, RegKey: regKey, Work: s.work, Seed: rc.seed,
-			MaxRounds: 100000, MaxTime: rc.length + 30*time.Second}
+			MaxRounds: 100000, MaxTime: rc.length + 30*time.Second, Fair: s.fair}
 		targets := []string{}
 		switch {
 		case s.sentinel != nil:

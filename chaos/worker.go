@@ -57,6 +57,7 @@ const (
 type WorkerConfig struct {
 	ID        int
 	Lock      string   // LockRedis (default) or LockEtcd
+	Fair      bool     // LockRedis through redis.FairBackend: blocking acquires wait in the server's FIFO queue
 	RedisAddr string   // the lock's redis-server (through this worker's fault proxy)
 	EtcdAddrs []string // the etcd members, for LockEtcd (through fault proxies)
 	// Sentinels and MasterName find the master for LockSentinel; the
@@ -170,6 +171,9 @@ func open(cfg WorkerConfig) (b driver.Backend, reg register, closeAll func(), er
 	}
 	closers = append(closers, func() { rb.Close() })
 	b = rb
+	if cfg.Fair {
+		b = &redis.FairBackend{Backend: rb}
+	}
 	switch cfg.Broken {
 	case "":
 	case BrokenReleaseNoOwner:
