@@ -126,9 +126,9 @@
 // key free, or a renewal refused, before the lease a confirmed request set
 // ran out); a run in which the suite's own requests came too late to
 // decide (a renewal after the lease ran out, a poller descheduled across
-// the moment the key became free) is retried once with a TTL long enough
-// for the lateness measured (8x it, at least 3x the TTL), and the log says
-// so. Two checks rest on stated assumptions: that
+// the moment the key became free) is retried, at most twice, each time
+// with a TTL long enough for the lateness just measured (8x it, at least
+// 3x the previous TTL), and the log says so. Two checks rest on stated assumptions: that
 // the store's clock runs at the rate of the test's clock (within 1%), and,
 // for the FIFO check of a WaitAcquirer, that a waiter is queued within
 // Config.QueueDelay (the check retries once with 4x that delay before it

@@ -50,7 +50,15 @@ if fence == '9007199254740992' and redis.call('EXISTS', KEYS[1]) == 0 then
     ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
 end
 
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- SET NX is refused on a server over maxmemory (OOM) even when the key
+-- exists: then a held lock is still reported held (below), and a free one
+-- returns the refusal, with nothing written.
+local set = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if type(set) == 'table' and set.err then
+  if redis.call('EXISTS', KEYS[1]) == 0 then
+    return set
+  end
+elseif set then
   return redis.call('INCR', KEYS[2])
 end
 
