@@ -364,7 +364,7 @@ func (b *Backend) Renew(ctx context.Context, g fencedlock.Grant, ttl time.Durati
 		return 0, errorf("renew %q: %w", g.Key, fencedlock.ErrNotHeld)
 	}
 	sent := time.Now()
-	kattl, err := b.ka.renew(ctx, d.lease)
+	kattl, err := b.ka.renew(ctx, d.lease, 0)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return 0, errorf("renew %q: lease expired or revoked: %w", g.Key, fencedlock.ErrNotHeld)
 	}

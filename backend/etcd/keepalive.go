@@ -114,8 +114,14 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 			}
 		case <-timer.C:
 			sent := time.Now()
-			rctx, cancel := context.WithTimeout(ctx, interval)
-			ttl, err := b.ka.renew(rctx, d.lease)
+			// Wait for the answer as long as it can still keep the lease
+			// (until its expiry as last confirmed, and at least one
+			// interval): the server answers a stream's renewals one by
+			// one, so on a busy stream a slow answer comes before any
+			// retry would, and a retry only lengthens the queue. A stream
+			// silent for a whole interval is still dropped at once.
+			rctx, cancel := context.WithDeadline(ctx, later(d.sent().Add(d.ttl), sent.Add(interval)))
+			ttl, err := b.ka.renew(rctx, d.lease, interval)
 			cancel()
 			switch {
 			case errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -141,6 +147,14 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 			}
 		}
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // recheck reads d's key when the shared watch may have missed its
