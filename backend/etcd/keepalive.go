@@ -120,9 +120,29 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan fence
 			// one, so on a busy stream a slow answer comes before any
 			// retry would, and a retry only lengthens the queue. A stream
 			// silent for a whole interval is still dropped at once.
+			// The deletion of our key is still reported while it waits.
 			rctx, cancel := context.WithDeadline(ctx, later(d.sent().Add(d.ttl), sent.Add(interval)))
-			ttl, err := b.ka.renew(rctx, d.lease, interval)
+			type answer struct {
+				ttl int64
+				err error
+			}
+			ans := make(chan answer, 1)
+			go func() {
+				ttl, err := b.ka.renew(rctx, d.lease, interval)
+				ans <- answer{ttl, err}
+			}()
+			var a answer
+			select {
+			case a = <-ans:
+			case rev := <-deleted:
+				cancel()
+				<-ans
+				lost(errorf("lock key of %q deleted at revision %d (lease expired or revoked, or key removed): %w",
+					key, rev, fencedlock.ErrNotHeld))
+				return
+			}
 			cancel()
+			ttl, err := a.ttl, a.err
 			switch {
 			case errors.Is(err, rpctypes.ErrLeaseNotFound):
 				lost(errorf("lease of %q expired or revoked: %w", key, fencedlock.ErrNotHeld))

@@ -2,9 +2,9 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,23 +29,20 @@ func (s *slowAnswers) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *
 	}
 	w := &slowStream{ClientStream: cs, out: make(chan slowMsg, 1024)}
 	go func() {
-		var wg sync.WaitGroup
-		defer func() {
-			wg.Wait()
-			close(w.out)
-		}()
+		// Answers still delayed when the stream ends are dropped, as a
+		// dead stream's would be (out has room for every one).
+		var timers []*time.Timer
 		for {
 			resp := new(pb.LeaseKeepAliveResponse)
 			if err := cs.RecvMsg(resp); err != nil {
+				for _, tm := range timers {
+					tm.Stop()
+				}
 				w.out <- slowMsg{err: err}
 				return
 			}
 			if resp.ID != 0 && resp.ID == s.id.Load() {
-				wg.Add(1)
-				time.AfterFunc(s.delay, func() {
-					defer wg.Done()
-					w.out <- slowMsg{resp: resp}
-				})
+				timers = append(timers, time.AfterFunc(s.delay, func() { w.out <- slowMsg{resp: resp} }))
 				continue
 			}
 			w.out <- slowMsg{resp: resp}
@@ -65,10 +62,7 @@ type slowStream struct {
 }
 
 func (w *slowStream) RecvMsg(m any) error {
-	msg, ok := <-w.out
-	if !ok {
-		return fmt.Errorf("slow stream: closed")
-	}
+	msg := <-w.out
 	if msg.err != nil {
 		return msg.err
 	}
@@ -153,6 +147,34 @@ func TestSlowKeepAliveAnswerConfirms(t *testing.T) {
 		t.Logf("renewal confirmed %s after its send (interval %v, lease %v)", ms(lat), interval, ttl)
 	case <-time.After(ttl):
 		t.Fatalf("no renewal within the lease's TTL %v", ttl)
+	}
+
+	// The next renewal was sent as soon as that answer came (its interval
+	// had passed) and waits 4 s for its own: deleting the key meanwhile is
+	// still reported at once, by the shared watch, not after that answer.
+	kvs := e.entries(slowG.Key)
+	if len(kvs) != 1 {
+		t.Fatalf("%d entries for %s", len(kvs), slowG.Key)
+	}
+	start := time.Now()
+	if _, err := e.admin.Delete(ctx, string(kvs[0].Key)); err != nil {
+		t.Fatal(err)
+	}
+	bound := interval // below the 4 s the pending answer takes
+	for {
+		select {
+		case r, ok := <-ch:
+			if !ok {
+				t.Fatal("keepalive channel closed without reporting the deletion")
+			}
+			if !errors.Is(r.Err, fencedlock.ErrNotHeld) {
+				continue
+			}
+			t.Logf("deletion reported after %s, a renewal pending", ms(time.Since(start)))
+		case <-time.After(bound - time.Since(start)):
+			t.Fatalf("deleted key not reported within %v while a renewal waits for its answer", bound)
+		}
+		break
 	}
 	if err, _ := busyErr.Load().(error); err != nil {
 		t.Errorf("renewal of the other lease on the stream: %v", err)
