@@ -1,4 +1,4 @@
-// Package conformance checks a [fencedlock.Backend] against its contract.
+// Package conformance checks a [driver.Backend] against its contract.
 // Run it from a test of your backend:
 //
 //	func TestConformance(t *testing.T) {

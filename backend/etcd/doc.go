@@ -1,4 +1,4 @@
-// Package etcd is a [fencedlock.Backend] on etcd (go.etcd.io/etcd/client/v3),
+// Package etcd is a [driver.Backend] on etcd (go.etcd.io/etcd/client/v3),
 // for deployments that need the lock to survive a failover: every grant,
 // renewal and release goes through Raft.
 //
@@ -18,7 +18,7 @@
 // where the escaped key is [url.PathEscape] of the lock name (so "a" and
 // "a/b" never share a directory) and the lease id is the ID of the key's
 // lease in 16 hex digits. The value is the holder id,
-// [fencedlock.HolderID] of the owner token: non-secret, unique per
+// [driver.HolderID] of the owner token: non-secret, unique per
 // acquisition, and computable from the owner alone, so a release without
 // the grant's private data still finds its key (the entry whose value it
 // is). Each key is attached to its own lease, so etcd deletes it when the
@@ -108,7 +108,7 @@
 //
 // # Renewal and loss
 //
-// The Backend implements [fencedlock.KeepAliver]: the Locker runs no renew
+// The Backend implements [driver.KeepAliver]: the Locker runs no renew
 // loop of its own. Each held lease is kept alive with etcd's lease keepalive
 // RPC, one request every TTL/3 on a schedule this package owns, and every
 // confirmed renewal is reported with the moment its request was sent, so
@@ -172,7 +172,7 @@
 // revision. etcd cannot change a lease's TTL after it is granted, so Renew
 // renews the lease to its granted TTL and returns it.
 //
-// [fencedlock.Info.Fence] from [Backend.Inspect] is the holder's fence while
+// [driver.Info.Fence] from [Backend.Inspect] is the holder's fence while
 // the lock is held and 0 when it is free (not the last fence granted, as on
 // the Redis and memory backends): etcd keeps no record of a released
 // key's revision, and none is needed, since the next fence is a newer

@@ -364,7 +364,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 		return 0, errorf("renew %q: %w", g.Key, driver.ErrNotHeld)
 	}
 	sent := time.Now()
-	kattl, err := b.ka.renew(ctx, d.lease)
+	kattl, err := b.ka.renew(ctx, d.lease, 0)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return 0, errorf("renew %q: lease expired or revoked: %w", g.Key, driver.ErrNotHeld)
 	}

@@ -21,7 +21,9 @@ package etcd
 //     request of its successor.
 //   - A stream on which nothing came back for a whole renew interval is
 //     dropped, so the next renewals open a new one (possibly to another
-//     member).
+//     member). A renewal on a stream that still answers others waits for
+//     its own answer until its lease's confirmed expiry, not one interval:
+//     the server answers in order, so a retry would only queue behind it.
 
 import (
 	"context"
@@ -163,8 +165,11 @@ func (s *kaStream) fail(err error) {
 // takes the send time before calling renew, so it is never later than the
 // real one. It returns the TTL the server applied, an error wrapping
 // rpctypes.ErrLeaseNotFound if the lease is gone, or another error if the
-// answer did not come (stream ended, ctx done).
-func (m *kaMux) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+// answer did not come (stream ended, ctx done). With silent > 0, the
+// stream is dropped (and the renewal fails) if nothing at all came back on
+// it within silent of the send; an answer that is merely slow, on a stream
+// that answers others, is waited for until ctx is done.
+func (m *kaMux) renew(ctx context.Context, id clientv3.LeaseID, silent time.Duration) (int64, error) {
 	s, err := m.stream(int(uint64(id) % kaStreams))
 	if err != nil {
 		return 0, err
@@ -187,25 +192,40 @@ func (m *kaMux) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) {
 		s.fail(err)
 		return 0, err
 	}
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return 0, r.err
-		}
-		if r.ttl <= 0 {
-			return 0, rpctypes.ErrLeaseNotFound
-		}
-		return r.ttl, nil
-	case <-ctx.Done():
-		// If nothing at all came back on the stream since our request was
-		// sent, the stream (or its member) is stuck: drop it, so that the
-		// next renewals open a new one, possibly to another member.
+	// If nothing at all came back on the stream since our request was
+	// sent, the stream (or its member) is stuck: drop it, so that the next
+	// renewals open a new one, possibly to another member.
+	stuck := func() bool {
 		s.mu.Lock()
-		stuck := s.lastRecv.Before(sent)
-		s.mu.Unlock()
-		if stuck && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			s.fail(errors.New("etcd: keepalive stream unresponsive"))
+		defer s.mu.Unlock()
+		return s.lastRecv.Before(sent)
+	}
+	var silentC <-chan time.Time
+	if silent > 0 {
+		t := time.NewTimer(silent)
+		defer t.Stop()
+		silentC = t.C
+	}
+	for {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return 0, r.err
+			}
+			if r.ttl <= 0 {
+				return 0, rpctypes.ErrLeaseNotFound
+			}
+			return r.ttl, nil
+		case <-silentC:
+			silentC = nil
+			if stuck() {
+				s.fail(errors.New("etcd: keepalive stream unresponsive")) // answers ch
+			}
+		case <-ctx.Done():
+			if stuck() && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				s.fail(errors.New("etcd: keepalive stream unresponsive"))
+			}
+			return 0, ctx.Err()
 		}
-		return 0, ctx.Err()
 	}
 }

@@ -114,9 +114,35 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan drive
 			}
 		case <-timer.C:
 			sent := time.Now()
-			rctx, cancel := context.WithTimeout(ctx, interval)
-			ttl, err := b.ka.renew(rctx, d.lease)
+			// Wait for the answer as long as it can still keep the lease
+			// (until its expiry as last confirmed, and at least one
+			// interval): the server answers a stream's renewals one by
+			// one, so on a busy stream a slow answer comes before any
+			// retry would, and a retry only lengthens the queue. A stream
+			// silent for a whole interval is still dropped at once.
+			// The deletion of our key is still reported while it waits.
+			rctx, cancel := context.WithDeadline(ctx, later(d.sent().Add(d.ttl), sent.Add(interval)))
+			type answer struct {
+				ttl int64
+				err error
+			}
+			ans := make(chan answer, 1)
+			go func() {
+				ttl, err := b.ka.renew(rctx, d.lease, interval)
+				ans <- answer{ttl, err}
+			}()
+			var a answer
+			select {
+			case a = <-ans:
+			case rev := <-deleted:
+				cancel()
+				<-ans
+				lost(errorf("lock key of %q deleted at revision %d (lease expired or revoked, or key removed): %w",
+					key, rev, driver.ErrNotHeld))
+				return
+			}
 			cancel()
+			ttl, err := a.ttl, a.err
 			switch {
 			case errors.Is(err, rpctypes.ErrLeaseNotFound):
 				lost(errorf("lease of %q expired or revoked: %w", key, driver.ErrNotHeld))
@@ -141,6 +167,14 @@ func (b *Backend) keep(ctx context.Context, key string, d *grant, out chan drive
 			}
 		}
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // recheck reads d's key when the shared watch may have missed its

@@ -160,7 +160,11 @@ func (e *env) leases() int {
 	}
 	n := 0
 	for _, l := range resp.Leases {
+		// One bound per request: the loop's length grows with the leases
+		// (over 100 pooled ones took more than 5 s in all at load 10).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		tr, err := e.admin.TimeToLive(ctx, l.ID, clientv3.WithAttachedKeys())
+		cancel()
 		if err != nil {
 			e.t.Fatal(err)
 		}
