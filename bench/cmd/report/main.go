@@ -588,15 +588,17 @@ func render(r *runData, versions map[string]string) string {
 func headline(r *runData) string {
 	t := &table{head: []string{"library", "acquire+release/s (1)", "acquire+release/s (64)", "renew/s (1)", "contended hand-offs/s", "contended wait p99", "fencing token", "watchdog, loss notice"}}
 	feat := map[string][2]string{
-		baseline:            {"yes", "no"},
-		"fencedlock-redis":  {"yes", "yes"},
-		"redsync":           {"no", "no"},
-		"redislock":         {"no", "no"},
-		"rueidislock":       {"no", "yes"},
-		"rueidislock-km1":   {"no", "yes"},
-		"fencedlock-etcd":   {"yes", "yes"},
-		"etcd-mutex":        {"revision", "session"},
-		"etcd-mutex-shared": {"revision", "session"},
+		baseline:                {"yes", "no"},
+		"fencedlock-redis":      {"yes", "yes"},
+		"fencedlock-redis-fair": {"yes", "yes"},
+		"fencedlock-goredis":    {"yes", "yes"},
+		"redsync":               {"no", "no"},
+		"redislock":             {"no", "no"},
+		"rueidislock":           {"no", "yes"},
+		"rueidislock-km1":       {"no", "yes"},
+		"fencedlock-etcd":       {"yes", "yes"},
+		"etcd-mutex":            {"revision", "session"},
+		"etcd-mutex-shared":     {"revision", "session"},
 	}
 	rate := func(scenario, lib string) string {
 		v, ok := r.opsPerSec(scenario, lib)
