@@ -97,7 +97,7 @@
 // do not apply). A waiter whose plain attempt finds the lock held
 // subscribes to the key's channel and appends an entry to the queue key
 // (internal/redisscript/wait.lua): "<expiry>:<ttl>:<owner token>", the
-// expiry in server time, valid for the waiter's lease TTL and pushed back
+// expiry in server time, valid for the waiter's lease TTL (at least 2 s) and pushed back
 // every TTL/3 while it waits. Every release (of any Backend or FairBackend,
 // and of backend/goredis) pops the first entry whose expiry has not passed
 // and, in the same script, sets the lock to that waiter's token with its
@@ -110,7 +110,7 @@
 //     message, one waiter, no free moment in between (16 workers on one
 //     key: see bench/README.md);
 //   - a waiter that crashed or was cut off is skipped once its entry
-//     expires, at most its TTL after its last refresh; one handed the lock
+//     expires, at most max(TTL, 2 s) after its last refresh; one handed the lock
 //     before that holds it for nobody until its lease expires, as any
 //     crashed holder;
 //   - a waiter that gives up (its context ends, or a permanent error)

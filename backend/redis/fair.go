@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
@@ -47,6 +48,15 @@ const (
 	fairMaxBackoff = time.Second
 )
 
+// fairMinEntryTTL is the shortest life of a waiter's queue entry: a waiter
+// keeps its place through a stall of its process, its connection or the
+// server up to this long (less the refresh interval), even with a short
+// lease, at the cost that a crashed waiter holds up the hand-off for as
+// long. With the entry valid for only the lease (250 ms), one refresh
+// 170 ms late on a loaded machine sent a waiter to the back of the queue
+// (the conformance FIFO check: order [0 2 3 1]).
+const fairMinEntryTTL = 2 * time.Second
+
 // AcquireWait blocks until req.Key is granted to req.Owner, in FIFO order of
 // arrival, or until ctx is done.
 //
@@ -57,10 +67,11 @@ const (
 // internal/redisscript/wait.lua, which takes the lock if it is free and no
 // live waiter is ahead, and otherwise appends an entry to the key's queue
 // (lock key + ":queue", a list in the same hash slot) valid for req.TTL of
-// server time. The waiter runs wait.lua again every req.TTL/3 to keep its
-// entry alive (and when the holder's lease should have ended, or a message
-// that is not its own hand-off arrives), so the entry of a waiter that
-// crashed or was cut off expires within req.TTL and is skipped.
+// server time, and at least 2 s. The waiter runs wait.lua again every
+// req.TTL/3 to keep its entry alive (and when the holder's lease should
+// have ended, or a message that is not its own hand-off arrives), so the
+// entry of a waiter that crashed or was cut off expires within max(req.TTL,
+// 2 s) and is skipped.
 // release.lua hands the lock to the first live entry: the waiter's owner
 // token with req.TTL from the hand-off, the next fence, and a message
 // naming the waiter.
@@ -121,8 +132,11 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req driver.AcquireRequest
 
 	ttl := b.ttl.Get(req.TTL)
 	keys := []string{lk, lk + fenceSuffix, lk + abandonedSuffix, lk + queueSuffix}
-	args := []string{req.Owner, ttl.S, ttl.S}
 	lease := ttl.Duration()
+	args := []string{req.Owner, ttl.S, ttl.S}
+	if lease < fairMinEntryTTL {
+		args[2] = strconv.FormatInt(fairMinEntryTTL.Milliseconds(), 10)
+	}
 	refresh := max(lease/3, time.Millisecond)
 	grant := func(fence uint64, sent time.Time) driver.Grant {
 		return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: lease, Sent: sent}
