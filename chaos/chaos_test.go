@@ -209,8 +209,14 @@ func requireSafe(t *testing.T, name string, seed uint64, r runResult, allowed ..
 // TestChaosRedis: Redis standalone, the register a Redis hash behind
 // FencedSet/FencedHSet, every fault kind of a standalone server.
 func TestChaosRedis(t *testing.T) {
-	s := newRedisSetup(t, "redis", false)
-	st := newStats("redis-standalone")
+	runSeeds(t, newRedisSetup(t, "redis", false), "redis-standalone")
+}
+
+// runSeeds runs every seed on s and requires each run safe (an operator's
+// deletion of the lock key excused), then prints the stats under name.
+func runSeeds(t *testing.T, s *setup, name string) {
+	t.Helper()
+	st := newStats(name)
 	for _, seed := range seeds(t) {
 		r := run(t, s, defaultRun(seed))
 		st.add(r)
@@ -226,13 +232,7 @@ func TestChaosRedis(t *testing.T) {
 func TestChaosRedisFair(t *testing.T) {
 	s := newRedisSetup(t, "redis-fair", false)
 	s.fair = true
-	st := newStats("redis-fair")
-	for _, seed := range seeds(t) {
-		r := run(t, s, defaultRun(seed))
-		st.add(r)
-		requireSafe(t, st.name, seed, r, FaultDelLock)
-	}
-	st.print(t)
+	runSeeds(t, s, "redis-fair")
 }
 
 // TestChaosSQL: the lock on Redis standalone, the register a PostgreSQL
@@ -252,13 +252,7 @@ func TestChaosSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.db = db
-	st := newStats("postgres-guard")
-	for _, seed := range seeds(t) {
-		r := run(t, s, defaultRun(seed))
-		st.add(r)
-		requireSafe(t, st.name, seed, r, FaultDelLock)
-	}
-	st.print(t)
+	runSeeds(t, s, "postgres-guard")
 }
 
 // TestChaosNegativeBypass is a negative control: the same workload with
