@@ -64,7 +64,7 @@ func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wa
 		return nil, err
 	}
 	req := driver.AcquireRequest{Key: key, Owner: newOwner(), TTL: lt.ttl}
-	if wait && l.waitq != nil {
+	if wait && l.waitq != nil && (l.first == nil || !l.first.TryFirst(key)) {
 		return l.wait(ctx, req, lt, nil) // the server keeps the queue
 	}
 	g, sent, err := l.attempt(ctx, req)
@@ -89,10 +89,10 @@ func (l *Locker) attempt(ctx context.Context, req driver.AcquireRequest) (g driv
 }
 
 // wait is Acquire after a failed first attempt (first; nil for a
-// WaitAcquirer, which waits on the server). It registers the wait with
-// the Locker (Close ends it with ErrClosed and waits for it), and every
-// way out of it after an attempt of unknown outcome sends the cleanup
-// release.
+// WaitAcquirer that was not asked to try first, which waits on the
+// server). It registers the wait with the Locker (Close ends it with
+// ErrClosed and waits for it), and every way out of it after an attempt of
+// unknown outcome sends the cleanup release.
 func (l *Locker) wait(ctx context.Context, req driver.AcquireRequest, lt leaseTiming, first error) (*Lease, error) {
 	// Close waits for waiters, so that their cleanup is done when it
 	// returns.
@@ -120,12 +120,7 @@ func (l *Locker) wait(ctx context.Context, req driver.AcquireRequest, lt leaseTi
 	}()
 
 	if l.waitq != nil {
-		sent := time.Now()
-		g, err := l.waitq.AcquireWait(wctx, req)
-		if err != nil {
-			return nil, l.waitErr(wctx, req.Key, err)
-		}
-		return l.start(g, sent, lt)
+		return l.queue(ctx, wctx, req, lt, first)
 	}
 	ls, unknown, err := l.poll(wctx, req, lt, first)
 	if err != nil && unknown {
@@ -134,6 +129,38 @@ func (l *Locker) wait(ctx context.Context, req driver.AcquireRequest, lt leaseTi
 		l.cleanup(ctx, req)
 	}
 	return ls, err
+}
+
+// queue is the wait of a WaitAcquirer, on wctx (ctx, ended also by
+// Close): AcquireWait, or after a first attempt that did not take the key
+// (first; the backend is a TryFirstWaiter) AcquireWaitHeld. An error no
+// wait can fix, or wctx's end, stops it after the first attempt as in
+// poll, with the cleanup release if that attempt may have been applied.
+func (l *Locker) queue(ctx, wctx context.Context, req driver.AcquireRequest, lt leaseTiming, first error) (*Lease, error) {
+	var (
+		g    driver.Grant
+		err  error
+		sent = time.Now()
+	)
+	switch {
+	case first == nil:
+		g, err = l.waitq.AcquireWait(wctx, req)
+	case (errors.Is(first, ErrNotAcquired) || !permanent(first)) && wctx.Err() == nil:
+		l.observeWait(wctx, first) // observe: the first attempt found the key held (or failed)
+		g, err = l.first.AcquireWaitHeld(wctx, req)
+	default:
+		if mayHaveApplied(first) {
+			l.cleanup(ctx, req)
+		}
+		if errors.Is(first, ErrNotAcquired) {
+			first = nil // ctx ended: waitErr says so
+		}
+		return nil, l.waitErr(wctx, req.Key, first)
+	}
+	if err != nil {
+		return nil, l.waitErr(wctx, req.Key, err)
+	}
+	return l.start(g, sent, lt)
 }
 
 // poll repeats the attempt (after first, the failure of the one made

@@ -28,6 +28,7 @@ type Locker struct {
 	log    *slog.Logger
 	notify driver.Notifier
 	waitq  driver.WaitAcquirer
+	first  driver.TryFirstWaiter // waitq, when an Acquire may try once before waiting
 	keeper driver.KeepAliver
 	policy waitPolicy // how a waiting Acquire sleeps between attempts
 
@@ -56,6 +57,7 @@ func New(b driver.Backend, opts Options) (*Locker, error) {
 	l := &Locker{b: b, opts: o, log: o.Logger, closeCh: make(chan struct{}), leases: make(map[*Lease]struct{})}
 	l.notify, _ = b.(driver.Notifier)
 	l.waitq, _ = b.(driver.WaitAcquirer)
+	l.first, _ = b.(driver.TryFirstWaiter)
 	l.keeper, _ = b.(driver.KeepAliver)
 	l.policy = waitPolicy{max: o.MaxRetryDelay, notifier: l.notify != nil, jitter: jitter}
 	if o.Observer != nil { // observe: events carry the backend's name

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/redis/rueidis"
 )
 
@@ -30,7 +31,10 @@ type FairBackend struct {
 	*Backend
 }
 
-var _ driver.WaitAcquirer = (*FairBackend)(nil)
+var (
+	_ driver.WaitAcquirer   = (*FairBackend)(nil)
+	_ driver.TryFirstWaiter = (*FairBackend)(nil)
+)
 
 // NewFair returns a FairBackend on client. Options, errors and ownership
 // of client are those of [New].
@@ -89,13 +93,47 @@ const fairMinEntryTTL = 2 * time.Second
 // up to 1 s, for as long as ctx allows: wait.lua is idempotent (a waiter
 // already queued keeps its place).
 func (f *FairBackend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return f.acquireWait(ctx, req, f.TryFirst(req.Key))
+}
+
+// TryFirst implements [driver.TryFirstWaiter]: it reports whether an
+// Acquire of key is worth making before waiting in the queue, which is
+// what AcquireWait itself does first: yes unless the key's channel is
+// still subscribed from a recent wait of this backend (waiters of key are
+// likely queued: the attempt would find the lock handed over, never free).
+// It allocates nothing.
+func (f *FairBackend) TryFirst(key string) bool {
+	h := f.hub
+	if h == nil {
+		return true // ShardedPubSub: no shared hub to ask
+	}
+	var buf [256]byte
+	ch := append(buf[:0], f.opts.KeyPrefix...)
+	ch = append(ch, '{')
+	ch = append(ch, redisscript.Escape(key)...)
+	ch = append(ch, '}')
+	ch = append(ch, releasedSuffix...)
+	return !h.subscribed(ch)
+}
+
+// AcquireWaitHeld implements [driver.TryFirstWaiter]: AcquireWait after
+// an Acquire of req (made by the Locker on the caller's context) did not
+// take the key. It goes straight to the queue (wait.lua, which also grants
+// the lock if that Acquire was applied after all and its reply lost).
+func (f *FairBackend) AcquireWaitHeld(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return f.acquireWait(ctx, req, false)
+}
+
+// acquireWait is AcquireWait, with its first plain attempt (tryFirst) or
+// without.
+func (f *FairBackend) acquireWait(ctx context.Context, req driver.AcquireRequest, tryFirst bool) (driver.Grant, error) {
 	b := f.Backend
 	if b.closed.Load() {
 		return driver.Grant{}, errClosed("acquire", req.Key)
 	}
 	lk := b.LockKey(req.Key)
 	ch := lk + releasedSuffix
-	if b.hub == nil || !b.hub.subscribed(ch) {
+	if tryFirst {
 		g, err := b.Acquire(ctx, req)
 		switch {
 		case err == nil:
@@ -146,6 +184,7 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req driver.AcquireRequest
 		counter   uint64    // the fence counter that wait.lua saw
 		backoff   = fairMinBackoff
 		timer     = time.NewTimer(time.Hour)
+		queued    bool // told NoteQueued
 	)
 	defer timer.Stop()
 	for {
@@ -161,6 +200,10 @@ func (f *FairBackend) AcquireWait(ctx context.Context, req driver.AcquireRequest
 			return grant(r.fence, sent), nil
 		case err == nil:
 			confirmed, counter, backoff = sent, r.counter, fairMinBackoff
+			if !queued {
+				queued = true
+				driver.NoteQueued(ctx) // observe: queued behind a holder (a hand-off if granted)
+			}
 			if r.pttl > 0 {
 				// The holder's lease ends then: its expiry is not announced.
 				wait = min(wait, r.pttl+time.Millisecond)

@@ -133,11 +133,12 @@ func (h *hub) watch(ctx context.Context, key, channel, id string) (*watcher, fun
 }
 
 // subscribed reports whether channel is subscribed on the live connection
-// (watched, or lingering after its last watch).
-func (h *hub) subscribed(channel string) bool {
+// (watched, or lingering after its last watch). It takes the name as
+// bytes, built on the caller's stack: the lookup copies nothing.
+func (h *hub) subscribed(channel []byte) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	cs := h.chans[channel]
+	cs := h.chans[string(channel)]
 	return cs != nil && h.conn != nil && cs.subGen == h.conn.gen
 }
 
