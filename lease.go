@@ -50,6 +50,8 @@ type Lease struct {
 	released  bool          // Release was called
 
 	since time.Duration // when the lease was granted, after obsEpoch (observed leases only)
+
+	rel releaseCtx // Release's context, set once by the Release that ends the lease
 }
 
 // Key returns the lock name.
@@ -189,8 +191,7 @@ func (ls *Lease) renew(ctx context.Context) error {
 func (ls *Lease) Release(ctx context.Context) (err error) {
 	ctx, ro := ls.observeRelease(ctx) // observe: release start and end
 	defer ro.end(&err)
-	rctx, cancel := context.WithTimeout(detached(ctx), ls.l.opts.ReleaseTimeout)
-	defer cancel()
+	now := time.Now()
 	ls.mu.Lock()
 	if ls.released {
 		ls.mu.Unlock()
@@ -198,6 +199,12 @@ func (ls *Lease) Release(ctx context.Context) (err error) {
 	}
 	ls.released = true
 	ls.mu.Unlock()
+	// Bounded by ReleaseTimeout from now (at least 31/32 of it: the
+	// deadline is shared with Releases that started close to this one; see
+	// releasectx.go). Only this Release, the one that set released, writes
+	// ls.rel.
+	ls.rel = releaseCtx{parent: detached(ctx), bound: ls.l.relClock.bound(now)}
+	rctx := context.Context(&ls.rel)
 
 	ls.end(releasing, ErrReleased)
 	var lost error

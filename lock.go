@@ -32,6 +32,8 @@ type Locker struct {
 	keeper driver.KeepAliver
 	policy waitPolicy // how a waiting Acquire sleeps between attempts
 
+	relClock releaseClock // the bounds of Lease.Release (releasectx.go)
+
 	obs     Observer // Options.Observer; nil: nothing observed
 	backend string   // the backend's name in events (set with obs only)
 
@@ -59,6 +61,7 @@ func New(b driver.Backend, opts Options) (*Locker, error) {
 	l.waitq, _ = b.(driver.WaitAcquirer)
 	l.first, _ = b.(driver.TryFirstWaiter)
 	l.keeper, _ = b.(driver.KeepAliver)
+	l.relClock.timeout = o.ReleaseTimeout
 	l.policy = waitPolicy{max: o.MaxRetryDelay, notifier: l.notify != nil, jitter: jitter}
 	if o.Observer != nil { // observe: events carry the backend's name
 		l.obs, l.backend = o.Observer, backendName(b)

@@ -59,6 +59,8 @@ type Options struct {
 	// ReleaseTimeout bounds Release, Close and the cleanup after a failed
 	// Acquire (see Lease.Release and Locker.Close for calls a backend does
 	// not abort when their context ends). Default DefaultReleaseTimeout.
+	// A Lease.Release is given between 31/32 of it and all of it: Releases
+	// that start close together share one deadline (no timer each).
 	ReleaseTimeout time.Duration
 	// ManualRenew turns the watchdog's renewals off (and a KeepAliver
 	// backend's): leases are renewed only by Lease.Renew. The local
