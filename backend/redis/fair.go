@@ -131,8 +131,8 @@ func (f *FairBackend) acquireWait(ctx context.Context, req driver.AcquireRequest
 	if b.closed.Load() {
 		return driver.Grant{}, errClosed("acquire", req.Key)
 	}
-	lk := b.LockKey(req.Key)
-	ch := lk + releasedSuffix
+	lks := b.newLockKeys(req.Key)
+	ch := lks.acq[0] + releasedSuffix
 	if tryFirst {
 		g, err := b.Acquire(ctx, req)
 		switch {
@@ -169,7 +169,7 @@ func (f *FairBackend) acquireWait(ctx context.Context, req driver.AcquireRequest
 	}
 
 	ttl := b.ttl.Get(req.TTL)
-	keys := []string{lk, lk + fenceSuffix, lk + abandonedSuffix, lk + queueSuffix}
+	keys := []string{lks.acq[0], lks.acq[1], lks.acq[2], lks.rel[2]} // lock, fence, abandoned, queue
 	lease := ttl.Duration()
 	args := []string{req.Owner, ttl.S, ttl.S}
 	if lease < fairMinEntryTTL {
@@ -177,7 +177,7 @@ func (f *FairBackend) acquireWait(ctx context.Context, req driver.AcquireRequest
 	}
 	refresh := max(lease/3, time.Millisecond)
 	grant := func(fence uint64, sent time.Time) driver.Grant {
-		return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: lease, Sent: sent}
+		return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: lease, Sent: sent, Data: lks}
 	}
 	var (
 		confirmed time.Time // send time of the last wait.lua that found the waiter queued

@@ -233,6 +233,42 @@ func (b *Backend) Channel(key string) string { return b.LockKey(key) + releasedS
 
 func errClosed(op, key string) error { return redisscript.ErrClosed(op, key) }
 
+// lockKeys holds the Redis keys of one lock, made once per Acquire and
+// kept as the Grant's Data, so that the lease's every Renew and its
+// Release reuse them instead of escaping the key and concatenating the
+// names again. All five names are slices of one string (one allocation).
+// It is immutable, and holds no secret (a Grant prints its Data).
+type lockKeys struct {
+	b   *Backend  // the backend that made it: its KeyPrefix
+	key string    // the lock's name (Grant.Key)
+	acq [3]string // acquire.lua's KEYS: lock, fence, abandoned
+	rel [4]string // release.lua's KEYS: lock, abandoned, queue, fence
+}
+
+// String returns the lock key.
+func (k *lockKeys) String() string { return k.acq[0] }
+
+// newLockKeys returns the keys of the lock named key.
+func (b *Backend) newLockKeys(key string) *lockKeys {
+	p, esc := b.opts.KeyPrefix, redisscript.Escape(key)
+	s := p + "{" + esc + "}" + fenceSuffix + p + "{" + esc + "}" + abandonedSuffix + p + "{" + esc + "}" + queueSuffix
+	n := len(p) + len(esc) + 2 // the lock key: LockKey(key)
+	f := n + len(fenceSuffix)
+	a := f + n + len(abandonedSuffix)
+	lock, fence, abandoned, queue := s[:n], s[:f], s[f:a], s[a:]
+	return &lockKeys{b: b, key: key, acq: [3]string{lock, fence, abandoned}, rel: [4]string{lock, abandoned, queue, fence}}
+}
+
+// keysOf returns the keys of g's lock: g's Data if this backend made it
+// for g.Key, else newly made (a Grant of Key and Owner only, as the
+// Locker's clean-up sends, or one of another backend).
+func (b *Backend) keysOf(g *driver.Grant) *lockKeys {
+	if k, ok := g.Data.(*lockKeys); ok && k.b == b && k.key == g.Key {
+		return k
+	}
+	return b.newLockKeys(g.Key)
+}
+
 // wrap turns an error of rueidis or of a script into the backend's error
 // (redisscript.Wrap, as backend/goredis does).
 func wrap(op, key string, err error) error {
@@ -251,8 +287,8 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if b.closed.Load() {
 		return driver.Grant{}, errClosed("acquire", req.Key)
 	}
-	lk := b.LockKey(req.Key)
-	keys := []string{lk, lk + fenceSuffix, lk + abandonedSuffix}
+	lks := b.newLockKeys(req.Key)
+	keys := lks.acq[:]
 	ttl := b.ttl.Get(req.TTL)
 	args := []string{req.Owner, ttl.S}
 	var (
@@ -277,7 +313,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if n <= 0 {
 		return driver.Grant{}, redisscript.Held(req.Key, n)
 	}
-	return redisscript.Grant(req, n, ttl), nil
+	g := redisscript.Grant(req, n, ttl)
+	g.Data = lks
+	return g, nil
 }
 
 // acquireWait sends the acquire script and WAIT in one pipeline (see
@@ -337,7 +375,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 		return 0, errClosed("renew", g.Key)
 	}
 	a := b.ttl.Get(ttl)
-	keys, args := []string{b.LockKey(g.Key)}, []string{g.Owner, a.S}
+	keys, args := b.keysOf(&g).acq[:1], []string{g.Owner, a.S}
 	var (
 		n   int64
 		err error
@@ -373,8 +411,7 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if b.closed.Load() {
 		return errClosed("release", g.Key)
 	}
-	lk := b.LockKey(g.Key)
-	keys := releaseKeys(lk)
+	keys := b.keysOf(&g).rel[:]
 	args := []string{g.Owner, "", ""}
 	if b.sharded {
 		args[1] = "sharded"

@@ -20,7 +20,7 @@ func TestLockerFairUncontendedAllocs(t *testing.T) {
 	allocs := func(b driver.Backend, key string) float64 {
 		l := mustLocker(t, b, fencedlock.Options{TTL: 10 * time.Second})
 		defer l.Close()
-		return testing.AllocsPerRun(200, func() {
+		return minAllocs(func() {
 			ls, err := l.Acquire(ctx, key)
 			if err != nil {
 				t.Fatal(err)
@@ -35,7 +35,11 @@ func TestLockerFairUncontendedAllocs(t *testing.T) {
 	plain := allocs(b, "plain")
 	fair := allocs(&FairBackend{fb}, "fair")
 	t.Logf("allocations per Locker.Acquire+Release: %v on Backend, %v on FairBackend", plain, fair)
-	if fair > plain {
+	slack := 0.0
+	if raceEnabled {
+		slack = 1 // pooled commands dropped at random: the floors of two averages
+	}
+	if fair > plain+slack {
 		t.Fatalf("%v allocations per uncontended Locker.Acquire+Release on FairBackend, want at most Backend's %v", fair, plain)
 	}
 }
