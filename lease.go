@@ -98,11 +98,14 @@ func (ls *Lease) context() context.Context {
 // [ErrLeaseLost] (and the reason) or [ErrReleased]. It reads the clock
 // itself: past the local deadline it reports the loss even if the watchdog
 // has not run yet (a descheduled process, a late timer).
-func (ls *Lease) Err() error {
+func (ls *Lease) Err() error { return ls.errAt(time.Now()) }
+
+// errAt is Err with the clock read at now.
+func (ls *Lease) errAt(now time.Time) error {
 	ls.mu.Lock()
 	err, deadline, lastErr := ls.err, ls.deadline, ls.lastErr
 	ls.mu.Unlock()
-	if err == nil && !time.Now().Before(deadline) {
+	if err == nil && !now.Before(deadline) {
 		ls.lose(deadlineReason(lastErr))
 		ls.mu.Lock()
 		err = ls.err
@@ -139,16 +142,19 @@ func (ls *Lease) endedErr(op string, end error) error {
 // flight: a lost lease stays lost, and a renewal that succeeded on the
 // server after the loss is followed by a release of the key.
 func (ls *Lease) Renew(ctx context.Context) error {
-	if err := ls.Err(); err != nil {
+	// One clock reading for both: the deadline check and the renewal's
+	// send time (taken a little before the request leaves: the new
+	// deadline, counted from it, errs early).
+	sent := time.Now()
+	if err := ls.errAt(sent); err != nil {
 		return ls.endedErr("renew", err)
 	}
-	return ls.renew(ctx)
+	return ls.renew(ctx, sent)
 }
 
 // renew sends one renewal (the watchdog's or a manual one) and applies
-// its result.
-func (ls *Lease) renew(ctx context.Context) error {
-	sent := time.Now()
+// its result. sent is the clock read just before.
+func (ls *Lease) renew(ctx context.Context, sent time.Time) error {
 	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.lt.ttl)
 	ls.observeRenew(ctx, sent, false, err) // observe: a renewal
 	if err == nil && ttl <= 0 {

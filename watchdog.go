@@ -115,7 +115,7 @@ func (ls *Lease) tick() {
 	ls.mu.Unlock()
 
 	ctx := ls.context()
-	err := ls.renew(ctx)
+	err := ls.renew(ctx, time.Now())
 	interval := ls.lt.renew
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, ErrNotHeld) && ls.l.debug() {
