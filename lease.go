@@ -98,13 +98,17 @@ func (ls *Lease) context() context.Context {
 // [ErrLeaseLost] (and the reason) or [ErrReleased]. It reads the clock
 // itself: past the local deadline it reports the loss even if the watchdog
 // has not run yet (a descheduled process, a late timer).
-func (ls *Lease) Err() error { return ls.errAt(time.Now()) }
+func (ls *Lease) Err() error { return ls.errAt(time.Time{}) }
 
-// errAt is Err with the clock read at now.
+// errAt is Err with the clock read at now (zero: read when needed, only
+// while the lease is held).
 func (ls *Lease) errAt(now time.Time) error {
 	ls.mu.Lock()
 	err, deadline, lastErr := ls.err, ls.deadline, ls.lastErr
 	ls.mu.Unlock()
+	if err == nil && now.IsZero() {
+		now = time.Now()
+	}
 	if err == nil && !now.Before(deadline) {
 		ls.lose(deadlineReason(lastErr))
 		ls.mu.Lock()
