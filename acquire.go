@@ -29,7 +29,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LeaseOption
 
 // Acquire blocks until key is held or ctx is done. While another owner
 // holds the key it waits as the backend allows: in the server's queue (a
-// [driver.WaitAcquirer]); or for a release notification (a [driver.Notifier]), looking
+// [driver.WaitAcquirer]; one that is a [driver.TryFirstWaiter] is first
+// tried once, as other backends are, and queued only if held); or for a release notification (a [driver.Notifier]), looking
 // again when the holder's remaining TTL ends and after MaxRetryDelay at
 // the latest, since notifications may be lost; or else polling, with an
 // exponential backoff from Options.MinRetryDelay up to MaxRetryDelay
