@@ -11,6 +11,13 @@
 // the documentation of backend/redis for the key layout, memory use of
 // fence counters, and operating notes; all of it applies here.
 //
+// A command sent while no other command of the Backend is in flight goes
+// out as Do sends it, on the caller's goroutine. Commands of concurrent
+// calls go through the client's blocking autopipeliner
+// (redis.UniversalClient.AutoPipeline, configured by the client's
+// AutoPipelineOptions), which sends those waiting at the same moment as
+// one pipeline: hooks of the client then see pipelines.
+//
 // Release wake-ups use go-redis Pub/Sub (SUBSCRIBE, or SSUBSCRIBE with
 // [Options.ShardedPubSub]). This package imports neither rueidis nor etcd.
 package goredis
@@ -158,12 +165,48 @@ type (
 // allocates it once).
 func (b *Backend) run(ctx context.Context, s script, cmd []any) *redis.Cmd {
 	cmd[0], cmd[1] = "evalsha", s.sha
-	r := b.c.Do(ctx, cmd...)
+	r := b.do(ctx, cmd)
 	if isNoScript(r.Err()) {
 		cmd[0], cmd[1] = "eval", s.lua
-		r = b.c.Do(ctx, cmd...)
+		r = b.do(ctx, cmd)
 	}
 	return r
+}
+
+// do sends one command. Alone (no other command of this backend in
+// flight) it goes out on its own pooled connection as go-redis's Do
+// sends it: one round trip, on the caller's goroutine. Concurrent with
+// others it goes through the client's blocking autopipeliner
+// (go-redis's AutoPipeline), which writes the commands waiting at that
+// moment as one pipeline on one connection: one write and one read
+// instead of one per command, on the client and on the server.
+func (b *Backend) do(ctx context.Context, cmd []any) *redis.Cmd {
+	defer b.inflight.Add(-1)
+	if b.inflight.Add(1) > 1 {
+		if ap := b.pipeliner(); ap != nil {
+			r := redis.NewCmd(ctx, cmd...)
+			_ = ap.Process(ctx, r) // the error is r's
+			return r
+		}
+	}
+	return b.c.Do(ctx, cmd...)
+}
+
+// pipeliner returns the client's blocking autopipeliner, asked for once
+// (at the first concurrent command); nil if the client has none to give
+// (then every command goes out alone).
+func (b *Backend) pipeliner() *redis.AutoPipeliner {
+	b.apOnce.Do(func() {
+		ap, err := b.c.AutoPipeline()
+		if err != nil || ap == nil || !ap.IsBlocking() {
+			if b.opts.Logger != nil {
+				b.opts.Logger.Debug("goredis: no autopipeliner; commands go out one per connection", "err", err)
+			}
+			return
+		}
+		b.ap = ap
+	})
+	return b.ap
 }
 
 // isNoScript reports whether err is the server's NOSCRIPT reply. It tests
@@ -181,6 +224,10 @@ type Backend struct {
 	opts   Options
 	closed atomic.Bool
 	ttl    redisscript.TTLCache
+
+	inflight atomic.Int32         // commands of do in flight
+	apOnce   sync.Once            // sets ap
+	ap       *redis.AutoPipeliner // the client's; nil: none
 
 	hubsMu sync.Mutex
 	hub    *hub                // the one hub without ShardedPubSub; nil until the first Watch
@@ -540,7 +587,8 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 }
 
 // Close ends the backend's subscriptions and goroutines. It does not close
-// the go-redis client. It is idempotent; other calls after Close return
+// the go-redis client, nor the client's autopipeliner (which the client's
+// Close ends). It is idempotent; other calls after Close return
 // errors wrapping [driver.ErrClosed].
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
