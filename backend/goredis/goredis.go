@@ -164,32 +164,44 @@ type (
 // nil, nil, numkeys, keys..., args... (one slice, so that a call
 // allocates it once).
 func (b *Backend) run(ctx context.Context, s script, cmd []any) *redis.Cmd {
+	return runAs(ctx, b, s, cmd, redis.NewCmd)
+}
+
+// runInt is run for a script that replies with an integer, read as an
+// int64: a *redis.Cmd boxes it into an any, which allocates from 256 up
+// (fences, for a start).
+func (b *Backend) runInt(ctx context.Context, s script, cmd []any) (int64, error) {
+	return runAs(ctx, b, s, cmd, redis.NewIntCmd).Result()
+}
+
+func runAs[C redis.Cmder](ctx context.Context, b *Backend, s script, cmd []any, newCmd func(context.Context, ...any) C) C {
 	cmd[0], cmd[1] = "evalsha", s.sha
-	r := b.do(ctx, cmd)
+	r := newCmd(ctx, cmd...)
+	b.process(ctx, r)
 	if isNoScript(r.Err()) {
 		cmd[0], cmd[1] = "eval", s.lua
-		r = b.do(ctx, cmd)
+		r = newCmd(ctx, cmd...)
+		b.process(ctx, r)
 	}
 	return r
 }
 
-// do sends one command. Alone (no other command of this backend in
-// flight) it goes out on its own pooled connection as go-redis's Do
-// sends it: one round trip, on the caller's goroutine. Concurrent with
-// others it goes through the client's blocking autopipeliner
-// (go-redis's AutoPipeline), which writes the commands waiting at that
-// moment as one pipeline on one connection: one write and one read
-// instead of one per command, on the client and on the server.
-func (b *Backend) do(ctx context.Context, cmd []any) *redis.Cmd {
+// process sends one command; its outcome is c's. Alone (no other command
+// of this backend in flight) it goes out on its own pooled connection as
+// go-redis's Do sends it: one round trip, on the caller's goroutine.
+// Concurrent with others it goes through the client's blocking
+// autopipeliner (go-redis's AutoPipeline), which writes the commands
+// waiting at that moment as one pipeline on one connection: one write and
+// one read instead of one per command, on the client and on the server.
+func (b *Backend) process(ctx context.Context, c redis.Cmder) {
 	defer b.inflight.Add(-1)
 	if b.inflight.Add(1) > 1 {
 		if ap := b.pipeliner(); ap != nil {
-			r := redis.NewCmd(ctx, cmd...)
-			_ = ap.Process(ctx, r) // the error is r's
-			return r
+			_ = ap.Process(ctx, c)
+			return
 		}
 	}
-	return b.c.Do(ctx, cmd...)
+	_ = b.c.Process(ctx, c)
 }
 
 // pipeliner returns the client's blocking autopipeliner, asked for once
@@ -370,7 +382,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, redisscript.Options(b.opts).NotReplicated("acquire", req.Key, acked, rerr)
 		}
 	} else {
-		n, err = b.run(ctx, acquireScript, cmd).Int64()
+		n, err = b.runInt(ctx, acquireScript, cmd)
 	}
 	if err != nil {
 		return driver.Grant{}, wrap("acquire", req.Key, err)
@@ -451,7 +463,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 			return 0, redisscript.Options(b.opts).NotReplicated("renew", g.Key, acked, nil)
 		}
 	} else {
-		n, err = b.run(ctx, renewScript, cmd).Int64()
+		n, err = b.runInt(ctx, renewScript, cmd)
 	}
 	if err != nil {
 		return 0, wrap("renew", g.Key, err)
@@ -498,7 +510,7 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	}
 	c.cmd = [...]any{nil, nil, 4, &c.lk, &c.ab, &c.q, &c.f, &c.owner, &c.mode, &c.aband}
 	cmd := c.cmd[:]
-	n, err := b.run(ctx, releaseScript, cmd).Int64()
+	n, err := b.runInt(ctx, releaseScript, cmd)
 	if err != nil {
 		return wrap("release", g.Key, err)
 	}
@@ -576,7 +588,7 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 		return 0, err
 	}
 	lk := b.LockKey(key)
-	n, err := b.run(ctx, retireScript, []any{nil, nil, 2, lk, lk + redisscript.FenceSuffix}).Int64()
+	n, err := b.runInt(ctx, retireScript, []any{nil, nil, 2, lk, lk + redisscript.FenceSuffix})
 	if err != nil {
 		return 0, wrap("retire fence", key, err)
 	}
