@@ -28,9 +28,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
@@ -140,24 +142,48 @@ var (
 	fencedWriteScript = script{redisscript.FencedWriteSHA, redisscript.FencedWriteLua}
 )
 
-// The commands of the hot paths, each with its string arguments in one
-// allocation: go-redis takes *string arguments, which box into an any
-// without allocating, where each string would allocate.
+// The commands of the hot paths, each in one allocation with its string
+// arguments and the bytes of its keys: go-redis takes *string arguments,
+// which box into an any without allocating, where each string would
+// allocate; and the keys are built into buf (see concat) when they fit.
 type (
 	acquireCall struct {
 		cmd               [8]any
 		lk, fk, ak, owner string
+		buf               [192]byte
 	}
 	renewCall struct {
 		cmd       [6]any
 		lk, owner string
+		buf       [96]byte
 	}
 	releaseCall struct {
 		cmd                [10]any
 		lk, ab, q, f       string
 		owner, mode, aband string
+		buf                [256]byte
 	}
 )
+
+// concat returns the concatenation of parts. If it fits in buf it is
+// written there and the string shares buf's memory (no allocation): buf
+// must not be written again while the string is in use, and the struct
+// holding buf stays alive as long as the string does. Otherwise it
+// allocates.
+func concat(buf []byte, parts ...string) string {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > len(buf) || n == 0 {
+		return strings.Join(parts, "")
+	}
+	b := buf[:0]
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return unsafe.String(unsafe.SliceData(b), n)
+}
 
 // run sends s as EVALSHA and, on NOSCRIPT, as EVAL. cmd is the whole
 // command with two slots first for the command name and the script:
@@ -358,14 +384,15 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if b.closed.Load() {
 		return driver.Grant{}, errClosed("acquire", req.Key)
 	}
-	// The three keys are substrings of one string (one allocation):
-	// lock key + FenceSuffix + lock key + AbandonedSuffix.
+	// The three keys are substrings of one string, in c's buf: lock key
+	// + FenceSuffix + lock key + AbandonedSuffix.
+	c := &acquireCall{owner: req.Owner}
 	p, esc := b.opts.KeyPrefix, redisscript.Escape(req.Key)
-	keys := p + "{" + esc + "}" + redisscript.FenceSuffix + p + "{" + esc + "}" + redisscript.AbandonedSuffix
+	keys := concat(c.buf[:], p, "{", esc, "}", redisscript.FenceSuffix, p, "{", esc, "}", redisscript.AbandonedSuffix)
 	lk := keys[:len(p)+len(esc)+2]
 	fk := keys[:len(lk)+len(redisscript.FenceSuffix)]
+	c.lk, c.fk, c.ak = lk, fk, keys[len(fk):]
 	ttl := b.ttl.Get(req.TTL)
-	c := &acquireCall{lk: lk, fk: fk, ak: keys[len(fk):], owner: req.Owner}
 	c.cmd = [...]any{nil, nil, 3, &c.lk, &c.fk, &c.ak, &c.owner, ttl.Arg}
 	cmd := c.cmd[:]
 	var (
@@ -449,7 +476,8 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 		return 0, errClosed("renew", g.Key)
 	}
 	a := b.ttl.Get(ttl)
-	c := &renewCall{lk: b.LockKey(g.Key), owner: g.Owner}
+	c := &renewCall{owner: g.Owner}
+	c.lk = concat(c.buf[:], b.opts.KeyPrefix, "{", redisscript.Escape(g.Key), "}") // LockKey, in c's buf
 	c.cmd = [...]any{nil, nil, 1, &c.lk, &c.owner, a.Arg}
 	lk, cmd := c.lk, c.cmd[:]
 	var (
@@ -487,17 +515,18 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 		return errClosed("release", g.Key)
 	}
 	// KEYS: the lock, its abandoned set, its fair queue and its fence
-	// counter, substrings of one string (one allocation): a release
-	// hands the lock to the first live waiter of backend/redis's
-	// FairBackend queued on it, as backend/redis's release does.
+	// counter, substrings of one string, in c's buf: a release hands the
+	// lock to the first live waiter of backend/redis's FairBackend queued
+	// on it, as backend/redis's release does.
+	c := &releaseCall{owner: g.Owner}
 	p, esc := b.opts.KeyPrefix, redisscript.Escape(g.Key)
-	s := p + "{" + esc + "}" + redisscript.AbandonedSuffix +
-		p + "{" + esc + "}" + redisscript.QueueSuffix +
-		p + "{" + esc + "}" + redisscript.FenceSuffix
+	s := concat(c.buf[:], p, "{", esc, "}", redisscript.AbandonedSuffix,
+		p, "{", esc, "}", redisscript.QueueSuffix,
+		p, "{", esc, "}", redisscript.FenceSuffix)
 	n0 := len(p) + len(esc) + 2 // the lock key
 	a := n0 + len(redisscript.AbandonedSuffix)
 	q := a + n0 + len(redisscript.QueueSuffix)
-	c := &releaseCall{lk: s[:n0], ab: s[:a], q: s[a:q], f: s[q:], owner: g.Owner}
+	c.lk, c.ab, c.q, c.f = s[:n0], s[:a], s[a:q], s[q:]
 	if b.opts.ShardedPubSub {
 		c.mode = "sharded"
 	}
