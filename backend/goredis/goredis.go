@@ -11,12 +11,12 @@
 // the documentation of backend/redis for the key layout, memory use of
 // fence counters, and operating notes; all of it applies here.
 //
-// A command sent while no other command of the Backend is in flight goes
-// out as Do sends it, on the caller's goroutine. Commands of concurrent
-// calls go through the client's blocking autopipeliner
-// (redis.UniversalClient.AutoPipeline, configured by the client's
-// AutoPipelineOptions), which sends those waiting at the same moment as
-// one pipeline: hooks of the client then see pipelines.
+// A command goes out as Do sends it, on the caller's goroutine, while no
+// more commands of the Backend are in flight than the client has pooled
+// connections (PoolSize). Beyond that, commands go through the client's
+// blocking autopipeliner (redis.UniversalClient.AutoPipeline, configured
+// by the client's AutoPipelineOptions), which sends those waiting at the
+// same moment as one pipeline: hooks of the client then see pipelines.
 //
 // Release wake-ups use go-redis Pub/Sub (SUBSCRIBE, or SSUBSCRIBE with
 // [Options.ShardedPubSub]). This package imports neither rueidis nor etcd.
@@ -27,6 +27,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,16 +214,19 @@ func runAs[C redis.Cmder](ctx context.Context, b *Backend, s script, cmd []any, 
 	return r
 }
 
-// process sends one command; its outcome is c's. Alone (no other command
-// of this backend in flight) it goes out on its own pooled connection as
-// go-redis's Do sends it: one round trip, on the caller's goroutine.
-// Concurrent with others it goes through the client's blocking
+// process sends one command; its outcome is c's. While at most as many
+// commands of this backend are in flight as the client has pooled
+// connections, it goes out on its own pooled connection as go-redis's Do
+// sends it: one round trip, on the caller's goroutine. Beyond that (it
+// would wait for a connection) it goes through the client's blocking
 // autopipeliner (go-redis's AutoPipeline), which writes the commands
 // waiting at that moment as one pipeline on one connection: one write and
 // one read instead of one per command, on the client and on the server.
+// (Below the pool size the autopipeliner is slower: it sends one batch at
+// a time, and hands each command to its own goroutine and back.)
 func (b *Backend) process(ctx context.Context, c redis.Cmder) {
 	defer b.inflight.Add(-1)
-	if b.inflight.Add(1) > 1 {
+	if b.inflight.Add(1) > b.direct {
 		if ap := b.pipeliner(); ap != nil {
 			_ = ap.Process(ctx, c)
 			return
@@ -263,7 +268,8 @@ type Backend struct {
 	closed atomic.Bool
 	ttl    redisscript.TTLCache
 
-	inflight atomic.Int32         // commands of do in flight
+	inflight atomic.Int32         // commands of process in flight
+	direct   int32                // process sends at most this many in flight directly: the client's pool size
 	apOnce   sync.Once            // sets ap
 	ap       *redis.AutoPipeliner // the client's; nil: none
 
@@ -302,11 +308,27 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	o := Options(ro)
-	b := &Backend{c: client, opts: o}
+	b := &Backend{c: client, opts: o, direct: poolSize(client)}
 	if o.ShardedPubSub {
 		b.hubs = make(map[uint16]*slotHub)
 	}
 	return b, nil
+}
+
+// poolSize is the number of pooled connections of c (of each node, on a
+// cluster): the PoolSize of its options, which go-redis defaults.
+func poolSize(c redis.UniversalClient) int32 {
+	n := 0
+	switch c := c.(type) {
+	case *redis.Client:
+		n = c.Options().PoolSize
+	case *redis.ClusterClient:
+		n = c.Options().PoolSize
+	}
+	if n <= 0 {
+		n = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	}
+	return int32(min(n, math.MaxInt32))
 }
 
 // checkEviction reads maxmemory-policy from every node of c (see New).

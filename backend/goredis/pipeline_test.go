@@ -87,36 +87,48 @@ func runConcurrently(t *testing.T, b *Backend, workers, rounds int) {
 	}
 }
 
-// TestConcurrentCommandsPipelined: commands of concurrent calls go out
-// as pipelines (go-redis's autopipeliner), with the same replies as
-// alone, on a server and on a Cluster, also right after SCRIPT FLUSH
-// (every EVALSHA of a pipeline refused with NOSCRIPT is sent again as
-// EVAL).
+// TestConcurrentCommandsPipelined: commands of concurrent calls beyond the
+// client's pool size go out as pipelines (go-redis's autopipeliner), with
+// the same replies as alone, on a server and on a Cluster, also right
+// after SCRIPT FLUSH (every EVALSHA of a pipeline refused with NOSCRIPT is
+// sent again as EVAL); up to the pool size, none does.
 func TestConcurrentCommandsPipelined(t *testing.T) {
 	const workers, rounds = 32, 30
-	t.Run("server", func(t *testing.T) {
-		srv := redistest.Start(t)
-		c := newClient(t, srv, 0)
-		var pc pipelineCounter
-		c.AddHook(&pc)
-		b, err := New(c, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		if err := c.ScriptFlush(ctxT(t)).Err(); err != nil {
-			t.Fatal(err)
-		}
-		runConcurrently(t, b, workers, rounds)
-		// Each round makes 4 commands per worker.
-		t.Logf("%d pipelines of %d scripts (%d scripts in all, and the EVALs after NOSCRIPT)", pc.pipelines.Load(), pc.cmds.Load(), workers*rounds*4)
-		if pc.pipelines.Load() == 0 {
-			t.Errorf("no command of %d concurrent callers went out in a pipeline", workers)
-		}
-	})
+	// Each round makes 4 commands per worker.
+	for _, tc := range []struct {
+		poolSize  int
+		pipelined bool
+	}{{4, true}, {2 * workers, false}} {
+		t.Run(fmt.Sprintf("server/pool=%d", tc.poolSize), func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: tc.poolSize})
+			defer c.Close()
+			var pc pipelineCounter
+			c.AddHook(&pc)
+			b, err := New(c, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if err := c.ScriptFlush(ctxT(t)).Err(); err != nil {
+				t.Fatal(err)
+			}
+			runConcurrently(t, b, workers, rounds)
+			t.Logf("%d workers, pool of %d: %d pipelines of %d scripts (%d scripts in all, and the EVALs after NOSCRIPT)",
+				workers, tc.poolSize, pc.pipelines.Load(), pc.cmds.Load(), workers*rounds*4)
+			if got := pc.pipelines.Load() > 0; got != tc.pipelined {
+				t.Errorf("%d concurrent callers, pool of %d: pipelined %v, want %v", workers, tc.poolSize, got, tc.pipelined)
+			}
+		})
+	}
 	t.Run("cluster", func(t *testing.T) {
 		cl := redistest.StartCluster(t, 3)
-		c := newClusterClient(t, cl, 0)
+		o := &redis.ClusterOptions{PoolSize: 2}
+		for _, s := range cl.Nodes {
+			o.Addrs = append(o.Addrs, s.Addr)
+		}
+		c := redis.NewClusterClient(o)
+		defer c.Close()
 		b, err := New(c, Options{ShardedPubSub: true})
 		if err != nil {
 			t.Fatal(err)
