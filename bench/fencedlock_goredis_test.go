@@ -8,7 +8,10 @@ import (
 )
 
 // fencedlock on its go-redis backend, on the same go-redis v9 client
-// options as redsync and redislock, default options except the TTL.
+// options as redsync and redislock, default options except the TTL. The
+// backend sends the commands in flight beyond the client's PoolSize
+// through the client's own autopipeliner (default options), which the
+// other two do not use.
 
 func init() {
 	register(contender{

@@ -11,6 +11,13 @@
 // the documentation of backend/redis for the key layout, memory use of
 // fence counters, and operating notes; all of it applies here.
 //
+// A command goes out as Do sends it, on the caller's goroutine, while no
+// more commands of the Backend are in flight than the client has pooled
+// connections (PoolSize). Beyond that, commands go through the client's
+// blocking autopipeliner (redis.UniversalClient.AutoPipeline, configured
+// by the client's AutoPipelineOptions), which sends those waiting at the
+// same moment as one pipeline: hooks of the client then see pipelines.
+//
 // Release wake-ups use go-redis Pub/Sub (SUBSCRIBE, or SSUBSCRIBE with
 // [Options.ShardedPubSub]). This package imports neither rueidis nor etcd.
 package goredis
@@ -20,10 +27,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
@@ -133,37 +144,112 @@ var (
 	fencedWriteScript = script{redisscript.FencedWriteSHA, redisscript.FencedWriteLua}
 )
 
-// The commands of the hot paths, each with its string arguments in one
-// allocation: go-redis takes *string arguments, which box into an any
-// without allocating, where each string would allocate.
+// The commands of the hot paths, each in one allocation with its string
+// arguments and the bytes of its keys: go-redis takes *string arguments,
+// which box into an any without allocating, where each string would
+// allocate; and the keys are built into buf (see concat) when they fit.
 type (
 	acquireCall struct {
 		cmd               [8]any
 		lk, fk, ak, owner string
+		buf               [192]byte
 	}
 	renewCall struct {
 		cmd       [6]any
 		lk, owner string
+		buf       [96]byte
 	}
 	releaseCall struct {
 		cmd                [10]any
 		lk, ab, q, f       string
 		owner, mode, aband string
+		buf                [256]byte
 	}
 )
+
+// concat returns the concatenation of parts. If it fits in buf it is
+// written there and the string shares buf's memory (no allocation): buf
+// must not be written again while the string is in use, and the struct
+// holding buf stays alive as long as the string does. Otherwise it
+// allocates.
+func concat(buf []byte, parts ...string) string {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > len(buf) || n == 0 {
+		return strings.Join(parts, "")
+	}
+	b := buf[:0]
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return unsafe.String(unsafe.SliceData(b), n)
+}
 
 // run sends s as EVALSHA and, on NOSCRIPT, as EVAL. cmd is the whole
 // command with two slots first for the command name and the script:
 // nil, nil, numkeys, keys..., args... (one slice, so that a call
 // allocates it once).
 func (b *Backend) run(ctx context.Context, s script, cmd []any) *redis.Cmd {
+	return runAs(ctx, b, s, cmd, redis.NewCmd)
+}
+
+// runInt is run for a script that replies with an integer, read as an
+// int64: a *redis.Cmd boxes it into an any, which allocates from 256 up
+// (fences, for a start).
+func (b *Backend) runInt(ctx context.Context, s script, cmd []any) (int64, error) {
+	return runAs(ctx, b, s, cmd, redis.NewIntCmd).Result()
+}
+
+func runAs[C redis.Cmder](ctx context.Context, b *Backend, s script, cmd []any, newCmd func(context.Context, ...any) C) C {
 	cmd[0], cmd[1] = "evalsha", s.sha
-	r := b.c.Do(ctx, cmd...)
+	r := newCmd(ctx, cmd...)
+	b.process(ctx, r)
 	if isNoScript(r.Err()) {
 		cmd[0], cmd[1] = "eval", s.lua
-		r = b.c.Do(ctx, cmd...)
+		r = newCmd(ctx, cmd...)
+		b.process(ctx, r)
 	}
 	return r
+}
+
+// process sends one command; its outcome is c's. While at most as many
+// commands of this backend are in flight as the client has pooled
+// connections, it goes out on its own pooled connection as go-redis's Do
+// sends it: one round trip, on the caller's goroutine. Beyond that (it
+// would wait for a connection) it goes through the client's blocking
+// autopipeliner (go-redis's AutoPipeline), which writes the commands
+// waiting at that moment as one pipeline on one connection: one write and
+// one read instead of one per command, on the client and on the server.
+// (Below the pool size the autopipeliner is slower: it sends one batch at
+// a time, and hands each command to its own goroutine and back.)
+func (b *Backend) process(ctx context.Context, c redis.Cmder) {
+	defer b.inflight.Add(-1)
+	if b.inflight.Add(1) > b.direct {
+		if ap := b.pipeliner(); ap != nil {
+			_ = ap.Process(ctx, c)
+			return
+		}
+	}
+	_ = b.c.Process(ctx, c)
+}
+
+// pipeliner returns the client's blocking autopipeliner, asked for once
+// (at the first concurrent command); nil if the client has none to give
+// (then every command goes out alone).
+func (b *Backend) pipeliner() *redis.AutoPipeliner {
+	b.apOnce.Do(func() {
+		ap, err := b.c.AutoPipeline()
+		if err != nil || ap == nil || !ap.IsBlocking() {
+			if b.opts.Logger != nil {
+				b.opts.Logger.Debug("goredis: no autopipeliner; commands go out one per connection", "err", err)
+			}
+			return
+		}
+		b.ap = ap
+	})
+	return b.ap
 }
 
 // isNoScript reports whether err is the server's NOSCRIPT reply. It tests
@@ -181,6 +267,11 @@ type Backend struct {
 	opts   Options
 	closed atomic.Bool
 	ttl    redisscript.TTLCache
+
+	inflight atomic.Int32         // commands of process in flight
+	direct   int32                // process sends at most this many in flight directly: the client's pool size
+	apOnce   sync.Once            // sets ap
+	ap       *redis.AutoPipeliner // the client's; nil: none
 
 	hubsMu sync.Mutex
 	hub    *hub                // the one hub without ShardedPubSub; nil until the first Watch
@@ -217,11 +308,27 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	o := Options(ro)
-	b := &Backend{c: client, opts: o}
+	b := &Backend{c: client, opts: o, direct: poolSize(client)}
 	if o.ShardedPubSub {
 		b.hubs = make(map[uint16]*slotHub)
 	}
 	return b, nil
+}
+
+// poolSize is the number of pooled connections of c (of each node, on a
+// cluster): the PoolSize of its options, which go-redis defaults.
+func poolSize(c redis.UniversalClient) int32 {
+	n := 0
+	switch c := c.(type) {
+	case *redis.Client:
+		n = c.Options().PoolSize
+	case *redis.ClusterClient:
+		n = c.Options().PoolSize
+	}
+	if n <= 0 {
+		n = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	}
+	return int32(min(n, math.MaxInt32))
 }
 
 // checkEviction reads maxmemory-policy from every node of c (see New).
@@ -299,14 +406,15 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if b.closed.Load() {
 		return driver.Grant{}, errClosed("acquire", req.Key)
 	}
-	// The three keys are substrings of one string (one allocation):
-	// lock key + FenceSuffix + lock key + AbandonedSuffix.
+	// The three keys are substrings of one string, in c's buf: lock key
+	// + FenceSuffix + lock key + AbandonedSuffix.
+	c := &acquireCall{owner: req.Owner}
 	p, esc := b.opts.KeyPrefix, redisscript.Escape(req.Key)
-	keys := p + "{" + esc + "}" + redisscript.FenceSuffix + p + "{" + esc + "}" + redisscript.AbandonedSuffix
+	keys := concat(c.buf[:], p, "{", esc, "}", redisscript.FenceSuffix, p, "{", esc, "}", redisscript.AbandonedSuffix)
 	lk := keys[:len(p)+len(esc)+2]
 	fk := keys[:len(lk)+len(redisscript.FenceSuffix)]
+	c.lk, c.fk, c.ak = lk, fk, keys[len(fk):]
 	ttl := b.ttl.Get(req.TTL)
-	c := &acquireCall{lk: lk, fk: fk, ak: keys[len(fk):], owner: req.Owner}
 	c.cmd = [...]any{nil, nil, 3, &c.lk, &c.fk, &c.ak, &c.owner, ttl.Arg}
 	cmd := c.cmd[:]
 	var (
@@ -323,7 +431,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			return driver.Grant{}, redisscript.Options(b.opts).NotReplicated("acquire", req.Key, acked, rerr)
 		}
 	} else {
-		n, err = b.run(ctx, acquireScript, cmd).Int64()
+		n, err = b.runInt(ctx, acquireScript, cmd)
 	}
 	if err != nil {
 		return driver.Grant{}, wrap("acquire", req.Key, err)
@@ -390,7 +498,8 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 		return 0, errClosed("renew", g.Key)
 	}
 	a := b.ttl.Get(ttl)
-	c := &renewCall{lk: b.LockKey(g.Key), owner: g.Owner}
+	c := &renewCall{owner: g.Owner}
+	c.lk = concat(c.buf[:], b.opts.KeyPrefix, "{", redisscript.Escape(g.Key), "}") // LockKey, in c's buf
 	c.cmd = [...]any{nil, nil, 1, &c.lk, &c.owner, a.Arg}
 	lk, cmd := c.lk, c.cmd[:]
 	var (
@@ -404,7 +513,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 			return 0, redisscript.Options(b.opts).NotReplicated("renew", g.Key, acked, nil)
 		}
 	} else {
-		n, err = b.run(ctx, renewScript, cmd).Int64()
+		n, err = b.runInt(ctx, renewScript, cmd)
 	}
 	if err != nil {
 		return 0, wrap("renew", g.Key, err)
@@ -428,17 +537,18 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 		return errClosed("release", g.Key)
 	}
 	// KEYS: the lock, its abandoned set, its fair queue and its fence
-	// counter, substrings of one string (one allocation): a release
-	// hands the lock to the first live waiter of backend/redis's
-	// FairBackend queued on it, as backend/redis's release does.
+	// counter, substrings of one string, in c's buf: a release hands the
+	// lock to the first live waiter of backend/redis's FairBackend queued
+	// on it, as backend/redis's release does.
+	c := &releaseCall{owner: g.Owner}
 	p, esc := b.opts.KeyPrefix, redisscript.Escape(g.Key)
-	s := p + "{" + esc + "}" + redisscript.AbandonedSuffix +
-		p + "{" + esc + "}" + redisscript.QueueSuffix +
-		p + "{" + esc + "}" + redisscript.FenceSuffix
+	s := concat(c.buf[:], p, "{", esc, "}", redisscript.AbandonedSuffix,
+		p, "{", esc, "}", redisscript.QueueSuffix,
+		p, "{", esc, "}", redisscript.FenceSuffix)
 	n0 := len(p) + len(esc) + 2 // the lock key
 	a := n0 + len(redisscript.AbandonedSuffix)
 	q := a + n0 + len(redisscript.QueueSuffix)
-	c := &releaseCall{lk: s[:n0], ab: s[:a], q: s[a:q], f: s[q:], owner: g.Owner}
+	c.lk, c.ab, c.q, c.f = s[:n0], s[:a], s[a:q], s[q:]
 	if b.opts.ShardedPubSub {
 		c.mode = "sharded"
 	}
@@ -451,7 +561,7 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	}
 	c.cmd = [...]any{nil, nil, 4, &c.lk, &c.ab, &c.q, &c.f, &c.owner, &c.mode, &c.aband}
 	cmd := c.cmd[:]
-	n, err := b.run(ctx, releaseScript, cmd).Int64()
+	n, err := b.runInt(ctx, releaseScript, cmd)
 	if err != nil {
 		return wrap("release", g.Key, err)
 	}
@@ -529,7 +639,7 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 		return 0, err
 	}
 	lk := b.LockKey(key)
-	n, err := b.run(ctx, retireScript, []any{nil, nil, 2, lk, lk + redisscript.FenceSuffix}).Int64()
+	n, err := b.runInt(ctx, retireScript, []any{nil, nil, 2, lk, lk + redisscript.FenceSuffix})
 	if err != nil {
 		return 0, wrap("retire fence", key, err)
 	}
@@ -540,7 +650,8 @@ func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, e
 }
 
 // Close ends the backend's subscriptions and goroutines. It does not close
-// the go-redis client. It is idempotent; other calls after Close return
+// the go-redis client, nor the client's autopipeliner (which the client's
+// Close ends). It is idempotent; other calls after Close return
 // errors wrapping [driver.ErrClosed].
 func (b *Backend) Close() error {
 	if b.closed.Swap(true) {
