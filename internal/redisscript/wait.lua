@@ -33,14 +33,56 @@ local function entry(e)
   return string.match(e, '^(%d+):(%d+):(.*)$')
 end
 
+-- restore_fence puts the counter in key back as it was before an INCR:
+-- one less, computed on its decimal digits (it may lie beyond the
+-- integers a Lua number holds exactly), with its TTL if it has one. Only
+-- GET, PTTL and SET: commands every fencedlock user may already run
+-- (docs/redis-acl.md), unlike DECR.
+local function restore_fence(key)
+  local s = redis.call('GET', key)
+  local neg = string.sub(s, 1, 1) == '-'
+  local d = {}
+  for c in string.gmatch(neg and string.sub(s, 2) or s, '%d') do
+    d[#d + 1] = tonumber(c)
+  end
+  local i = #d
+  if neg or s == '0' then
+    -- s <= 0: one more in magnitude, negative.
+    while i >= 1 and d[i] == 9 do
+      d[i], i = 0, i - 1
+    end
+    if i == 0 then
+      table.insert(d, 1, 1)
+    else
+      d[i] = d[i] + 1
+    end
+    neg = true
+  else
+    while d[i] == 0 do
+      d[i], i = 9, i - 1
+    end
+    d[i] = d[i] - 1
+  end
+  local v = (string.gsub(table.concat(d), '^0+(%d)', '%1'))
+  if neg then
+    v = '-' .. v
+  end
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then
+    redis.call('SET', key, v, 'PX', ttl)
+  else
+    redis.call('SET', key, v)
+  end
+end
+
 -- next_fence increments the fence counter in key and returns the new
 -- fence; or nil and an error reply, with the counter as it was, when the
 -- counter is not one fencedlock wrote, is at MaxFence, or has a TTL.
 -- INCR itself refuses a value that is not a string (WRONGTYPE) or not a
 -- decimal integer (Redis takes no sign '+', no space, no leading zero)
--- and changes nothing; the other refusals undo the increment (DECR). A
--- script is not rolled back when a command fails, so the caller must not
--- have written anything it could not undo when it gets the refusal.
+-- and changes nothing; the other refusals undo the increment. A script is
+-- not rolled back when a command fails, so the caller must not have
+-- written anything it could not undo when it gets the refusal.
 local function next_fence(key)
   local n = redis.pcall('INCR', key)
   if type(n) == 'table' then
@@ -54,7 +96,7 @@ local function next_fence(key)
   -- (a counter that was at MaxFence) reads as 2^53. The counter itself
   -- tells them apart.
   if n >= 9007199254740992 and (n > 9007199254740992 or redis.call('GET', key) ~= '9007199254740992') then
-    redis.call('DECR', key)
+    restore_fence(key)
     if n == 9007199254740992 then
       return nil, redis.error_reply('FENCEDLOCK_EXHAUSTED fence counter ' .. key ..
         ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
@@ -62,7 +104,7 @@ local function next_fence(key)
     return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (above 2^53)')
   end
   if n < 1 then
-    redis.call('DECR', key)
+    restore_fence(key)
     return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (negative)')
   end
   -- A counter must never expire: once gone, the fences of its name would
@@ -70,7 +112,7 @@ local function next_fence(key)
   -- it before it expires, so the operator can PERSIST it.
   local cttl = redis.call('PTTL', key)
   if cttl ~= -1 then
-    redis.call('DECR', key)
+    restore_fence(key)
     return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
   end
   return n
