@@ -327,7 +327,7 @@ func TestFairUncontendedCommands(t *testing.T) {
 		total += v
 	}
 	t.Logf("%d uncontended acquires: %v (%.1f commands each) for both", n, fair, float64(total)/n)
-	// EVALSHA, EXISTS abandoned, SET NX, INCR, PTTL of the counter (6
+	// EVALSHA, SISMEMBER abandoned, SET NX, INCR, PTTL of the counter (6
 	// before INCR itself validated the counter: a GET first).
 	if total > 5*n {
 		t.Errorf("%.1f commands per uncontended acquire, want at most 5", float64(total)/n)
