@@ -237,7 +237,7 @@ func runContended(tb testing.TB, e *env, c contender, workers int, d time.Durati
 	}
 	// Then all at once, as in the window: the connections a library dials
 	// only when a worker first waits (a subscription) are dialled here.
-	if w := contendLoop(clients, k, contendedWarmup); w.violations > 0 || w.errors > 0 {
+	if w := contendLoop(clients, k, contendedWarmup, true); w.violations > 0 || w.errors > 0 {
 		tb.Logf("%s: warm-up: %d overlaps, %d errors; first: %v", c.name, w.violations, w.errors, w.firstErr)
 	}
 
@@ -246,7 +246,7 @@ func runContended(tb testing.TB, e *env, c contender, workers int, d time.Durati
 		rc = startRedisCounter(tb, e)
 	}
 	m0 := readMem()
-	res := contendLoop(clients, k, d)
+	res := contendLoop(clients, k, d, false)
 	m1 := readMem()
 	res.mallocs, res.bytes = m1.mallocs-m0.mallocs, m1.bytes-m0.bytes
 	if rc != nil {
@@ -256,8 +256,12 @@ func runContended(tb testing.TB, e *env, c contender, workers int, d time.Durati
 }
 
 // contendLoop has one worker per client loop on acquire+release of key k
-// for d, and measures it.
-func contendLoop(clients []lockClient, k string, d time.Duration) contendedResult {
+// for d, and measures it. The acquires still waiting at the end are
+// cancelled, unless drain: then no new acquire starts after d, and those
+// waiting are let finish (and release), so that none leaves the key held
+// (an acquire cancelled in flight may have taken it on the server: the
+// raw baseline then found it held for its whole TTL).
+func contendLoop(clients []lockClient, k string, d time.Duration, drain bool) contendedResult {
 	workers := len(clients)
 	var (
 		mu          sync.Mutex
@@ -274,13 +278,19 @@ func contendLoop(clients []lockClient, k string, d time.Duration) contendedResul
 	end := start.Add(d)
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
+	running := func() bool { return ctx.Err() == nil }
+	if drain {
+		ctx, cancel = context.WithTimeout(context.Background(), d+benchTTL)
+		defer cancel()
+		running = func() bool { return time.Now().Before(end) && ctx.Err() == nil }
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cl := clients[w]
-			for ctx.Err() == nil {
+			for running() {
 				t0 := time.Now()
 				h, err := cl.acquire(ctx, k)
 				if err != nil {
