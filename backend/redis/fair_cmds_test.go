@@ -81,14 +81,40 @@ func TestFairHandOffCommands(t *testing.T) {
 	}
 	t.Logf("one hand-off: %d commands %v", total, got)
 	// wait.lua (new entry behind a holder): EVALSHA, SISMEMBER abandoned,
-	// MGET lock+fence, TIME, RPUSH, PTTL + PEXPIRE of the new queue key.
+	// MGET lock+fence, TIME, RPUSH, PEXPIRE of the queue (GT when it
+	// exists already: Redis 7).
 	// release.lua (hand-off): EVALSHA, EXISTS queue, GET lock, LPOP, TIME,
 	// INCR, PTTL fence, SET, PUBLISH.
 	want := map[string]int64{
-		"evalsha": 2, "sismember": 1, "exists": 1, "mget": 1, "time": 2, "rpush": 1, "pttl": 2, "pexpire": 1,
+		"evalsha": 2, "sismember": 1, "exists": 1, "mget": 1, "time": 2, "rpush": 1, "pttl": 1, "pexpire": 1,
 		"get": 1, "lpop": 1, "incr": 1, "set": 1, "publish": 1,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("one hand-off ran %v (%d commands), want %v", got, total, want)
+	}
+
+	// Joining a queue that exists already (a second waiter): the same
+	// count, the queue extended with PEXPIRE GT, and never shortened.
+	h := acquire(t, b, key, 10*time.Second)
+	args := func(o string) []string { return []string{o, "10000", "20000", "new"} }
+	if _, err := runWaitScript(ctx, b.c, fairKeys(b, key), args(owner())); err != nil {
+		t.Fatal(err)
+	}
+	do(t, c, "CONFIG", "RESETSTAT")
+	if _, err := runWaitScript(ctx, b.c, fairKeys(b, key), []string{owner(), "10000", "5000", "new"}); err != nil {
+		t.Fatal(err)
+	}
+	second := commandStats(t, c)
+	delete(second, "config|resetstat")
+	delete(second, "info")
+	wantSecond := map[string]int64{"evalsha": 1, "sismember": 1, "mget": 1, "time": 1, "rpush": 1, "pexpire": 1}
+	if fmt.Sprint(second) != fmt.Sprint(wantSecond) {
+		t.Errorf("a second waiter's wait.lua ran %v, want %v", second, wantSecond)
+	}
+	if pttl := num(t, c, "PTTL", lk+queueSuffix); pttl <= 5000 || pttl > 20000 {
+		t.Errorf("queue PTTL %d after a shorter entry joined, want the first entry's 20000 ms kept", pttl)
+	}
+	if err := b.Release(ctx, h); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -184,18 +184,24 @@ end
 -- Wait in line: a new entry at the end, or the owner's entry kept in its
 -- place with a new expiry.
 local e = string.format('%.0f', now + tonumber(ARGV[3])) .. ':' .. ARGV[2] .. ':' .. ARGV[1]
-local pttl = 0
+local pttl, len = 0, 0
 if mine then
   redis.call('LSET', KEYS[4], mine, e)
   if holder then
     pttl = math.max(redis.call('PTTL', KEYS[1]), 0)
   end
 else
-  redis.call('RPUSH', KEYS[4], e)
+  len = redis.call('RPUSH', KEYS[4], e)
 end
--- The queue lives as long as its longest-lived entry.
-if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[3]) then
+-- The queue lives as long as its longest-lived entry: a new queue gets
+-- this entry's TTL; an existing one (which has a TTL) is extended only if
+-- that is longer: PEXPIRE GT (Redis >= 7) in one command, else PTTL first.
+if len == 1 then
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
+elseif type(redis.pcall('PEXPIRE', KEYS[4], ARGV[3], 'GT')) == 'table' then
+  if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[4], ARGV[3])
+  end
 end
 -- The fence counter read above: a hand-off to this owner after this step
 -- grants a greater fence, so the waiter can tell its message from one of a
