@@ -347,15 +347,19 @@ func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() driv
 		wg.Go(func() {
 			g, err := w.AcquireWait(ctx, req())
 			if err == nil {
+				// Recorded while holding the key, before the release
+				// hands it on: recorded after it, a waiter raced the
+				// next one (granted FIFO, reported [1 0 3 2] under load).
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
 				err = b.Release(ctx, g)
 			}
-			mu.Lock()
-			defer mu.Unlock()
 			if err != nil {
+				mu.Lock()
 				errs = append(errs, fmt.Errorf("waiter %d: %w", i, err))
-				return
+				mu.Unlock()
 			}
-			order = append(order, i)
 		})
 		time.Sleep(delay)
 	}

@@ -171,7 +171,11 @@ func (f *FairBackend) acquireWait(ctx context.Context, req driver.AcquireRequest
 	ttl := b.ttl.Get(req.TTL)
 	keys := []string{lks.acq[0], lks.acq[1], lks.acq[2], lks.rel[2]} // lock, fence, abandoned, queue
 	lease := ttl.Duration()
-	args := []string{req.Owner, ttl.S, ttl.S}
+	// The first wait.lua is "new": the owner has no entry yet (a new owner
+	// token, or one whose entries a hand-off or take removed), so a held
+	// lock is joined without reading the queue. Every later request, a
+	// retry of one that may have been applied included, searches it.
+	args := []string{req.Owner, ttl.S, ttl.S, "new"}
 	if lease < fairMinEntryTTL {
 		args[2] = strconv.FormatInt(fairMinEntryTTL.Milliseconds(), 10)
 	}
@@ -194,6 +198,7 @@ func (f *FairBackend) acquireWait(ctx context.Context, req driver.AcquireRequest
 		}
 		sent := time.Now()
 		r, err := runWaitScript(ctx, b.c, keys, args)
+		args[3] = ""
 		wait := refresh
 		switch {
 		case err == nil && r.fence > 0:

@@ -161,6 +161,7 @@ var scripts = []Script{
 			{"owner", "the owner token (a secret)"},
 			{"ttl", "the lease in milliseconds, applied when the lock is granted (here or by release.lua's hand-off)"},
 			{"entry ttl", "milliseconds the owner's queue entry stays valid; the waiter runs the script again before then to keep its place"},
+			{"new", "optional: \"new\" when the owner has no entry in the queue for sure (its first request of this wait): then, if the lock is held, the entry is appended without reading the queue; anything else, or absent: the queue is searched for the owner's entry"},
 		},
 		Returns: []string{
 			"error " + consts.AbandonedCode + ": the owner's wait was already cleaned up; nothing was changed",

@@ -19,35 +19,97 @@
 --          9007199254740992 (2^53), the greatest fence Lua grants exactly; nothing was changed
 -- Input comes only through KEYS and ARGV.
 
--- An owner whose acquire was cleaned up (its caller gave up while this
--- request was on its way) takes nothing: nobody would hold the lease.
-if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
-  return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
-end
-
--- Check the fence counter before changing anything: a script is not rolled
--- back when a later command fails, so INCR must not be the first to notice
--- a bad counter. GET fails with WRONGTYPE for a non-string.
-local fence = redis.call('GET', KEYS[2])
-if fence and not ((#fence < 16 or (#fence == 16 and fence <= '9007199254740992')) and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) then
-  return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' does not hold a fence counter')
-end
--- A counter must never expire: once gone, the fences of its name would
--- restart at 1. One with a TTL was set so by hand (or by a tool); refuse it
--- before it expires, so the operator can PERSIST it.
-if fence then
-  local cttl = redis.call('PTTL', KEYS[2])
-  if cttl ~= -1 then
-    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
+-- restore_fence puts the counter in key back as it was before an INCR:
+-- one less, computed on its decimal digits (it may lie beyond the
+-- integers a Lua number holds exactly), with its TTL if it has one. Only
+-- GET, PTTL and SET: commands every fencedlock user may already run
+-- (docs/redis-acl.md), unlike DECR.
+local function restore_fence(key)
+  local s = redis.call('GET', key)
+  local neg = string.sub(s, 1, 1) == '-'
+  local d = {}
+  for c in string.gmatch(neg and string.sub(s, 2) or s, '%d') do
+    d[#d + 1] = tonumber(c)
+  end
+  local i = #d
+  if neg or s == '0' then
+    -- s <= 0: one more in magnitude, negative.
+    while i >= 1 and d[i] == 9 do
+      d[i], i = 0, i - 1
+    end
+    if i == 0 then
+      table.insert(d, 1, 1)
+    else
+      d[i] = d[i] + 1
+    end
+    neg = true
+  else
+    while d[i] == 0 do
+      d[i], i = 9, i - 1
+    end
+    d[i] = d[i] - 1
+  end
+  local v = (string.gsub(table.concat(d), '^0+(%d)', '%1'))
+  if neg then
+    v = '-' .. v
+  end
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then
+    redis.call('SET', key, v, 'PX', ttl)
+  else
+    redis.call('SET', key, v)
   end
 end
 
--- A free lock whose counter is at MaxFence cannot be granted a greater
--- fence exactly. (Held, it is handled below: the holder's retry gets its
--- fence again, others wait.)
-if fence == '9007199254740992' and redis.call('EXISTS', KEYS[1]) == 0 then
-  return redis.error_reply('FENCEDLOCK_EXHAUSTED fence counter ' .. KEYS[2] ..
-    ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
+-- next_fence increments the fence counter in key and returns the new
+-- fence; or nil and an error reply, with the counter as it was, when the
+-- counter is not one fencedlock wrote, is at MaxFence, or has a TTL.
+-- INCR itself refuses a value that is not a string (WRONGTYPE) or not a
+-- decimal integer (Redis takes no sign '+', no space, no leading zero)
+-- and changes nothing; the other refusals undo the increment. A script is
+-- not rolled back when a command fails, so the caller must not have
+-- written anything it could not undo when it gets the refusal.
+local function next_fence(key)
+  local n = redis.pcall('INCR', key)
+  if type(n) == 'table' then
+    local err = tostring(n.err)
+    if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'integer', 1, true) or string.find(err, 'overflow', 1, true) then
+      return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (' .. err .. ')')
+    end
+    return nil, n
+  end
+  -- INCR's reply is a Lua number, a double: exact up to 2^53, and 2^53+1
+  -- (a counter that was at MaxFence) reads as 2^53. The counter itself
+  -- tells them apart.
+  if n >= 9007199254740992 and (n > 9007199254740992 or redis.call('GET', key) ~= '9007199254740992') then
+    restore_fence(key)
+    if n == 9007199254740992 then
+      return nil, redis.error_reply('FENCEDLOCK_EXHAUSTED fence counter ' .. key ..
+        ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
+    end
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (above 2^53)')
+  end
+  if n < 1 then
+    restore_fence(key)
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (negative)')
+  end
+  -- A counter must never expire: once gone, the fences of its name would
+  -- restart at 1. One with a TTL was set so by hand (or by a tool); refuse
+  -- it before it expires, so the operator can PERSIST it.
+  local cttl = redis.call('PTTL', key)
+  if cttl ~= -1 then
+    restore_fence(key)
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
+  end
+  return n
+end
+
+-- An owner whose acquire was cleaned up (its caller gave up while this
+-- request was on its way) takes nothing: nobody would hold the lease.
+-- One command whether or not the set exists (SISMEMBER of a missing key
+-- is 0): EXISTS first cost two while any owner was recently abandoned.
+if redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
+  return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
 end
 
 -- SET NX is refused on a server over maxmemory (OOM) even when the key
@@ -59,7 +121,14 @@ if type(set) == 'table' and set.err then
     return set
   end
 elseif set then
-  return redis.call('INCR', KEYS[2])
+  -- Free, and taken: the next fence. A counter next_fence refuses is left
+  -- as it was, and the lock is deleted again: nothing changed.
+  local fence, problem = next_fence(KEYS[2])
+  if problem then
+    redis.call('DEL', KEYS[1])
+    return problem
+  end
+  return fence
 end
 
 -- Held. GET fails with WRONGTYPE if the lock key is not a string.
@@ -67,8 +136,9 @@ local owner = redis.call('GET', KEYS[1])
 if owner == ARGV[1] then
   -- The same owner again (a retried request whose first reply was lost):
   -- it still holds the fence it was granted.
-  if not fence or tonumber(fence) < 1 then
-    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' is missing for a held lock')
+  local fence = redis.call('GET', KEYS[2])
+  if not fence or not ((#fence < 16 or (#fence == 16 and fence <= '9007199254740992')) and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) or tonumber(fence) < 1 then
+    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' is missing or invalid for a held lock')
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(fence)

@@ -32,26 +32,89 @@ local function entry(e)
   return string.match(e, '^(%d+):(%d+):(.*)$')
 end
 
--- fence_problem checks the fence counter in key before the grant of a
--- free lock, as acquire.lua does: it returns an error reply (corrupt
--- counter, counter with a TTL, counter at MaxFence), or nil and the
--- counter (nil if absent).
-local function fence_problem(key)
-  local fence = redis.call('GET', key)
-  if fence and not ((#fence < 16 or (#fence == 16 and fence <= '9007199254740992')) and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) then
-    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter')
+-- restore_fence puts the counter in key back as it was before an INCR:
+-- one less, computed on its decimal digits (it may lie beyond the
+-- integers a Lua number holds exactly), with its TTL if it has one. Only
+-- GET, PTTL and SET: commands every fencedlock user may already run
+-- (docs/redis-acl.md), unlike DECR.
+local function restore_fence(key)
+  local s = redis.call('GET', key)
+  local neg = string.sub(s, 1, 1) == '-'
+  local d = {}
+  for c in string.gmatch(neg and string.sub(s, 2) or s, '%d') do
+    d[#d + 1] = tonumber(c)
   end
-  if fence then
-    local cttl = redis.call('PTTL', key)
-    if cttl ~= -1 then
-      return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
+  local i = #d
+  if neg or s == '0' then
+    -- s <= 0: one more in magnitude, negative.
+    while i >= 1 and d[i] == 9 do
+      d[i], i = 0, i - 1
     end
+    if i == 0 then
+      table.insert(d, 1, 1)
+    else
+      d[i] = d[i] + 1
+    end
+    neg = true
+  else
+    while d[i] == 0 do
+      d[i], i = 9, i - 1
+    end
+    d[i] = d[i] - 1
   end
-  if fence == '9007199254740992' then
-    return redis.error_reply('FENCEDLOCK_EXHAUSTED fence counter ' .. key ..
-      ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
+  local v = (string.gsub(table.concat(d), '^0+(%d)', '%1'))
+  if neg then
+    v = '-' .. v
   end
-  return nil, fence
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then
+    redis.call('SET', key, v, 'PX', ttl)
+  else
+    redis.call('SET', key, v)
+  end
+end
+
+-- next_fence increments the fence counter in key and returns the new
+-- fence; or nil and an error reply, with the counter as it was, when the
+-- counter is not one fencedlock wrote, is at MaxFence, or has a TTL.
+-- INCR itself refuses a value that is not a string (WRONGTYPE) or not a
+-- decimal integer (Redis takes no sign '+', no space, no leading zero)
+-- and changes nothing; the other refusals undo the increment. A script is
+-- not rolled back when a command fails, so the caller must not have
+-- written anything it could not undo when it gets the refusal.
+local function next_fence(key)
+  local n = redis.pcall('INCR', key)
+  if type(n) == 'table' then
+    local err = tostring(n.err)
+    if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'integer', 1, true) or string.find(err, 'overflow', 1, true) then
+      return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (' .. err .. ')')
+    end
+    return nil, n
+  end
+  -- INCR's reply is a Lua number, a double: exact up to 2^53, and 2^53+1
+  -- (a counter that was at MaxFence) reads as 2^53. The counter itself
+  -- tells them apart.
+  if n >= 9007199254740992 and (n > 9007199254740992 or redis.call('GET', key) ~= '9007199254740992') then
+    restore_fence(key)
+    if n == 9007199254740992 then
+      return nil, redis.error_reply('FENCEDLOCK_EXHAUSTED fence counter ' .. key ..
+        ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
+    end
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (above 2^53)')
+  end
+  if n < 1 then
+    restore_fence(key)
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (negative)')
+  end
+  -- A counter must never expire: once gone, the fences of its name would
+  -- restart at 1. One with a TTL was set so by hand (or by a tool); refuse
+  -- it before it expires, so the operator can PERSIST it.
+  local cttl = redis.call('PTTL', key)
+  if cttl ~= -1 then
+    restore_fence(key)
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
+  end
+  return n
 end
 
 local abandon = ARGV[3] and ARGV[3] ~= '' and KEYS[2]
@@ -108,10 +171,11 @@ if queued then
     local expiry, ttl, owner = entry(e)
     now = now or now_ms()
     if expiry and tonumber(expiry) > now and tonumber(ttl) >= 1 and owner ~= ARGV[1] then
-      local problem = fence_problem(KEYS[4])
-      if problem then
-        -- Keep its place and release plainly: the waiter's next attempt
-        -- reports the problem (wait.lua runs the same checks).
+      local fence = next_fence(KEYS[4])
+      if not fence then
+        -- The counter is left as it was: keep the waiter's place and
+        -- release plainly; its next attempt reports the problem (wait.lua
+        -- runs the same checks).
         redis.call('LPUSH', KEYS[3], e)
         break
       end
@@ -119,7 +183,6 @@ if queued then
       -- applied (a refused PUBLISH leaves the lock with the waiter, who
       -- finds it at its next wait.lua).
       redis.call('SET', KEYS[1], owner, 'PX', ttl)
-      local fence = redis.call('INCR', KEYS[4])
       redis.call(publish, channel, 'granted ' .. redis.sha1hex(owner) .. ' ' .. string.format('%.0f', fence))
       return 1
     end

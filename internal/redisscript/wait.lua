@@ -9,6 +9,7 @@
 -- ARGV[1]: owner: the owner token (a secret)
 -- ARGV[2]: ttl: the lease in milliseconds, applied when the lock is granted (here or by release.lua's hand-off)
 -- ARGV[3]: entry ttl: milliseconds the owner's queue entry stays valid; the waiter runs the script again before then to keep its place
+-- ARGV[4]: new: optional: "new" when the owner has no entry in the queue for sure (its first request of this wait): then, if the lock is held, the entry is appended without reading the queue; anything else, or absent: the queue is searched for the owner's entry
 -- Returns:
 --   error FENCEDLOCK_ABANDONED: the owner's wait was already cleaned up; nothing was changed
 --   n > 0: the owner holds the lock with fence n (taken now, or handed to it by a
@@ -32,40 +33,107 @@ local function entry(e)
   return string.match(e, '^(%d+):(%d+):(.*)$')
 end
 
--- fence_problem checks the fence counter in key before the grant of a
--- free lock, as acquire.lua does: it returns an error reply (corrupt
--- counter, counter with a TTL, counter at MaxFence), or nil and the
--- counter (nil if absent).
-local function fence_problem(key)
-  local fence = redis.call('GET', key)
-  if fence and not ((#fence < 16 or (#fence == 16 and fence <= '9007199254740992')) and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) then
-    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter')
+-- restore_fence puts the counter in key back as it was before an INCR:
+-- one less, computed on its decimal digits (it may lie beyond the
+-- integers a Lua number holds exactly), with its TTL if it has one. Only
+-- GET, PTTL and SET: commands every fencedlock user may already run
+-- (docs/redis-acl.md), unlike DECR.
+local function restore_fence(key)
+  local s = redis.call('GET', key)
+  local neg = string.sub(s, 1, 1) == '-'
+  local d = {}
+  for c in string.gmatch(neg and string.sub(s, 2) or s, '%d') do
+    d[#d + 1] = tonumber(c)
   end
-  if fence then
-    local cttl = redis.call('PTTL', key)
-    if cttl ~= -1 then
-      return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
+  local i = #d
+  if neg or s == '0' then
+    -- s <= 0: one more in magnitude, negative.
+    while i >= 1 and d[i] == 9 do
+      d[i], i = 0, i - 1
     end
+    if i == 0 then
+      table.insert(d, 1, 1)
+    else
+      d[i] = d[i] + 1
+    end
+    neg = true
+  else
+    while d[i] == 0 do
+      d[i], i = 9, i - 1
+    end
+    d[i] = d[i] - 1
   end
-  if fence == '9007199254740992' then
-    return redis.error_reply('FENCEDLOCK_EXHAUSTED fence counter ' .. key ..
-      ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
+  local v = (string.gsub(table.concat(d), '^0+(%d)', '%1'))
+  if neg then
+    v = '-' .. v
   end
-  return nil, fence
+  local ttl = redis.call('PTTL', key)
+  if ttl > 0 then
+    redis.call('SET', key, v, 'PX', ttl)
+  else
+    redis.call('SET', key, v)
+  end
+end
+
+-- next_fence increments the fence counter in key and returns the new
+-- fence; or nil and an error reply, with the counter as it was, when the
+-- counter is not one fencedlock wrote, is at MaxFence, or has a TTL.
+-- INCR itself refuses a value that is not a string (WRONGTYPE) or not a
+-- decimal integer (Redis takes no sign '+', no space, no leading zero)
+-- and changes nothing; the other refusals undo the increment. A script is
+-- not rolled back when a command fails, so the caller must not have
+-- written anything it could not undo when it gets the refusal.
+local function next_fence(key)
+  local n = redis.pcall('INCR', key)
+  if type(n) == 'table' then
+    local err = tostring(n.err)
+    if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'integer', 1, true) or string.find(err, 'overflow', 1, true) then
+      return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (' .. err .. ')')
+    end
+    return nil, n
+  end
+  -- INCR's reply is a Lua number, a double: exact up to 2^53, and 2^53+1
+  -- (a counter that was at MaxFence) reads as 2^53. The counter itself
+  -- tells them apart.
+  if n >= 9007199254740992 and (n > 9007199254740992 or redis.call('GET', key) ~= '9007199254740992') then
+    restore_fence(key)
+    if n == 9007199254740992 then
+      return nil, redis.error_reply('FENCEDLOCK_EXHAUSTED fence counter ' .. key ..
+        ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
+    end
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (above 2^53)')
+  end
+  if n < 1 then
+    restore_fence(key)
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (negative)')
+  end
+  -- A counter must never expire: once gone, the fences of its name would
+  -- restart at 1. One with a TTL was set so by hand (or by a tool); refuse
+  -- it before it expires, so the operator can PERSIST it.
+  local cttl = redis.call('PTTL', key)
+  if cttl ~= -1 then
+    restore_fence(key)
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
+  end
+  return n
 end
 
 -- An owner whose wait was cleaned up (its caller gave up while this
 -- request was on its way) takes nothing and does not queue.
-if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
+-- One command whether or not the set exists (SISMEMBER of a missing key
+-- is 0): EXISTS first cost two while any owner was recently abandoned.
+if redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
   return redis.error_reply('FENCEDLOCK_ABANDONED the wait of this owner was cleaned up before it arrived; nothing was changed')
 end
 
--- GET fails with WRONGTYPE if the lock key is not a string.
-local holder = redis.call('GET', KEYS[1])
+-- The lock and the fence counter in one read. MGET reads a key of another
+-- type as nil: a lock key that is not a string is found by SET NX below
+-- before anything is written, a counter by next_fence.
+local got = redis.call('MGET', KEYS[1], KEYS[2])
+local holder, fence = got[1], got[2]
 if holder == ARGV[1] then
   -- Handed to this owner by a release (or a retried request whose reply
   -- was lost): it holds the fence it was granted; the lease runs from now.
-  local fence = redis.call('GET', KEYS[2])
   if not fence or not ((#fence < 16 or (#fence == 16 and fence <= '9007199254740992')) and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) or tonumber(fence) < 1 then
     return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' is missing or invalid for a held lock')
   end
@@ -75,52 +143,68 @@ end
 
 -- Find the owner's entry, dropping expired entries on the way, and see
 -- whether a live waiter is ahead of it (or, without an entry, at all).
+-- A new waiter (ARGV[4]) of a held lock has no entry and takes nothing:
+-- it joins the end of the queue without reading it.
 local now = now_ms()
 local mine, mineEntry, ahead, dropped = nil, nil, false, 0
-for i, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
-  local expiry, _, owner = entry(e)
-  if owner == ARGV[1] then
-    mine, mineEntry = i - 1 - dropped, e
-    break
-  end
-  if expiry and tonumber(expiry) > now then
-    ahead = true
-  else
-    redis.call('LREM', KEYS[4], 1, e)
-    dropped = dropped + 1
+if not (holder and ARGV[4] == 'new') then
+  for i, e in ipairs(redis.call('LRANGE', KEYS[4], 0, -1)) do
+    local expiry, _, owner = entry(e)
+    if owner == ARGV[1] then
+      mine, mineEntry = i - 1 - dropped, e
+      break
+    end
+    if expiry and tonumber(expiry) > now then
+      ahead = true
+    else
+      redis.call('LREM', KEYS[4], 1, e)
+      dropped = dropped + 1
+    end
   end
 end
 
 if not holder and not ahead then
-  -- Free, and nobody alive is waiting before this owner: take it.
-  local problem = fence_problem(KEYS[2])
+  -- Free, and nobody alive is waiting before this owner: take it. SET NX
+  -- fails only on a key of another type (GET reports it: WRONGTYPE).
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    redis.call('GET', KEYS[1])
+    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'lock key ' .. KEYS[1] .. ' does not hold an owner token')
+  end
+  local granted, problem = next_fence(KEYS[2])
   if problem then
+    redis.call('DEL', KEYS[1])
     return problem
   end
   if mine then
     redis.call('LREM', KEYS[4], 1, mineEntry)
   end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return redis.call('INCR', KEYS[2])
+  return granted
 end
 
 -- Wait in line: a new entry at the end, or the owner's entry kept in its
 -- place with a new expiry.
 local e = string.format('%.0f', now + tonumber(ARGV[3])) .. ':' .. ARGV[2] .. ':' .. ARGV[1]
-local pttl = 0
+local pttl, len = 0, 0
 if mine then
   redis.call('LSET', KEYS[4], mine, e)
   if holder then
     pttl = math.max(redis.call('PTTL', KEYS[1]), 0)
   end
 else
-  redis.call('RPUSH', KEYS[4], e)
+  len = redis.call('RPUSH', KEYS[4], e)
 end
--- The queue lives as long as its longest-lived entry.
-if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[3]) then
+-- The queue lives as long as its longest-lived entry: a new queue gets
+-- this entry's TTL; an existing one (which has a TTL) is extended only if
+-- that is longer: PEXPIRE GT (Redis >= 7) in one command, else PTTL first.
+if len == 1 then
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
+elseif type(redis.pcall('PEXPIRE', KEYS[4], ARGV[3], 'GT')) == 'table' then
+  if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[4], ARGV[3])
+  end
 end
--- The fence counter now: a hand-off to this owner after this step grants a
--- greater fence, so the waiter can tell its message from one of a hand-off
--- before this step (whose lease it no longer holds: it is queued again).
-return {tonumber(redis.call('GET', KEYS[2]) or '0') or 0, pttl}
+-- The fence counter read above: a hand-off to this owner after this step
+-- grants a greater fence, so the waiter can tell its message from one of a
+-- hand-off before this step (whose lease it no longer holds: it is queued
+-- again).
+return {tonumber(fence or '0') or 0, pttl}

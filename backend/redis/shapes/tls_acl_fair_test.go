@@ -1,6 +1,7 @@
 package shapes_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +12,9 @@ import (
 )
 
 // aclFairPerms are what docs/redis-acl.md adds for redis.NewFair: the list
-// commands of the fair queue and TIME (entry expiry), called inside the
-// scripts.
-var aclFairPerms = []string{"+lpop", "+lpush", "+rpush", "+lrange", "+lset", "+lrem", "+time"}
+// commands of the fair queue, TIME (entry expiry) and MGET (wait.lua reads
+// the lock and its counter at once), called inside the scripts.
+var aclFairPerms = []string{"+lpop", "+lpush", "+rpush", "+lrange", "+lset", "+lrem", "+time", "+mget"}
 
 // TestTLSAndACLFair: FairBackend waiters queue and are handed the lock,
 // over TLS, as a user with the rule of docs/redis-acl.md plus its fair
@@ -58,6 +59,38 @@ func TestTLSAndACLFair(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("waiter: %v", err)
+	}
+	if out := cliOK(t, srv, "ACL", "LOG"); out != "" {
+		t.Fatalf("ACL LOG records denials:\n%s", out)
+	}
+}
+
+// TestTLSAndACLRefusedCounter: the scripts increment the fence counter
+// before checking it, and undo the increment when they refuse it; the
+// undo must need no permission beyond docs/redis-acl.md's rule (a DECR
+// refused by the ACL would abort the script with the lock taken and the
+// counter changed). A negative counter and one with a TTL are refused with
+// ErrCorrupt as that user, and left exactly as they were.
+func TestTLSAndACLRefusedCounter(t *testing.T) {
+	srv, c := startTLSACL(t, aclRule("fencedlock", "lock-pw", "fencedlock:*", aclPerms))
+	b := newBackend(t, c, redis.Options{})
+	l := newLocker(t, b, fencedlock.Options{TTL: 30 * time.Second})
+	ctx := ctxT(t, 20*time.Second)
+	for _, tc := range []struct{ key, val, ttl string }{{"neg", "-5", ""}, {"ttl", "12", "600000"}} {
+		fk := b.FenceKey(tc.key)
+		cliOK(t, srv, "SET", fk, tc.val)
+		if tc.ttl != "" {
+			cliOK(t, srv, "PEXPIRE", fk, tc.ttl)
+		}
+		if _, err := l.TryAcquire(ctx, tc.key); !errors.Is(err, redis.ErrCorrupt) {
+			t.Fatalf("%s: acquire %v, want ErrCorrupt", tc.key, err)
+		}
+		if got := strings.TrimSpace(cliOK(t, srv, "GET", fk)); got != tc.val {
+			t.Fatalf("%s: counter %q after the refusal, want %q", tc.key, got, tc.val)
+		}
+		if got := strings.TrimSpace(cliOK(t, srv, "EXISTS", b.LockKey(tc.key))); got != "0" {
+			t.Fatalf("%s: lock left behind", tc.key)
+		}
 	}
 	if out := cliOK(t, srv, "ACL", "LOG"); out != "" {
 		t.Fatalf("ACL LOG records denials:\n%s", out)

@@ -565,7 +565,7 @@ func render(r *runData, versions map[string]string) string {
 		b.WriteString(hotPath(r, s.scenario))
 	}
 	b.WriteString("\n### Contended: 16 workers, one client each, one key\n\n")
-	b.WriteString("Each worker loops on the library's blocking acquire and an immediate release. A hand-off is an acquisition by a worker other than the previous holder; acquisitions alone flatter libraries whose releasing worker re-takes the lock while the others sleep. Wait is from calling acquire to holding; hand-off latency from the previous holder's release call to a different worker holding; the free-lock gap from a release call to the next acquisition by anyone.\n\n")
+	b.WriteString("Each worker loops on the library's blocking acquire and an immediate release, measured after a warm-up of 300 ms in which all workers already contend the same way (so every client has dialled what its blocking acquire uses, a subscription included, before the window; the same for every library). A hand-off is an acquisition by a worker other than the previous holder; acquisitions alone flatter libraries whose releasing worker re-takes the lock while the others sleep. Wait is from calling acquire to holding; hand-off latency from the previous holder's release call to a different worker holding; the free-lock gap from a release call to the next acquisition by anyone.\n\n")
 	b.WriteString(contended(r))
 	b.WriteString("\n### Hand-off latency: one holder, one waiter\n\n")
 	b.WriteString("The holder keeps the lock 5 ms (so the waiter is really waiting), then releases; the time from its release call to the waiter holding. A waiter that does not get the free lock within the run time plus 5 s ends the run (stuck).\n\n")
