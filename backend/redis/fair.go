@@ -23,10 +23,10 @@ import (
 // the same atomic step and wakes that waiter alone, instead of waking every
 // waiter to race for it.
 //
-// Its other methods are those of the embedded Backend: TryAcquire
-// ([Backend.Acquire]) does not queue, and may take a lock that is free
-// while waiters queue (after a holder's lease expired; release hands it
-// over before it is ever free otherwise).
+// Its Acquire (TryAcquire) does not queue, and does not take a lock
+// whose waiters are queued, even when it is free (after a holder's lease
+// expired; release hands it over before it is ever free otherwise). Its
+// other methods are those of the embedded Backend.
 type FairBackend struct {
 	*Backend
 }
@@ -61,11 +61,21 @@ const (
 // (the conformance FIFO check: order [0 2 3 1]).
 const fairMinEntryTTL = 2 * time.Second
 
+// Acquire makes one attempt to take req.Key, as [Backend.Acquire] does,
+// except that while waiters are queued on the key it takes nothing, even
+// if the lock is free (its holder's lease expired and the first waiter has
+// not yet run wait.lua again): it returns a *[driver.HeldError] with
+// RetryAfter 0, and the caller queues behind them ([FairBackend.AcquireWait]).
+// One command more than [Backend.Acquire] (EXISTS of the queue key).
+func (f *FairBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return f.Backend.acquire(ctx, req, true)
+}
+
 // AcquireWait blocks until req.Key is granted to req.Owner, in FIFO order of
 // arrival, or until ctx is done.
 //
-// A waiter first makes one plain attempt (internal/redisscript/acquire.lua:
-// the uncontended path costs what [Backend.Acquire] costs), unless the
+// A waiter first makes one attempt ([FairBackend.Acquire]: the
+// uncontended path costs what [Backend.Acquire] costs and one EXISTS), unless the
 // key's channel is still subscribed from a recent wait of this backend.
 // Then it subscribes to the key's channel and runs
 // internal/redisscript/wait.lua, which takes the lock if it is free and no
@@ -134,7 +144,7 @@ func (f *FairBackend) acquireWait(ctx context.Context, req driver.AcquireRequest
 	lks := b.newLockKeys(req.Key)
 	ch := lks.acq[0] + releasedSuffix
 	if tryFirst {
-		g, err := b.Acquire(ctx, req)
+		g, err := f.Acquire(ctx, req)
 		switch {
 		case err == nil:
 			return g, nil
@@ -169,7 +179,7 @@ func (f *FairBackend) acquireWait(ctx context.Context, req driver.AcquireRequest
 	}
 
 	ttl := b.ttl.Get(req.TTL)
-	keys := []string{lks.acq[0], lks.acq[1], lks.acq[2], lks.rel[2]} // lock, fence, abandoned, queue
+	keys := lks.acq[:] // lock, fence, abandoned, queue
 	lease := ttl.Duration()
 	// The first wait.lua is "new": the owner has no entry yet (a new owner
 	// token, or one whose entries a hand-off or take removed), so a held

@@ -241,7 +241,7 @@ func errClosed(op, key string) error { return redisscript.ErrClosed(op, key) }
 type lockKeys struct {
 	b   *Backend  // the backend that made it: its KeyPrefix
 	key string    // the lock's name (Grant.Key)
-	acq [3]string // acquire.lua's KEYS: lock, fence, abandoned
+	acq [4]string // acquire.lua's and wait.lua's KEYS: lock, fence, abandoned, queue (FairBackend only: see acquireKeys)
 	rel [4]string // release.lua's KEYS: lock, abandoned, queue, fence
 }
 
@@ -256,7 +256,7 @@ func (b *Backend) newLockKeys(key string) *lockKeys {
 	f := n + len(fenceSuffix)
 	a := f + n + len(abandonedSuffix)
 	lock, fence, abandoned, queue := s[:n], s[:f], s[f:a], s[a:]
-	return &lockKeys{b: b, key: key, acq: [3]string{lock, fence, abandoned}, rel: [4]string{lock, abandoned, queue, fence}}
+	return &lockKeys{b: b, key: key, acq: [4]string{lock, fence, abandoned, queue}, rel: [4]string{lock, abandoned, queue, fence}}
 }
 
 // keysOf returns the keys of g's lock: g's Data if this backend made it
@@ -284,11 +284,20 @@ func wrap(op, key string, err error) error {
 // and a fresh TTL. With Options.WaitReplicas, WAIT follows the script on
 // the same connection.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return b.acquire(ctx, req, false)
+}
+
+// acquire is Acquire; with fair, acquire.lua also gets the fair queue's
+// key and takes nothing while waiters are queued (see FairBackend.Acquire).
+func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, fair bool) (driver.Grant, error) {
 	if b.closed.Load() {
 		return driver.Grant{}, errClosed("acquire", req.Key)
 	}
 	lks := b.newLockKeys(req.Key)
-	keys := lks.acq[:]
+	keys := lks.acq[:3]
+	if fair {
+		keys = lks.acq[:]
+	}
 	ttl := b.ttl.Get(req.TTL)
 	args := []string{req.Owner, ttl.S}
 	var (

@@ -94,6 +94,7 @@ var scripts = []Script{
 			{"lock key", "the lock; holds the owner token while held, always with a TTL"},
 			{"fence key", "the fence counter; never expires, never deleted (same hash slot as KEYS[1])"},
 			{"abandoned key", "the set of SHA-1s of owners whose acquire was cleaned up by release (lock key .. \"" + consts.AbandonedSuffix + "\"; same hash slot)"},
+			{"queue key", "optional: the fair queue (lock key .. \"" + consts.QueueSuffix + "\"; see wait.lua). When given and the queue exists, the lock is not taken, even if free: its waiters come first"},
 		},
 		Args: []Param{
 			{"owner", "the owner token (a secret)"},
@@ -104,7 +105,8 @@ var scripts = []Script{
 			"       request arrived late); nothing was changed",
 			"n > 0: acquired; n is the fence granted (for an owner that already",
 			"       holds the lock: its fence again, and the lease is set to ttl)",
-			"n <= 0: held by another owner, who has -n milliseconds left",
+			"n <= 0: held by another owner, who has -n milliseconds left; 0 also: free, but",
+			"       waiters are queued in KEYS[4] (the caller queues behind them: wait.lua)",
 			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write",
 			"       (or a fence counter has a TTL); nothing was changed",
 			"error " + consts.ExhaustedCode + ": the lock is free and its fence counter is at",

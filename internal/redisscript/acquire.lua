@@ -5,6 +5,7 @@
 -- KEYS[1]: lock key: the lock; holds the owner token while held, always with a TTL
 -- KEYS[2]: fence key: the fence counter; never expires, never deleted (same hash slot as KEYS[1])
 -- KEYS[3]: abandoned key: the set of SHA-1s of owners whose acquire was cleaned up by release (lock key .. ":abandoned"; same hash slot)
+-- KEYS[4]: queue key: optional: the fair queue (lock key .. ":queue"; see wait.lua). When given and the queue exists, the lock is not taken, even if free: its waiters come first
 -- ARGV[1]: owner: the owner token (a secret)
 -- ARGV[2]: ttl: the lease in milliseconds
 -- Returns:
@@ -12,7 +13,8 @@
 --          request arrived late); nothing was changed
 --   n > 0: acquired; n is the fence granted (for an owner that already
 --          holds the lock: its fence again, and the lease is set to ttl)
---   n <= 0: held by another owner, who has -n milliseconds left
+--   n <= 0: held by another owner, who has -n milliseconds left; 0 also: free, but
+--          waiters are queued in KEYS[4] (the caller queues behind them: wait.lua)
 --   error FENCEDLOCK_CORRUPT: a key holds a value fencedlock did not write
 --          (or a fence counter has a TTL); nothing was changed
 --   error FENCEDLOCK_EXHAUSTED: the lock is free and its fence counter is at
@@ -112,23 +114,31 @@ if redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
   return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
 end
 
+-- With the fair queue's key (FairBackend): while waiters are queued, the
+-- lock is theirs first, even when it is free (a holder's lease expired:
+-- release hands it over before it is ever free otherwise). One EXISTS;
+-- the queue itself is read by wait.lua, where the caller then queues.
+local queued = KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1
+
 -- SET NX is refused on a server over maxmemory (OOM) even when the key
 -- exists: then a held lock is still reported held (below), and a free one
 -- returns the refusal, with nothing written.
-local set = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-if type(set) == 'table' and set.err then
-  if redis.call('EXISTS', KEYS[1]) == 0 then
-    return set
+if not queued then
+  local set = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  if type(set) == 'table' and set.err then
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return set
+    end
+  elseif set then
+    -- Free, and taken: the next fence. A counter next_fence refuses is left
+    -- as it was, and the lock is deleted again: nothing changed.
+    local fence, problem = next_fence(KEYS[2])
+    if problem then
+      redis.call('DEL', KEYS[1])
+      return problem
+    end
+    return fence
   end
-elseif set then
-  -- Free, and taken: the next fence. A counter next_fence refuses is left
-  -- as it was, and the lock is deleted again: nothing changed.
-  local fence, problem = next_fence(KEYS[2])
-  if problem then
-    redis.call('DEL', KEYS[1])
-    return problem
-  end
-  return fence
 end
 
 -- Held. GET fails with WRONGTYPE if the lock key is not a string.
@@ -142,6 +152,10 @@ if owner == ARGV[1] then
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(fence)
+end
+if not owner then
+  -- Free, but waiters are queued: they come first.
+  return 0
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then
