@@ -26,10 +26,13 @@ import (
 	"github.com/fencedlock/fencedlock/driver"
 )
 
-// batchSlack: a renewal due within batchSlack is sent with the batch being
-// sent now (renewing a little early is always safe: the send time is taken
-// before sending).
-const batchSlack = 20 * time.Millisecond
+// batchSlack: a renewal due within its interval/batchSlack is sent with
+// the batch being sent now (renewing a little early is always safe: the
+// send time is taken before sending). Each request is a gRPC message of
+// its own, but a batch leaves in a few writes instead of one per lease: at
+// most batchSlack+1 batches per interval per stream, for at most 1/batchSlack
+// more renewals than exactly one per interval.
+const batchSlack = 8
 
 // KeepAlive keeps g's lease alive until ctx is done or the backend is
 // closed: one etcd keepalive every TTL/3 on one of the backend's shared
@@ -261,8 +264,9 @@ func (k *keeper) answer(sent time.Time, r kaResult) {
 	k.d.renewed(sent)
 	offer(k.out, driver.Renewal{Sent: sent, TTL: time.Duration(r.ttl) * time.Second})
 	if latest {
+		// The next renewal is due at sent+interval: where the keeper
+		// already is in the heap (its silent check), so it stays put.
 		k.state = kIdle
-		k.setDue(sent.Add(k.interval))
 	}
 	reread := k.rewatch && !k.rechecking
 	if reread {
@@ -345,7 +349,6 @@ func (s *kaSlot) run() {
 		lost    []*keeper
 		reads   []*keeper
 		stuck   []*kaStream
-		later   []*keeper
 	)
 	for {
 		s.mu.Lock()
@@ -370,13 +373,10 @@ func (s *kaSlot) run() {
 		}
 		clear(s.events)
 		s.events = s.events[:0]
-		for len(s.heap) > 0 && !s.heap[0].due.After(now.Add(batchSlack)) {
+		for len(s.heap) > 0 && !s.heap[0].due.After(now.Add(s.heap[0].interval/batchSlack)) {
 			k := s.heap[0]
 			if k.state != kIdle && k.due.After(now) {
-				// A check is never early.
-				s.remove(k)
-				later = append(later, k)
-				continue
+				break // a check is never early
 			}
 			switch k.state {
 			case kIdle:
@@ -417,11 +417,6 @@ func (s *kaSlot) run() {
 				s.fix(k)
 			}
 		}
-		for _, k := range later {
-			s.push(k)
-		}
-		clear(later)
-		later = later[:0]
 		closing := b.closeCtx.Err() != nil
 		if closing {
 			s.closed = true
