@@ -265,8 +265,12 @@ func (k *keeper) answer(sent time.Time, r kaResult) {
 	offer(k.out, driver.Renewal{Sent: sent, TTL: time.Duration(r.ttl) * time.Second})
 	if latest {
 		// The next renewal is due at sent+interval: where the keeper
-		// already is in the heap (its silent check), so it stays put.
+		// already is in the heap (its silent check), so it usually stays
+		// put; an answer that came after that check moves it back.
 		k.state = kIdle
+		if next := sent.Add(k.interval); !k.due.Equal(next) {
+			k.setDue(next)
+		}
 	}
 	reread := k.rewatch && !k.rechecking
 	if reread {
@@ -380,10 +384,10 @@ func (s *kaSlot) run() {
 			}
 			switch k.state {
 			case kIdle:
+				// reqSent is set again below, once the stream is open.
 				k.state, k.reqSent = kSent, now
 				k.due = now.Add(k.interval)
 				s.fix(k)
-				batch = append(batch, kaWaiter{id: int64(k.d.lease), sent: now, k: k})
 				keepers = append(keepers, k)
 			case kSent:
 				// An interval after the send: if nothing at all came back
@@ -446,14 +450,22 @@ func (s *kaSlot) run() {
 		}
 		clear(reads)
 		reads = reads[:0]
-		if len(batch) > 0 && !closing {
+		if len(keepers) > 0 && !closing {
 			st, err := s.mux.stream(s.idx)
-			if err == nil {
-				s.mu.Lock()
-				for _, k := range keepers {
-					k.stream = st
+			// The send time is taken once the stream is open (a stream
+			// opened now counts as having answered now: a send time
+			// before that would never look stuck), before queueing.
+			sent := time.Now()
+			s.mu.Lock()
+			for _, k := range keepers {
+				if k.state != kSent || !k.reqSent.Equal(now) {
+					continue // ended meanwhile
 				}
-				s.mu.Unlock()
+				k.reqSent, k.stream = sent, st
+				batch = append(batch, kaWaiter{id: int64(k.d.lease), sent: sent, k: k})
+			}
+			s.mu.Unlock()
+			if err == nil {
 				st.send(batch)
 			} else {
 				for _, w := range batch {
