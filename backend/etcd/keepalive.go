@@ -402,7 +402,7 @@ func (s *kaSlot) run() {
 					stuck = append(stuck, k.stream)
 				}
 				k.state = kLate
-				k.due = later2(k.d.sent().Add(k.d.ttl), k.reqSent.Add(k.interval))
+				k.due = later(k.d.sent().Add(k.d.ttl), k.reqSent.Add(k.interval))
 				if !k.due.After(now) {
 					k.due = now.Add(time.Millisecond)
 				}
@@ -502,8 +502,8 @@ func (s *kaSlot) run() {
 	}
 }
 
-// later2 returns the later of a and b.
-func later2(a, b time.Time) time.Time {
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
 	}
