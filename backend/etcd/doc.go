@@ -125,7 +125,7 @@
 // renewal per forwarding round trip (200 leases at TTL 2 s were lost that
 // way on the test cluster). No goroutine runs per lease: each stream has
 // one scheduler, a heap of its leases by due time, which sends every
-// renewal due within the next TTL/24 in one batch (early, never late), and
+// renewal due within the next TTL/6 in one batch (early, never late), and
 // the stream's receiver hands each answer to its lease. Since each stream is answered
 // in order, answers are matched to requests in send order (an answer for
 // another lease ID than the oldest unanswered request ends the stream);
