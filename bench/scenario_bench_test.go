@@ -4,9 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -514,6 +518,8 @@ type manyResult struct {
 	goroutines float64 // goroutines per held lease
 	cpu        time.Duration
 	commands   int64
+	roundTrips int64         // Redis: the server's read events while holding (a pipelined batch is one)
+	serverCPU  time.Duration // the server process's CPU while holding (0: unknown)
 	detail     string
 	lost       int
 	releaseErr int
@@ -548,13 +554,20 @@ func runManyLeases(tb testing.TB, e *env, c contender, n int, hold time.Duration
 	res.goroutines = float64(runtime.NumGoroutine()-g0) / float64(n)
 
 	var rc *redisCounter
+	var reads0 int64
 	if c.server == "redis" {
 		rc = startRedisCounter(tb, e)
+		reads0 = redisReads(tb, e)
 	}
+	srv0, srvOK := serverCPU(e, c.server)
 	cpu0 := cpuTime()
 	time.Sleep(hold)
 	res.cpu = cpuTime() - cpu0
+	if srv1, ok := serverCPU(e, c.server); ok && srvOK {
+		res.serverCPU = srv1 - srv0
+	}
 	if rc != nil {
+		res.roundTrips = redisReads(tb, e) - reads0
 		res.commands, res.detail = rc.stop(tb)
 	}
 	for _, h := range leases {
@@ -576,6 +589,64 @@ func runManyLeases(tb testing.TB, e *env, c contender, n int, hold time.Duration
 	return res
 }
 
+// redisReads returns the Redis server's count of read events
+// (total_reads_processed, Redis 7+; 0 if it does not report it): commands
+// that arrive together (a pipeline, rueidis's auto-pipelining) take one
+// read, so commands per read tells whether renewals share round trips.
+func redisReads(tb testing.TB, e *env) int64 {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := e.stats.Do(ctx, e.stats.B().Info().Section("stats").Build()).ToString()
+	if err != nil {
+		tb.Fatalf("bench: info stats: %v", err)
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// serverCPU returns the CPU time the server process has used (Redis: INFO
+// cpu, used_cpu_sys + used_cpu_user; etcd: process_cpu_seconds_total of the
+// first endpoint), false if it cannot tell. On a server shared with other
+// clients it counts their work too.
+func serverCPU(e *env, server string) (time.Duration, bool) {
+	switch server {
+	case "etcd":
+		m, err := etcdServerMetrics(e)
+		if err != nil || m.cpu == 0 {
+			return 0, false
+		}
+		return time.Duration(m.cpu * float64(time.Second)), true
+	case "redis":
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := e.stats.Do(ctx, e.stats.B().Info().Section("cpu").Build()).ToString()
+		if err != nil {
+			return 0, false
+		}
+		var total float64
+		found := 0
+		for _, line := range strings.Split(s, "\n") {
+			name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, false
+				}
+				total += f
+				found++
+			}
+		}
+		return time.Duration(total * float64(time.Second)), found == 2
+	}
+	return 0, false
+}
+
 // parallel runs fn(0..n-1) on 64 goroutines.
 func parallel(n int, fn func(i int)) {
 	var next atomic.Int64
@@ -592,42 +663,85 @@ func parallel(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-func manyParams() (int, time.Duration) {
+// flagScale: the ManyLeases sizes beyond -leases (defined here, beside
+// the scenario, rather than with the other flags).
+var flagScale = flag.String("leases-scale", "1000,20000",
+	"more ManyLeases sizes (comma-separated) for the contenders measured at scale (fencedlock-redis, fencedlock-etcd), besides -leases; -short uses 20; empty: none. "+
+		"100000 at TTL 3s needs more than a shared 2-core machine: 100k renewals/s, about 1.2 cores for the client and 0.7 (Redis) to 1.4 (etcd) for the server")
+
+// scaleContenders are measured at every ManyLeases size (-leases-scale),
+// the others at -leases only.
+var scaleContenders = map[string]bool{"fencedlock-redis": true, "fencedlock-etcd": true}
+
+// manyParams returns the ManyLeases sizes of c, smallest first, and the
+// hold time.
+func manyParams(c contender) ([]int, time.Duration, error) {
+	all, scale, hold := *flagLeases, *flagScale, *flagHold
 	if testing.Short() {
-		return 100, 1500 * time.Millisecond
+		all, scale, hold = 100, "20", 1500*time.Millisecond
 	}
-	return *flagLeases, *flagHold
+	sizes := []int{all}
+	if scaleContenders[c.name] && scale != "" {
+		for _, f := range strings.Split(scale, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return nil, 0, fmt.Errorf("-leases-scale %q: %q is not a positive number", scale, f)
+			}
+			if !slices.Contains(sizes, n) {
+				sizes = append(sizes, n)
+			}
+		}
+	}
+	slices.Sort(sizes)
+	return sizes, hold, nil
 }
 
 // BenchmarkManyLeases: one process holds many leases (-leases, default
-// 10000) for a fixed time (-hold) while the library keeps them alive (TTL
-// 3s). Reports CPU and live heap per lease, renew traffic, and losses
-// (must be 0). CPU is the client process's; memory is live heap plus
-// goroutine stacks. ns/op, B/op and allocs/op are per lease while acquiring
-// them (64 at a time). Libraries without a watchdog run the renew loop a user
-// would write (one goroutine per lock).
+// 10000; fencedlock-redis and fencedlock-etcd also at each -leases-scale
+// size, default 1000 and 20000) for a fixed time (-hold) while the
+// library keeps them alive (TTL 3s). One sub-benchmark per size
+// (leases=N). Reports CPU and live heap per lease, renew traffic, and
+// losses (must be 0). CPU is the client process's; memory is live heap
+// plus goroutine stacks. ns/op, B/op and allocs/op are per lease while
+// acquiring them (64 at a time). Libraries without a watchdog run the
+// renew loop a user would write (one goroutine per lock).
 func BenchmarkManyLeases(b *testing.B) {
 	forEach(b, func(c contender) bool { return c.autoRenew }, func(b *testing.B, e *env, c contender) {
-		n, hold := manyParams()
-		b.Logf("%d leases held by one %s client for %v, TTL %v", n, c.name, hold, manyTTL)
-		b.ResetTimer()
-		r := runManyLeases(b, e, c, n, hold)
-		b.StopTimer()
-		if r.lost > 0 || r.releaseErr > 0 {
-			// A finding to report, not a reason to drop the row.
-			b.Logf("%s: %d of %d leases lost, %d releases failed", c.name, r.lost, n, r.releaseErr)
+		sizes, hold, err := manyParams(c)
+		if err != nil {
+			b.Fatal(err)
 		}
-		b.ReportMetric(float64(r.acquire.Nanoseconds())/float64(n), "ns/op")
-		b.ReportMetric(float64(r.mallocs)/float64(n), "allocs/op")
-		b.ReportMetric(float64(r.bytes)/float64(n), "B/op")
-		b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(n)/r.hold.Seconds(), "cpu-ns/lease/s")
-		b.ReportMetric(r.memPer, "mem-B/lease")
-		b.ReportMetric(r.goroutines, "goroutines/lease")
-		b.ReportMetric(float64(r.lost), "lost")
-		b.ReportMetric(float64(r.releaseErr), "release-errors")
-		if r.commands > 0 {
-			b.ReportMetric(float64(r.commands)/float64(n)/r.hold.Seconds(), "cmds/lease/s")
-			b.Logf("redis commands while holding: %s", r.detail)
+		for _, n := range sizes {
+			b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) { benchManyLeases(b, e, c, n, hold) })
 		}
 	})
+}
+
+func benchManyLeases(b *testing.B, e *env, c contender, n int, hold time.Duration) {
+	b.Logf("%d leases held by one %s client for %v, TTL %v", n, c.name, hold, manyTTL)
+	b.ResetTimer()
+	r := runManyLeases(b, e, c, n, hold)
+	b.StopTimer()
+	if r.lost > 0 || r.releaseErr > 0 {
+		// A finding to report, not a reason to drop the row.
+		b.Logf("%s: %d of %d leases lost, %d releases failed", c.name, r.lost, n, r.releaseErr)
+	}
+	b.ReportMetric(float64(r.acquire.Nanoseconds())/float64(n), "ns/op")
+	b.ReportMetric(float64(r.mallocs)/float64(n), "allocs/op")
+	b.ReportMetric(float64(r.bytes)/float64(n), "B/op")
+	b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(n)/r.hold.Seconds(), "cpu-ns/lease/s")
+	b.ReportMetric(r.memPer, "mem-B/lease")
+	b.ReportMetric(r.goroutines, "goroutines/lease")
+	b.ReportMetric(float64(r.lost), "lost")
+	b.ReportMetric(float64(r.releaseErr), "release-errors")
+	if r.commands > 0 {
+		b.ReportMetric(float64(r.commands)/float64(n)/r.hold.Seconds(), "cmds/lease/s")
+		b.Logf("redis commands while holding: %s", r.detail)
+	}
+	if r.serverCPU > 0 {
+		b.ReportMetric(float64(r.serverCPU.Nanoseconds())/float64(n)/r.hold.Seconds(), "server-cpu-ns/lease/s")
+	}
+	if r.roundTrips > 0 {
+		b.ReportMetric(float64(r.commands)/float64(r.roundTrips), "cmds/roundtrip")
+	}
 }

@@ -52,11 +52,11 @@ type delWatch struct {
 	b *Backend
 
 	mu         sync.Mutex
-	running    bool                            // the watch goroutine runs
-	from       int64                           // deletions at revisions >= from are dispatched; 0 while (re)starting
-	subs       map[string]map[*delSub]struct{} // by etcd key
-	recent     map[string]int64                // key -> revision of its deletion, for revisions >= recentFrom
-	recentLog  []recentDel                     // the same, in revision order, for pruning
+	running    bool               // the watch goroutine runs
+	from       int64              // deletions at revisions >= from are dispatched; 0 while (re)starting
+	subs       map[string]*delSub // by etcd key: the first of its subscribers (chained by next)
+	recent     map[string]int64   // key -> revision of its deletion, for revisions >= recentFrom
+	recentLog  []recentDel        // the same, in revision order, for pruning
 	recentFrom int64
 }
 
@@ -66,33 +66,27 @@ type recentDel struct {
 	at  time.Time
 }
 
-// delSub is one keeper's subscription to its key's deletion.
+// delSub is one keeper's subscription to its key's deletion. The watch
+// tells the keeper, under the watch's lock (so k.notify must not block or
+// take it): k.notify(rev) with the deletion's revision, or k.notify(0) to
+// re-read the key (a deletion may have been missed).
 type delSub struct {
-	key     string
-	deleted chan int64    // the deletion's revision (buffer 1)
-	recheck chan struct{} // re-read the key: a deletion may have been missed (buffer 1)
+	key  string
+	k    *keeper
+	next *delSub // another subscriber of the same key (rare)
 }
 
-func signal[T any](ch chan T, v T) {
-	select {
-	case ch <- v:
-	default:
-	}
-}
-
-// subscribe registers interest in key's deletions at revisions >= from.
-// It never blocks on the server. The caller runs inside b.wg.
-func (w *delWatch) subscribe(key string, from int64) *delSub {
-	s := &delSub{key: key, deleted: make(chan int64, 1), recheck: make(chan struct{}, 1)}
+// subscribe registers k's interest in key's deletions at revisions >=
+// from. It never blocks on the server. The caller runs inside b.wg.
+func (w *delWatch) subscribe(k *keeper, key string, from int64) *delSub {
+	s := &delSub{key: key, k: k}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.subs == nil {
-		w.subs = make(map[string]map[*delSub]struct{})
+		w.subs = make(map[string]*delSub)
 	}
-	if w.subs[key] == nil {
-		w.subs[key] = make(map[*delSub]struct{})
-	}
-	w.subs[key][s] = struct{}{}
+	s.next = w.subs[key]
+	w.subs[key] = s
 	if !w.running {
 		w.running = true
 		w.b.wg.Add(1)
@@ -107,10 +101,10 @@ func (w *delWatch) subscribe(key string, from int64) *delSub {
 	case w.from == 0:
 		// Starting: every subscriber is told to re-read once it runs.
 	case rev > 0 && rev >= from:
-		signal(s.deleted, rev)
+		k.notify(rev)
 	case from < w.recentFrom:
 		// The log does not reach back to from.
-		signal(s.recheck, struct{}{})
+		k.notify(0)
 	}
 	return s
 }
@@ -118,10 +112,17 @@ func (w *delWatch) subscribe(key string, from int64) *delSub {
 func (w *delWatch) unsubscribe(s *delSub) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if m := w.subs[s.key]; m != nil {
-		delete(m, s)
-		if len(m) == 0 {
-			delete(w.subs, s.key)
+	switch first := w.subs[s.key]; {
+	case first == s && s.next == nil:
+		delete(w.subs, s.key)
+	case first == s:
+		w.subs[s.key] = s.next
+	default:
+		for p := first; p != nil; p = p.next {
+			if p.next == s {
+				p.next = s.next
+				break
+			}
 		}
 	}
 }
@@ -144,9 +145,9 @@ func (w *delWatch) run() {
 				w.mu.Lock()
 				w.from = wr.Header.Revision + 1
 				w.recent, w.recentLog, w.recentFrom = make(map[string]int64), nil, w.from
-				for _, m := range w.subs {
-					for s := range m {
-						signal(s.recheck, struct{}{})
+				for _, s := range w.subs {
+					for ; s != nil; s = s.next {
+						s.k.notify(0)
 					}
 				}
 				w.mu.Unlock()
@@ -181,8 +182,8 @@ func (w *delWatch) dispatch(evs []*clientv3.Event) {
 		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
 		w.recent[key] = rev
 		w.recentLog = append(w.recentLog, recentDel{key: key, rev: rev, at: now})
-		for s := range w.subs[key] {
-			signal(s.deleted, rev)
+		for s := w.subs[key]; s != nil; s = s.next {
+			s.k.notify(rev)
 		}
 	}
 	n := 0

@@ -118,16 +118,20 @@
 // All leases of a Backend share eight long-lived LeaseKeepAlive streams
 // (etcdserverpb.LeaseClient on the client's connection, with
 // WithRequireLeader as clientv3's own keepalive uses), each opened on first
-// use and again after it ends; a lease always uses the stream chosen by its
-// ID. Not one stream, because the server answers a stream's requests one
-// by one, and a member that is not the leader forwards each renewal to the
-// leader over HTTP: one stream would cap a client at one renewal per
-// forwarding round trip (200 leases at TTL 2 s were lost that way on the
-// test cluster). Since each stream is answered in order, each response is matched to the oldest unanswered
-// request for the same lease ID (FIFO per ID), whose sender took its send
-// time before sending; a request whose sender gave up stays queued, so a
-// late response is only ever matched to an earlier request, never to a
-// later one. When the stream ends every unanswered request fails (a
+// use and again after it ends; a lease always uses the stream chosen by a
+// hash of its ID. Not one stream, because the server answers a stream's
+// requests one by one, and a member that is not the leader forwards each
+// renewal to the leader over HTTP: one stream would cap a client at one
+// renewal per forwarding round trip (200 leases at TTL 2 s were lost that
+// way on the test cluster). No goroutine runs per lease: each stream has
+// one scheduler, a heap of its leases by due time, which sends every
+// renewal due within the next TTL/6 in one batch (early, never late), and
+// the stream's receiver hands each answer to its lease. Since each stream is answered
+// in order, answers are matched to requests in send order (an answer for
+// another lease ID than the oldest unanswered request ends the stream);
+// each request's send time is taken before it is sent, and a request whose
+// sender gave up stays queued, so a late response is only ever matched to
+// the request it answers, never to a later one. When the stream ends every unanswered request fails (a
 // transient error, retried on a new stream), and a stream on which nothing
 // came back for a whole renew interval is dropped so the next requests
 // open a new one. clientv3.Lease.KeepAliveOnce is not used because it opens

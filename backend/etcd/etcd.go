@@ -111,6 +111,9 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{c: client, opts: o, closeCtx: ctx, cancel: cancel}
 	b.ka.b, b.dw.b = b, b
+	for i := range b.ka.slots {
+		b.ka.slots[i].mux, b.ka.slots[i].idx = &b.ka, i
+	}
 	return b, nil
 }
 
@@ -364,7 +367,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 		return 0, errorf("renew %q: %w", g.Key, driver.ErrNotHeld)
 	}
 	sent := time.Now()
-	kattl, err := b.ka.renew(ctx, d.lease, 0)
+	kattl, err := b.ka.renew(ctx, d.lease)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return 0, errorf("renew %q: lease expired or revoked: %w", g.Key, driver.ErrNotHeld)
 	}

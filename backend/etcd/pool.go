@@ -154,7 +154,7 @@ func (b *Backend) takeLease(ctx context.Context, secs int64, dir string, grant b
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, l.ttl-age)
-		ttl, err := b.ka.renew(rctx, l.id, 0)
+		ttl, err := b.ka.renew(rctx, l.id)
 		cancel()
 		if err == nil {
 			l.sent, l.ttl = sent, time.Duration(ttl)*time.Second

@@ -156,12 +156,8 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 	// this turn ends (the Locker's KeepAlive takes over after a grant).
 	kctx, kcancel := context.WithCancel(ctx)
 	renewals := make(chan driver.Renewal, 1)
-	kdone := make(chan struct{})
-	go func() {
-		defer close(kdone)
-		b.keep(kctx, req.Key, g, renewals, 0)
-	}()
-	stopKeeper := func() { kcancel(); <-kdone }
+	k := b.startKeeper(kctx, req.Key, g, renewals, 0)
+	stopKeeper := func() { kcancel(); <-k.done }
 
 	fail := func(err error) (driver.Grant, error) {
 		stopKeeper()

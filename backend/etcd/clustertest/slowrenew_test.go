@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,10 +16,12 @@ import (
 	"github.com/fencedlock/fencedlock/driver"
 )
 
-// slowAnswers delays the LeaseKeepAlive answers for one lease ID by a
-// fixed time, and passes every other answer on at once.
+// slowAnswers delays every LeaseKeepAlive answer by a fixed time, in
+// order, once on: a stream with a backlog, as a busy server's is (it
+// answers a stream's requests one by one, in order), so answers to
+// earlier requests keep coming while a later one waits for its own.
 type slowAnswers struct {
-	id    atomic.Int64 // the slowed lease; 0: none
+	on    atomic.Bool
 	delay time.Duration
 }
 
@@ -27,25 +30,42 @@ func (s *slowAnswers) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *
 	if err != nil || !strings.HasSuffix(method, "/LeaseKeepAlive") {
 		return cs, err
 	}
-	w := &slowStream{ClientStream: cs, out: make(chan slowMsg, 1024)}
+	w := &slowStream{ClientStream: cs, out: make(chan slowMsg, 4096)}
+	pipe := make(chan slowMsg, 4096)
 	go func() {
-		// Answers still delayed when the stream ends are dropped, as a
-		// dead stream's would be (out has room for every one).
-		var timers []*time.Timer
+		defer close(pipe)
 		for {
 			resp := new(pb.LeaseKeepAliveResponse)
 			if err := cs.RecvMsg(resp); err != nil {
-				for _, tm := range timers {
-					tm.Stop()
-				}
-				w.out <- slowMsg{err: err}
+				pipe <- slowMsg{err: err}
 				return
 			}
-			if resp.ID != 0 && resp.ID == s.id.Load() {
-				timers = append(timers, time.AfterFunc(s.delay, func() { w.out <- slowMsg{resp: resp} }))
-				continue
+			m := slowMsg{resp: resp}
+			if s.on.Load() {
+				m.due = time.Now().Add(s.delay)
 			}
-			w.out <- slowMsg{resp: resp}
+			pipe <- m
+		}
+	}()
+	go func() {
+		// In order: each answer waits for its own time, behind the ones
+		// before it. Answers still delayed when the stream ends are
+		// dropped, as a dead stream's would be.
+		for m := range pipe {
+			if m.err == nil {
+				if d := time.Until(m.due); d > 0 {
+					select {
+					case <-time.After(d):
+					case <-ctx.Done():
+						w.out <- slowMsg{err: ctx.Err()}
+						return
+					}
+				}
+			}
+			w.out <- m
+			if m.err != nil {
+				return
+			}
 		}
 	}()
 	return w, nil
@@ -53,6 +73,7 @@ func (s *slowAnswers) intercept(ctx context.Context, desc *grpc.StreamDesc, cc *
 
 type slowMsg struct {
 	resp *pb.LeaseKeepAliveResponse
+	due  time.Time
 	err  error
 }
 
@@ -72,12 +93,13 @@ func (w *slowStream) RecvMsg(m any) error {
 }
 
 // A renewal whose answer comes later than one renew interval (TTL/3), on
-// a stream that keeps answering other leases, but well before the lease
-// expires, confirms the renewal: the server answers a stream's requests
-// in order, so on a busy stream the slow answer is the earliest one
-// possible, and a retry would only queue behind it. Under load (100 leases
-// on 8 streams, load average 7) answers took 2.0 s and more, and every
-// renewal of a 6 s lease timed out at 2 s until the lease was lost.
+// a stream that keeps answering earlier requests (a backlog: the server
+// answers a stream's requests one by one, in order), but well before the
+// lease expires, confirms the renewal: on a busy stream the slow answer is
+// the earliest one possible, and a retry would only queue behind it.
+// Under load (100 leases on 8 streams, load average 7) answers took 2.0 s
+// and more, and every renewal of a 6 s lease timed out at 2 s until the
+// lease was lost.
 func TestSlowKeepAliveAnswerConfirms(t *testing.T) {
 	const ttl = 9 * time.Second // renew interval 3 s
 	interval := ttl / 3
@@ -86,9 +108,11 @@ func TestSlowKeepAliveAnswerConfirms(t *testing.T) {
 	b := e.countedBackend(1, grpc.WithChainStreamInterceptor(slow.intercept))
 	ctx := ctxFor(t, time.Minute)
 
-	// Two grants whose leases share a keepalive stream (lease ID modulo
-	// 8): at most 9 grants.
-	bySlot := map[int64]driver.Grant{}
+	// Two grants whose leases share a keepalive stream (the backend's
+	// slot: a multiplicative hash of the lease ID, 8 slots): at most 9
+	// grants.
+	slotOf := func(id int64) uint64 { return (uint64(id) * 0x9E3779B97F4A7C15 >> 32) % 8 }
+	bySlot := map[uint64]driver.Grant{}
 	var slowG, busyG driver.Grant
 	for i := 0; busyG.Key == ""; i++ {
 		if i == 9 {
@@ -102,32 +126,38 @@ func TestSlowKeepAliveAnswerConfirms(t *testing.T) {
 		if len(kvs) != 1 {
 			t.Fatalf("%d entries for %s", len(kvs), g.Key)
 		}
-		slot := kvs[0].Lease % 8
+		slot := slotOf(kvs[0].Lease)
 		if other, ok := bySlot[slot]; ok {
 			slowG, busyG = other, g
-			slow.id.Store(e.entries(other.Key)[0].Lease)
 		}
 		bySlot[slot] = g
 	}
+	slow.on.Store(true)
 
-	// The other lease is renewed by hand every 200 ms on the same stream,
-	// so the stream is never silent for a whole interval.
+	// The other lease is renewed by hand every 200 ms on the same stream
+	// (each Renew waits 4 s for its answer), so answers keep coming on the
+	// stream while the slow lease's renewal waits for its own.
 	bctx, stopBusy := context.WithCancel(ctx)
 	var busyErr atomic.Value
-	done := make(chan struct{})
+	var busy sync.WaitGroup
+	busy.Add(1)
 	go func() {
-		defer close(done)
+		defer busy.Done()
 		for bctx.Err() == nil {
-			if _, err := b.Renew(bctx, busyG, ttl); err != nil && bctx.Err() == nil {
-				busyErr.Store(err)
-			}
+			busy.Add(1)
+			go func() {
+				defer busy.Done()
+				if _, err := b.Renew(bctx, busyG, ttl); err != nil && bctx.Err() == nil {
+					busyErr.Store(err)
+				}
+			}()
 			select {
 			case <-bctx.Done():
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
 	}()
-	defer func() { stopBusy(); <-done }()
+	defer func() { stopBusy(); busy.Wait() }()
 
 	kctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -178,5 +208,42 @@ func TestSlowKeepAliveAnswerConfirms(t *testing.T) {
 	}
 	if err, _ := busyErr.Load().(error); err != nil {
 		t.Errorf("renewal of the other lease on the stream: %v", err)
+	}
+}
+
+// A keepalive stream that answers nothing for a whole renew interval after
+// a renewal was sent is dropped (the next renewals open a new one, possibly
+// to another member), also when it was opened for that very renewal: a
+// fresh stream counts as having answered when it opened, not later than
+// the send.
+func TestSilentNewStreamDropped(t *testing.T) {
+	const ttl = 9 * time.Second // renew interval 3 s
+	interval := ttl / 3
+	e := newEnv(t)
+	slow := &slowAnswers{delay: interval + 2*time.Second}
+	b := e.countedBackend(1, grpc.WithChainStreamInterceptor(slow.intercept))
+	ctx := ctxFor(t, time.Minute)
+	g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "silent", Owner: "owner-silent-0123456789", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.on.Store(true)
+	kctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := b.KeepAlive(kctx, g)
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			t.Fatal("keepalive channel closed")
+		}
+		if r.Err == nil || !strings.Contains(r.Err.Error(), "unresponsive") {
+			t.Fatalf("first renewal on a stream silent for %v (renew interval %v): %+v, want the stream dropped as unresponsive", slow.delay, interval, r)
+		}
+		if lat := time.Since(r.Sent); lat >= slow.delay {
+			t.Fatalf("stream dropped %v after the send, not before the answer (%v)", lat, slow.delay)
+		}
+		t.Logf("silent stream dropped %s after the send: %v", ms(time.Since(r.Sent)), r.Err)
+	case <-time.After(ttl):
+		t.Fatalf("no renewal outcome within the lease's TTL %v", ttl)
 	}
 }

@@ -51,6 +51,7 @@ func main() {
 		short     = flag.Bool("short", false, "scaled-down run (go test -short)")
 		duration  = flag.Duration("duration", 2*time.Second, "length of Contended and Handoff")
 		leases    = flag.Int("leases", 10000, "leases in ManyLeases")
+		scale     = flag.String("leases-scale", "1000,20000", "more ManyLeases sizes for fencedlock-redis and fencedlock-etcd (100000 needs more than this 2-core machine at TTL 3s)")
 		hold      = flag.Duration("hold", 10*time.Second, "hold time in ManyLeases")
 	)
 	flag.Parse()
@@ -72,7 +73,7 @@ func main() {
 			if *short {
 				args = append(args, "-short")
 			}
-			args = append(args, ".", "-args", "-duration", duration.String(), "-leases", strconv.Itoa(*leases), "-hold", hold.String())
+			args = append(args, ".", "-args", "-duration", duration.String(), "-leases", strconv.Itoa(*leases), "-leases-scale", *scale, "-hold", hold.String())
 			log("go %s", strings.Join(args, " "))
 			cmd := exec.Command("go", args...)
 			cmd.Stdout = io.MultiWriter(&buf, os.Stderr)
@@ -434,19 +435,101 @@ func handoff(r *runData) string {
 	return t.String()
 }
 
+// manySizes returns the ManyLeases sizes measured for lib, smallest first
+// (sub-benchmarks ManyLeases/lib=<lib>/leases=<n>).
+func manySizes(r *runData, lib string) []int {
+	prefix := "ManyLeases/lib=" + lib + "/leases="
+	var ns []int
+	for name := range r.results {
+		if v, ok := strings.CutPrefix(name, prefix); ok {
+			if n, err := strconv.Atoi(v); err == nil {
+				ns = append(ns, n)
+			}
+		}
+	}
+	slices.Sort(ns)
+	return ns
+}
+
+// manyCommon is the ManyLeases size every contender ran (-leases): the
+// size measured for the most libraries, the larger on a tie.
+func manyCommon(r *runData) int {
+	count := map[int]int{}
+	best := 0
+	for _, lib := range libs {
+		for _, n := range manySizes(r, lib) {
+			count[n]++
+			if count[n] > count[best] || count[n] == count[best] && n > best {
+				best = n
+			}
+		}
+	}
+	return best
+}
+
+// manyLib names lib's result at n leases for runData.get.
+func manyLib(lib string, n int) string { return fmt.Sprintf("%s/leases=%d", lib, n) }
+
+// manyLost is lib's leases lost in ManyLeases, at every size.
+func manyLost(r *runData, lib string) (float64, bool) {
+	var lost float64
+	sizes := manySizes(r, lib)
+	for _, n := range sizes {
+		v, _ := r.get("ManyLeases", manyLib(lib, n), "lost")
+		lost += v
+	}
+	return lost, len(sizes) > 0
+}
+
 func many(r *runData) string {
 	const s = "ManyLeases"
+	n := manyCommon(r)
 	t := &table{head: []string{"library", "acquire, per lease", "allocs/acquire", "CPU per lease per s", "memory per lease",
 		"goroutines per lease", "Redis cmds per lease per s", "lost", "failed releases"}}
 	for _, lib := range libs {
-		if _, ok := r.get(s, lib, "lost"); !ok {
+		l := manyLib(lib, n)
+		if _, ok := r.get(s, l, "lost"); !ok {
 			continue
 		}
-		t.rows = append(t.rows, []string{display[lib], cell(r, s, lib, "ns/op", fmtDur), cell(r, s, lib, "allocs/op", fmtNum),
-			cell(r, s, lib, "cpu-ns/lease/s", fmtDur),
-			cell(r, s, lib, "mem-B/lease", func(v float64) string { return fmtNum(v) + " B" }),
-			cell(r, s, lib, "goroutines/lease", fmtNum), cell(r, s, lib, "cmds/lease/s", fmtNum),
-			cell(r, s, lib, "lost", fmtNum), cell(r, s, lib, "release-errors", fmtNum)})
+		t.rows = append(t.rows, []string{display[lib], cell(r, s, l, "ns/op", fmtDur), cell(r, s, l, "allocs/op", fmtNum),
+			cell(r, s, l, "cpu-ns/lease/s", fmtDur),
+			cell(r, s, l, "mem-B/lease", func(v float64) string { return fmtNum(v) + " B" }),
+			cell(r, s, l, "goroutines/lease", fmtNum), cell(r, s, l, "cmds/lease/s", fmtNum),
+			cell(r, s, l, "lost", fmtNum), cell(r, s, l, "release-errors", fmtNum)})
+	}
+	if len(t.rows) == 0 {
+		return "_not run_\n"
+	}
+	return fmt.Sprintf("%s leases each.\n\n", fmtNum(float64(n))) + t.String()
+}
+
+// manyScale is the table of the libraries measured at several ManyLeases
+// sizes: per-lease CPU and memory at each size, and their growth from the
+// previous size (target: at most 1.2x from 10k to 100k).
+func manyScale(r *runData) string {
+	const s = "ManyLeases"
+	t := &table{head: []string{"library", "leases", "acquire, per lease", "CPU per lease per s", "memory per lease",
+		"growth from the previous size (CPU / memory)", "server CPU per lease per s", "Redis cmds per lease per s", "Redis cmds per round trip", "lost", "failed releases"}}
+	for _, lib := range libs {
+		sizes := manySizes(r, lib)
+		if len(sizes) < 2 {
+			continue
+		}
+		for i, n := range sizes {
+			l := manyLib(lib, n)
+			growth := "–"
+			if i > 0 {
+				p := manyLib(lib, sizes[i-1])
+				cpu, okc := r.ratio(s, l, "cpu-ns/lease/s", p)
+				mem, okm := r.ratio(s, l, "mem-B/lease", p)
+				growth = fmtRatio(cpu, okc) + " / " + fmtRatio(mem, okm)
+			}
+			t.rows = append(t.rows, []string{display[lib], fmtNum(float64(n)), cell(r, s, l, "ns/op", fmtDur),
+				cell(r, s, l, "cpu-ns/lease/s", fmtDur),
+				cell(r, s, l, "mem-B/lease", func(v float64) string { return fmtNum(v) + " B" }),
+				growth, cell(r, s, l, "server-cpu-ns/lease/s", fmtDur), cell(r, s, l, "cmds/lease/s", fmtNum), cell(r, s, l, "cmds/roundtrip", fmtNum),
+				cell(r, s, l, "lost", fmtNum), cell(r, s, l, "release-errors", fmtNum)})
+		}
 	}
 	if len(t.rows) == 0 {
 		return "_not run_\n"
@@ -523,7 +606,7 @@ func targets(r *runData) []target {
 	v, ok := r.ratio("Contended", "fencedlock-etcd", "handoffs/s", "etcd-mutex")
 	ts = append(ts, target{what: "fencedlock/etcd contended hand-offs >= 20x concurrency.Mutex", value: fmtRatio(v, ok), met: ok && v >= 20, known: ok})
 	for _, lib := range []string{"fencedlock-redis", "fencedlock-etcd"} {
-		lost, ok := r.get("ManyLeases", lib, "lost")
+		lost, ok := manyLost(r, lib)
 		ts = append(ts, target{what: strings.ReplaceAll(lib, "-", "/") + ": zero leases lost while holding many", value: fmtNum(lost), met: ok && lost == 0, known: ok})
 		viol, ok := r.get("Contended", lib, "violations")
 		ts = append(ts, target{what: strings.ReplaceAll(lib, "-", "/") + ": never two holders at once (contended)", value: fmtNum(viol), met: ok && viol == 0, known: ok})
@@ -573,6 +656,8 @@ func render(r *runData, versions map[string]string) string {
 	b.WriteString("\n### Many leases held by one process\n\n")
 	b.WriteString("One client acquires the leases (64 at a time), holds them while the library keeps them alive (TTL 3 s), then releases them. redsync and bsm/redislock have no watchdog and are left out; the raw baseline runs the renew loop a user would write (one goroutine and ticker per lock). CPU is the client process's; memory is live heap after GC plus goroutine stacks. Lost leases are a finding, not an error of the run: the library reported them lost (or its renewals failed) while the process held them.\n\n")
 	b.WriteString(many(r))
+	b.WriteString("\nThe same at other sizes, for the libraries measured at scale (`-leases-scale`): growth is the ratio to the previous size's figure (1.00x: flat per lease). Redis commands per round trip are commands per read event of the server (`total_reads_processed`): above 1, renewals share round trips (auto-pipelining).\n\n")
+	b.WriteString(manyScale(r))
 
 	b.WriteString("\n### Where fencedlock/redis spends its time (uncontended acquire+release, one goroutine)\n\n")
 	b.WriteString("The same operation through each layer on one client: the raw baseline, the Redis backend called directly, then `Locker.TryAcquire` and `Locker.Acquire` (lease, watchdog, contexts, logging of the root package on top).\n\n")

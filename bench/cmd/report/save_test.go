@@ -35,6 +35,7 @@ import (
 var (
 	_ = flag.Duration("duration", 0, "")
 	_ = flag.Int("leases", 0, "")
+	_ = flag.String("leases-scale", "", "")
 	_ = flag.Duration("hold", 0, "")
 )
 
