@@ -137,8 +137,8 @@ func (e *env) waitHeldBlocks(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	c := startWait(ctx, w.AcquireWaitHeld, req)
 	defer e.stopWait(wb, c, cancel)
-	e.tryFirst(t, w, key, "held key with a waiter")
 	time.Sleep(2 * e.ttl)
+	e.tryFirst(t, w, key, "held key with a waiter queued")
 	if c.returned() {
 		t.Fatalf("AcquireWaitHeld returned (%v, fence %v) while another owner held the key", c.err, c.g.Fence)
 	}
