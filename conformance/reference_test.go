@@ -142,6 +142,13 @@ const (
 	// queue (the wait goes on, detached): the ghost is granted the key at
 	// the holder's release and holds it for its lease.
 	bugWaitHeldCancelLeftQueued
+	// AcquireWaitHeld makes the plain attempt again and returns its
+	// outcome instead of waiting: a held key fails the Locker's Acquire.
+	bugWaitHeldNoWait
+	// TryFirst asks the store and waits (up to a second) while the key is
+	// held, as a cache refresh under a lock would: the Locker's Acquire
+	// blocks before it has even tried.
+	bugTryFirstBlocks
 )
 
 // refStore is the shared state: one per harness.
@@ -545,6 +552,17 @@ type refFirstBackend struct{ refQueueBackend }
 // lock only briefly, as a local cache of a remote store would.
 func (b refFirstBackend) TryFirst(key string) bool {
 	s, key := b.s, b.s.mangle(key)
+	if s.bug == bugTryFirstBlocks {
+		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			s.mu.Lock()
+			l := s.settle(key, time.Now())
+			free := l.owner == ""
+			s.mu.Unlock()
+			if free {
+				break
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.locks[key]
@@ -576,6 +594,9 @@ func (b refFirstBackend) AcquireWaitHeld(ctx context.Context, req driver.Acquire
 		return g, nil
 	}
 	s.mu.Unlock()
+	if s.bug == bugWaitHeldNoWait {
+		return b.Acquire(ctx, req)
+	}
 	if s.bug == bugWaitHeldCancelLeftQueued {
 		res := make(chan driver.Grant, 1)
 		go func() {
@@ -825,6 +846,8 @@ var brokenVariants = []variant{
 	{"WaitHeldQueuesBehindOwn", []string{"TryFirstWaiter"}, tryingFirst(bugWaitHeldQueuesBehindOwn)},
 	{"WaitHeldRegrants", []string{"TryFirstWaiter"}, tryingFirst(bugWaitHeldRegrants)},
 	{"WaitHeldCancelLeftQueued", []string{"TryFirstWaiter", "CancelledAcquire"}, tryingFirst(bugWaitHeldCancelLeftQueued)},
+	{"WaitHeldNoWait", []string{"TryFirstWaiter"}, tryingFirst(bugWaitHeldNoWait)},
+	{"TryFirstBlocks", []string{"TryFirstWaiter"}, tryingFirst(bugTryFirstBlocks)},
 }
 
 // exclusive names the broken variants that only the properties in their
