@@ -360,6 +360,12 @@ func testClose(t *testing.T, e *env) {
 		cancel()
 		closed("AcquireWait", err)
 	}
+	if w, ok := b.(driver.TryFirstWaiter); ok {
+		ctx, cancel := context.WithTimeout(e.ctx, e.ttl+e.schedAllowance())
+		_, err := w.AcquireWaitHeld(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		cancel()
+		closed("AcquireWaitHeld", err)
+	}
 	if in, ok := b.(driver.Inspector); ok {
 		_, err := in.Inspect(e.ctx, key)
 		closed("Inspect", err)

@@ -101,6 +101,15 @@
 //     key is held, grants a greater fence, serves waiters in FIFO order,
 //     grants a waiter that waited longer than its TTL a live lease, and a
 //     cancel racing the grant leaves no trace.
+//   - TryFirstWaiter: TryFirst does not block; AcquireWaitHeld, called as
+//     the Locker calls it (after an Acquire of the same request that did
+//     not take the key), blocks while another owner holds the key and
+//     grants a greater fence after the release; after an Acquire that was
+//     applied with its reply lost it grants req.Owner the key at once, with
+//     that Acquire's fence, even with another waiter queued; a context
+//     that ends makes it return promptly an error wrapping the context's
+//     error, leaving no trace (the next waiter is granted at the release),
+//     also when the cancel races the grant.
 //   - Inspector: Inspect agrees with Acquire on whether a key is held and on
 //     its fence, and never reveals the owner token.
 //   - KeepAliver: KeepAlive keeps a key held past its TTL, closes its
@@ -142,7 +151,8 @@
 // a fence that repeats or restarts after release, no TTL, a lost lease never
 // reported, a renewal that adds to the lease, a release whose check and
 // delete are two requests, a send time taken at the response, a waiter
-// granted after its lease ran out, a guard that accepts an older token,
+// granted after its lease ran out, a waiter that queues behind its own
+// grant whose reply was lost, a guard that accepts an older token,
 // check-then-set acquire, ...), and check that each is reported by the
 // property meant to catch it, and for most by that property alone.
 //

@@ -180,7 +180,9 @@ func testWaitAcquirer(t *testing.T, e *env) {
 		delay *= 4
 	}
 	e.waitPastTTL(t)
-	e.cancelRacesGrant(t)
+	e.cancelRacesGrant(t, "AcquireWait", nil, func(ctx context.Context, b driver.Backend, req driver.AcquireRequest) (driver.Grant, error) {
+		return b.(driver.WaitAcquirer).AcquireWait(ctx, req)
+	})
 }
 
 // waitPastTTL checks that a waiter that waits longer than its own TTL is
@@ -241,9 +243,12 @@ func (e *env) waitPastTTL(t *testing.T) {
 }
 
 // cancelRacesGrant cancels waiters at about the moment the holder releases
-// the key, in both orders, and checks that a waiter whose AcquireWait
-// returned the context's error left no trace: the key is free.
-func (e *env) cancelRacesGrant(t *testing.T) {
+// the key, in both orders, and checks that a waiter whose wait (name:
+// AcquireWait, or the Locker's Acquire then AcquireWaitHeld) returned the
+// context's error left no trace: the key is free. Each waiter is on its
+// own backend b: before (if not nil) is called with it and the waiter's
+// request once the key is held, then wait in a goroutine.
+func (e *env) cancelRacesGrant(t *testing.T, name string, before func(*testing.T, driver.Backend, driver.AcquireRequest), wait func(context.Context, driver.Backend, driver.AcquireRequest) (driver.Grant, error)) {
 	t.Helper()
 	const rounds = 24
 	hb := e.backend(t)
@@ -262,8 +267,12 @@ func (e *env) cancelRacesGrant(t *testing.T) {
 		r.h = e.grab(t, hb, r.key)
 		r.ctx, r.cancel = context.WithCancel(e.ctx)
 		rs[i] = r
+		req := driver.AcquireRequest{Key: r.key, Owner: owner(), TTL: e.hold}
+		if before != nil {
+			before(t, r.w, req)
+		}
 		go func() {
-			g, err := r.w.(driver.WaitAcquirer).AcquireWait(r.ctx, driver.AcquireRequest{Key: r.key, Owner: owner(), TTL: e.hold})
+			g, err := wait(r.ctx, r.w, req)
 			r.g = g
 			r.res <- err
 		}()
@@ -302,7 +311,7 @@ func (e *env) cancelRacesGrant(t *testing.T) {
 		select {
 		case err = <-r.res:
 		case <-time.After(e.ttl + e.schedAllowance()):
-			t.Fatalf("round %d: AcquireWait still waiting %v after its context was cancelled", i+1, e.ttl+e.schedAllowance())
+			t.Fatalf("round %d: %s still waiting %v after its context was cancelled", i+1, name, e.ttl+e.schedAllowance())
 		}
 		if err == nil {
 			granted++
@@ -313,13 +322,13 @@ func (e *env) cancelRacesGrant(t *testing.T) {
 		}
 		cancelled++
 		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("round %d: cancelled AcquireWait: %v, want an error wrapping context.Canceled", i+1, err)
+			t.Fatalf("round %d: cancelled %s: %v, want an error wrapping context.Canceled", i+1, name, err)
 		}
 		if e.held(t, r.key) {
-			t.Fatalf("round %d: key held after the holder released it and the only waiter's AcquireWait returned %v: a cancel racing the grant left the key to no one", i+1, err)
+			t.Fatalf("round %d: key held after the holder released it and the only waiter's %s returned %v: a cancel racing the grant left the key to no one", i+1, name, err)
 		}
 	}
-	t.Logf("%d cancels raced the grant: %d waiters granted, %d cancelled without a trace", rounds, granted, cancelled)
+	t.Logf("%d cancels raced the grant of %s: %d waiters granted, %d cancelled without a trace", rounds, name, granted, cancelled)
 }
 
 // fifoRound holds the key with holder, starts 4 waiters (each on its own

@@ -14,8 +14,9 @@ import (
 // line. Every doc is one sentence, logged by its subtest and listed in the
 // package documentation (TestDocListsProperties checks that doc.go lists
 // exactly these names, in this order). Each check is in the file of its
-// family: core.go, cancel.go, timing.go, loss.go and optional.go; this
-// file also holds the helpers that several families share.
+// family: core.go, cancel.go, timing.go, loss.go, optional.go, force.go
+// and tryfirst.go; this file also holds the helpers that several families
+// share.
 var properties = []property{
 	{"TryAcquire", "TryAcquire takes a free key with a non-zero fence, fails with ErrNotAcquired on a held key (from another backend or the same one), and succeeds again after Release with a greater fence.", testTryAcquire},
 	{"MutualExclusion", "N backends x M goroutines contending for one key never have two valid leases at once, and each holder sees a fence greater than the previous holder's.", testMutualExclusion},
@@ -36,6 +37,7 @@ var properties = []property{
 	{"Close", "Close is idempotent, every call after it fails with ErrClosed, other backends keep working, and a Locker's Close releases its leases.", testClose},
 	{"Notifier", "If the backend is a Notifier, a release wakes a watcher (and a waiting Acquire) well before the holder's TTL, and the woken waiter can take the key.", testNotifier},
 	{"WaitAcquirer", "If the backend is a WaitAcquirer, AcquireWait agrees with Acquire (exclusive, greater fence, blocks while held) and grants waiters in FIFO order.", testWaitAcquirer},
+	{"TryFirstWaiter", "If the backend is a TryFirstWaiter, TryFirst does not block, and AcquireWaitHeld after an Acquire of the same request that did not take the key blocks while the key is held, grants the key at once with that Acquire's fence if the Acquire was applied and its reply lost, and leaves no trace when its context ends.", testTryFirstWaiter},
 	{"Inspector", "If the backend is an Inspector, Inspect agrees with Acquire on whether a key is held and on its fence, and never reveals the owner token.", testInspector},
 	{"KeepAliver", "If the backend is a KeepAliver, KeepAlive confirms renewals that keep a key held past its TTL and reports an invalidated key.", testKeepAliver},
 	{"ForceReleaser", "If the backend is a ForceReleaser, ForceRelease breaks a held key at once (the holder's Renew and Release: ErrNotHeld; its Locker reports the loss by its next renewal), reports the broken fence, and every later grant, a queued waiter's too, is above the consumed fence After.", testForceReleaser},

@@ -130,6 +130,25 @@ const (
 	// A held key is reported with an error that does not wrap
 	// ErrNotAcquired: the Locker treats it as a failure, not a wait.
 	bugHeldNotWrapped
+	// AcquireWaitHeld ignores that the key may already be held by
+	// req.Owner (the Locker's Acquire applied, its reply lost) and queues
+	// behind it: the waiter waits for its own lease to run out.
+	bugWaitHeldQueuesBehindOwn
+	// AcquireWaitHeld takes a key held by req.Owner as if it were free,
+	// with the next fence: the fence of the applied Acquire, which the
+	// store may already have seen written, is granted to no one.
+	bugWaitHeldRegrants
+	// AcquireWaitHeld whose context ends returns without leaving the
+	// queue (the wait goes on, detached): the ghost is granted the key at
+	// the holder's release and holds it for its lease.
+	bugWaitHeldCancelLeftQueued
+	// AcquireWaitHeld makes the plain attempt again and returns its
+	// outcome instead of waiting: a held key fails the Locker's Acquire.
+	bugWaitHeldNoWait
+	// TryFirst asks the store and waits (up to a second) while the key is
+	// held, as a cache refresh under a lock would: the Locker's Acquire
+	// blocks before it has even tried.
+	bugTryFirstBlocks
 )
 
 // refStore is the shared state: one per harness.
@@ -526,6 +545,80 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequ
 	}
 }
 
+// refFirstBackend adds TryFirst and AcquireWaitHeld: a TryFirstWaiter.
+type refFirstBackend struct{ refQueueBackend }
+
+// TryFirst reports whether key has no waiters queued; it takes the store's
+// lock only briefly, as a local cache of a remote store would.
+func (b refFirstBackend) TryFirst(key string) bool {
+	s, key := b.s, b.s.mangle(key)
+	if s.bug == bugTryFirstBlocks {
+		for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			s.mu.Lock()
+			l := s.settle(key, time.Now())
+			free := l.owner == ""
+			s.mu.Unlock()
+			if free {
+				break
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.locks[key]
+	return l == nil || len(l.queue) == 0
+}
+
+// AcquireWaitHeld is AcquireWait, except that a key held by req.Owner (the
+// Locker's Acquire was applied and its reply lost) is granted to it at
+// once, with its fence and a lease of req.TTL from now.
+func (b refFirstBackend) AcquireWaitHeld(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := b.usable(context.WithoutCancel(ctx)); err != nil {
+		return driver.Grant{}, err
+	}
+	s, key := b.s, b.s.mangle(req.Key)
+	s.mu.Lock()
+	now := time.Now()
+	l := s.settle(key, now)
+	if l.owner == req.Owner && s.bug != bugWaitHeldQueuesBehindOwn {
+		var g driver.Grant
+		if s.bug == bugWaitHeldRegrants {
+			g = s.grant(key, l, req, now, 0)
+		} else {
+			l.expires = now.Add(s.enforced(req.TTL))
+			g = driver.Grant{Key: req.Key, Owner: req.Owner, Fence: l.fence, TTL: req.TTL}
+		}
+		s.mu.Unlock()
+		g.Sent = now
+		b.respond()
+		return g, nil
+	}
+	s.mu.Unlock()
+	if s.bug == bugWaitHeldNoWait {
+		return b.Acquire(ctx, req)
+	}
+	if s.bug == bugWaitHeldCancelLeftQueued {
+		res := make(chan driver.Grant, 1)
+		go func() {
+			g, err := b.refQueueBackend.AcquireWait(context.WithoutCancel(ctx), req)
+			if err == nil {
+				res <- g
+			}
+		}()
+		select {
+		case g := <-res:
+			return g, nil
+		case <-ctx.Done():
+			return driver.Grant{}, fmt.Errorf("ref: acquire %q: %w: %w", req.Key, driver.ErrNotAcquired, ctx.Err())
+		}
+	}
+	g, err := b.refQueueBackend.AcquireWait(ctx, req)
+	if err != nil && ctx.Err() != nil {
+		return driver.Grant{}, fmt.Errorf("ref: acquire %q: %w: %w", req.Key, driver.ErrNotAcquired, ctx.Err())
+	}
+	return g, err
+}
+
 // refKeeperBackend adds a client that keeps leases alive on its own: a
 // KeepAliver.
 type refKeeperBackend struct{ *refBackend }
@@ -578,6 +671,7 @@ func (b refKeeperBackend) KeepAlive(ctx context.Context, g driver.Grant) <-chan 
 type refHarness struct {
 	s     *refStore
 	queue bool // backends are WaitAcquirers
+	first bool // backends are TryFirstWaiters (and WaitAcquirers)
 	keep  bool // backends are KeepAlivers
 }
 
@@ -588,6 +682,8 @@ func (h *refHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
 func (h *refHarness) NewDelayedBackend(_ context.Context, delay time.Duration) (driver.Backend, error) {
 	b := &refBackend{s: h.s, delay: delay}
 	switch {
+	case h.first:
+		return refFirstBackend{refQueueBackend{b}}, nil
 	case h.queue:
 		return refQueueBackend{b}, nil
 	case h.keep:
@@ -688,6 +784,10 @@ func queued(b bug) func() conformance.Harness {
 	return func() conformance.Harness { return &refHarness{s: newRefStore(b), queue: true} }
 }
 
+func tryingFirst(b bug) func() conformance.Harness {
+	return func() conformance.Harness { return &refHarness{s: newRefStore(b), first: true} }
+}
+
 func keeping(b bug) func() conformance.Harness {
 	return func() conformance.Harness { return &refHarness{s: newRefStore(b), keep: true} }
 }
@@ -701,6 +801,7 @@ func guarded(broken bool) func() conformance.Harness {
 var correctVariants = []variant{
 	{name: "polling", make: expiring(correct)},
 	{name: "queue", make: queued(correct)},
+	{name: "tryfirst", make: tryingFirst(correct)},
 	{name: "keepalive", make: keeping(correct)},
 	{name: "guard", make: guarded(false)},
 }
@@ -742,6 +843,11 @@ var brokenVariants = []variant{
 	{"CancelReportsNotHeld", []string{"CancelledAttempt"}, plain(bugCancelReportsNotHeld)},
 	{"ErrorLeaksOwner", []string{"ReleaseAfterLoss", "RenewAfterLoss"}, plain(bugErrorLeaksOwner)},
 	{"HeldNotWrapped", []string{"TryAcquire"}, plain(bugHeldNotWrapped)},
+	{"WaitHeldQueuesBehindOwn", []string{"TryFirstWaiter"}, tryingFirst(bugWaitHeldQueuesBehindOwn)},
+	{"WaitHeldRegrants", []string{"TryFirstWaiter"}, tryingFirst(bugWaitHeldRegrants)},
+	{"WaitHeldCancelLeftQueued", []string{"TryFirstWaiter", "CancelledAcquire"}, tryingFirst(bugWaitHeldCancelLeftQueued)},
+	{"WaitHeldNoWait", []string{"TryFirstWaiter"}, tryingFirst(bugWaitHeldNoWait)},
+	{"TryFirstBlocks", []string{"TryFirstWaiter"}, tryingFirst(bugTryFirstBlocks)},
 }
 
 // exclusive names the broken variants that only the properties in their
@@ -758,11 +864,13 @@ var exclusive = map[string]bool{
 	"WatchLate": true, "NotifierUnbuffered": true,
 	"RetryAfterTooLong": true, "LeaseMaxLifetime": true, "FenceLostOnInvalidate": true,
 	"CancelReportsNotHeld": true, "ErrorLeaksOwner": true,
+	"WaitHeldQueuesBehindOwn": true, "WaitHeldRegrants": true,
 }
 
 // TestReference runs the suite on the correct reference backend: as a
 // polling backend with Notifier, Inspector and an Expirer harness, as a
-// queueing WaitAcquirer, and with a GuardMaker.
+// queueing WaitAcquirer, as one that is also a TryFirstWaiter, and with a
+// GuardMaker.
 func TestReference(t *testing.T) {
 	for _, v := range correctVariants {
 		t.Run(v.name, func(t *testing.T) {
