@@ -4,6 +4,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -113,5 +114,30 @@ func TestGuideNamesOnlyProperties(t *testing.T) {
 	}
 	if tables != 2 {
 		t.Errorf("found %d property tables in GUIDE.md, want 2 (the coverage table and the key states)", tables)
+	}
+}
+
+// TestReadmeCounts checks the counts the repository's README gives for the
+// suite: one subtest per property, and the broken backends it catches.
+func TestReadmeCounts(t *testing.T) {
+	src, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		re   string
+		want int
+	}{
+		{`One subtest per property \((\d+)\)`, len(conformance.PropertyNames())},
+		{`catches \((\d+) in all\)`, len(brokenVariants)},
+	} {
+		m := regexp.MustCompile(c.re).FindStringSubmatch(string(src))
+		if m == nil {
+			t.Errorf("README.md: no match for %q", c.re)
+			continue
+		}
+		if m[1] != strconv.Itoa(c.want) {
+			t.Errorf("README.md says %q, the suite has %d", m[0], c.want)
+		}
 	}
 }
