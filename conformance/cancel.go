@@ -25,23 +25,11 @@ func testCancelledAcquire(t *testing.T, e *env) {
 	}
 	prompt := e.ttl + e.schedAllowance()
 
-	cases := []struct {
-		name string
-		ctx  func() (context.Context, context.CancelFunc)
-		want error
-	}{
-		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(e.ctx, e.ttl/2) }, context.DeadlineExceeded},
-		{"cancel", func() (context.Context, context.CancelFunc) {
-			ctx, cancel := context.WithCancel(e.ctx)
-			time.AfterFunc(e.ttl/2, cancel)
-			return ctx, cancel
-		}, context.Canceled},
-		{"already cancelled", func() (context.Context, context.CancelFunc) {
-			ctx, cancel := context.WithCancel(e.ctx)
-			cancel()
-			return ctx, cancel
-		}, context.Canceled},
-	}
+	cases := append(e.endingCtxs(), ctxCase{"already cancelled", func() (context.Context, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(e.ctx)
+		cancel()
+		return ctx, cancel
+	}, context.Canceled})
 	for _, c := range cases {
 		ctx, cancel := c.ctx()
 		res := make(chan error, 1)
@@ -232,4 +220,25 @@ func testCancelledAttempt(t *testing.T, e *env) {
 		}
 	}
 	t.Logf("%d renewals and releases of held keys cancelled within 2x their round trips (%v, %v)", renewals, renewTrip, releaseTrip)
+}
+
+// ctxCase is a context that ends while a call waits, and the error it ends
+// with.
+type ctxCase struct {
+	name string
+	ctx  func() (context.Context, context.CancelFunc)
+	want error
+}
+
+// endingCtxs returns the contexts the cancellation checks wait on: one
+// with a deadline and one cancelled, each ending after e.ttl/2.
+func (e *env) endingCtxs() []ctxCase {
+	return []ctxCase{
+		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(e.ctx, e.ttl/2) }, context.DeadlineExceeded},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(e.ctx)
+			time.AfterFunc(e.ttl/2, cancel)
+			return ctx, cancel
+		}, context.Canceled},
+	}
 }

@@ -258,18 +258,7 @@ func (e *env) waitHeldCancelled(t *testing.T) {
 	hb := e.backend(t)
 	h := e.grab(t, hb, key)
 	prompt := e.ttl + e.schedAllowance()
-	cases := []struct {
-		name string
-		ctx  func() (context.Context, context.CancelFunc)
-		want error
-	}{
-		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(e.ctx, e.ttl/2) }, context.DeadlineExceeded},
-		{"cancel", func() (context.Context, context.CancelFunc) {
-			ctx, cancel := context.WithCancel(e.ctx)
-			time.AfterFunc(e.ttl/2, cancel)
-			return ctx, cancel
-		}, context.Canceled},
-	}
+	cases := e.endingCtxs()
 	for _, cs := range cases {
 		wb := e.backend(t)
 		req := driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
