@@ -5,8 +5,9 @@ package etcd
 // Invariants of the deletion log (what makes "no deletion is missed" hold):
 //   - While the watch runs, from is set (> 0) and every deletion under the
 //     prefix at a revision >= from is dispatched, in revision order, to the
-//     subscribers of its key at that moment, and recorded in recent and
-//     recentLog, under mu.
+//     subscribers of its key at that moment (each from its own from on: a
+//     deletion before it is of an earlier key of the same name), and
+//     recorded in recent and recentLog, under mu.
 //   - recent holds, for every key deleted at a revision >= recentFrom, the
 //     revision of its last such deletion; entries leave only from the old
 //     end of recentLog (older than recentKeep or beyond recentMax), and
@@ -72,6 +73,7 @@ type recentDel struct {
 // re-read the key (a deletion may have been missed).
 type delSub struct {
 	key  string
+	from int64 // deletions at earlier revisions are of an earlier key of the same name
 	k    *keeper
 	next *delSub // another subscriber of the same key (rare)
 }
@@ -79,7 +81,7 @@ type delSub struct {
 // subscribe registers k's interest in key's deletions at revisions >=
 // from. It never blocks on the server. The caller runs inside b.wg.
 func (w *delWatch) subscribe(k *keeper, key string, from int64) *delSub {
-	s := &delSub{key: key, k: k}
+	s := &delSub{key: key, from: from, k: k}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.subs == nil {
@@ -183,7 +185,12 @@ func (w *delWatch) dispatch(evs []*clientv3.Event) {
 		w.recent[key] = rev
 		w.recentLog = append(w.recentLog, recentDel{key: key, rev: rev, at: now})
 		for s := w.subs[key]; s != nil; s = s.next {
-			s.k.notify(rev)
+			// A pooled lease reused on the same lock puts its key under
+			// the same name (entry): the deletion of the previous holder's
+			// key, dispatched late, is not the loss of this one.
+			if rev >= s.from {
+				s.k.notify(rev)
+			}
 		}
 	}
 	n := 0

@@ -49,12 +49,11 @@ func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencin
 // record) and FenceBarrier (value nil: only the record), op naming it in
 // errors: one Txn that applies the guard rule to the fence record of key.
 func (b *Backend) guardedWrite(ctx context.Context, op, key string, value *string, token fencing.Token, holder string) error {
-	if err := b.begin(); err != nil {
+	ctx, cancel, err := b.enter(ctx)
+	if err != nil {
 		return err
 	}
-	defer b.wg.Done()
-	ctx, cancel := b.withClose(ctx)
-	defer cancel()
+	defer b.leave(ctx, cancel)
 	if key == "" || strings.HasPrefix(key, b.opts.KeyPrefix) {
 		return fmt.Errorf("etcd: %s %q: key empty or inside the backend's KeyPrefix %q: %w", op, key, b.opts.KeyPrefix, driver.ErrInvalid)
 	}
@@ -116,12 +115,11 @@ func (b *Backend) guardedWrite(ctx context.Context, op, key string, value *strin
 // [Backend.FencedPut] for key with its holder id (0 and "" if none).
 func (b *Backend) FencedGet(ctx context.Context, key string) (fencing.Record, error) {
 	var r fencing.Record
-	if err := b.begin(); err != nil {
+	ctx, cancel, err := b.enter(ctx)
+	if err != nil {
 		return r, err
 	}
-	defer b.wg.Done()
-	ctx, cancel := b.withClose(ctx)
-	defer cancel()
+	defer b.leave(ctx, cancel)
 	if key == "" {
 		return r, fmt.Errorf("etcd: fenced get: empty key: %w", driver.ErrInvalid)
 	}

@@ -27,12 +27,11 @@ var _ driver.ForceReleaser = (*Backend)(nil)
 // so that the old holder's next [Backend.FencedPut] is rejected.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceResult, error) {
 	var r driver.ForceResult
-	if err := b.begin(); err != nil {
+	ctx, cancel, err := b.enter(ctx)
+	if err != nil {
 		return r, err
 	}
-	defer b.wg.Done()
-	ctx, cancel := b.withClose(ctx)
-	defer cancel()
+	defer b.leave(ctx, cancel)
 	if err := driver.ValidateKey(key); err != nil {
 		return r, fmt.Errorf("etcd: force release: %w", err)
 	}

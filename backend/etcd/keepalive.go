@@ -104,7 +104,7 @@ type keeper struct {
 	out      chan driver.Renewal
 	interval time.Duration
 	retry    time.Duration
-	done     chan struct{} // closed when the keeper has ended
+	done     chan struct{} // a waiter's keeper (no deletion watch): closed when it has ended; else nil
 
 	// Under slot.mu:
 	idx        int       // in slot.heap; -1 when not in it
@@ -132,6 +132,10 @@ type kaSlot struct {
 	running bool
 	closed  bool
 	wake    chan struct{} // buffer 1
+	// next is when the scheduler looks at the heap next unless woken (its
+	// timer): a keeper due no earlier needs no wake-up. Zero until it first
+	// runs.
+	next time.Time
 }
 
 // startKeeper starts renewing d's lease, sending Renewals on out, until
@@ -144,7 +148,10 @@ func (b *Backend) startKeeper(ctx context.Context, key string, d *grant, out cha
 	interval := max(d.ttl/3, 10*time.Millisecond)
 	s := &b.ka.slots[slotOf(d.lease)]
 	k := &keeper{b: b, slot: s, key: key, d: d, out: out, interval: interval,
-		retry: max(interval/4, 5*time.Millisecond), done: make(chan struct{}), idx: -1}
+		retry: max(interval/4, 5*time.Millisecond), idx: -1}
+	if watchFrom == 0 {
+		k.done = make(chan struct{}) // the queue waits for a waiter's keeper to end
+	}
 	b.wg.Add(1) // returned by end
 
 	s.mu.Lock()
@@ -156,7 +163,11 @@ func (b *Backend) startKeeper(ctx context.Context, key string, d *grant, out cha
 	k.due = d.sent().Add(interval)
 	s.start()
 	s.push(k)
-	if k.idx == 0 {
+	if k.idx == 0 && k.due.Before(s.next) {
+		// Wake the scheduler only if its timer would fire after k is due.
+		// A lease reused for the same lock keeps its send time, so a
+		// keeper often replaces one with the same due time, whose timer
+		// is still set: no goroutine wake-up per acquire.
 		s.signal()
 	}
 	s.mu.Unlock()
@@ -212,7 +223,9 @@ func (k *keeper) end(last *driver.Renewal) {
 	if sub != nil {
 		k.b.dw.unsubscribe(sub)
 	}
-	close(k.done)
+	if k.done != nil {
+		close(k.done)
+	}
 	k.b.wg.Done()
 }
 
@@ -436,6 +449,7 @@ func (s *kaSlot) run() {
 		if len(s.heap) > 0 {
 			wait = max(s.heap[0].due.Sub(now), 0)
 		}
+		s.next = now.Add(wait)
 		s.mu.Unlock()
 
 		for _, st := range stuck {

@@ -51,12 +51,11 @@ var errWaiterLost = errors.New("etcd: waiter's lease expired or was revoked whil
 // renewal while it waited, and its TTL the lease's granted TTL, so the
 // Locker's local deadline runs from the right moment however long the wait.
 func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.begin(); err != nil {
+	ctx, cancel, err := b.enter(ctx)
+	if err != nil {
 		return driver.Grant{}, err
 	}
-	defer b.wg.Done()
-	ctx, cancel := b.withClose(ctx)
-	defer cancel()
+	defer b.leave(ctx, cancel)
 	start := time.Now()
 	backoff := 50 * time.Millisecond
 	for restarts := 0; ; {
@@ -113,11 +112,11 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 			}
 			return driver.Grant{}, errorf("acquire %q: lease grant: %w", req.Key, err)
 		}
-		name = b.entry(req.Key, lg.id)
+		name = entryIn(dir, lg.id)
 		resp, err = b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
 			Then(clientv3.OpPut(name, driver.HolderID(req.Owner), clientv3.WithLease(lg.id)),
-				clientv3.OpGet(dir, clientv3.WithFirstCreate()...)).
+				clientv3.OpGet(dir, firstCreate...)).
 			Commit()
 		if err != nil && reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The idle lease was revoked or expired: the Txn was refused

@@ -28,6 +28,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(childEnv); dir != "" {
+		os.Exit(runChild(dir))
+	}
 	flag.Parse()
 	if testing.Short() {
 		fmt.Fprintln(os.Stderr, "clustertest: refusing -short: the etcd framework would skip every cluster test and the run would pass without testing anything")

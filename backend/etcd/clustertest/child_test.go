@@ -1,0 +1,120 @@
+package clustertest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// childEnv, when set (to a data directory), turns the test binary into a
+// single-member etcd server serving until its standard input closes: the
+// allocation tests measure the client's allocations only, which an
+// in-process server would drown in its own.
+const childEnv = "FENCEDLOCK_CLUSTERTEST_ETCD_DIR"
+
+// startChild runs this test binary again as a single-member etcd (see
+// runChild) and returns its client endpoint; it is stopped in t.Cleanup.
+func startChild(t *testing.T) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+t.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if ep, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+				ready <- ep
+			}
+		}
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	select {
+	case ep := <-ready:
+		return ep
+	case <-done:
+		t.Fatalf("etcd child exited during start:\n%s", log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("etcd child not ready after 30 s")
+	}
+	return ""
+}
+
+// runChild is the etcd child's body (see childEnv).
+func runChild(dir string) int {
+	curl, purl := freeURL(), freeURL()
+	if curl == nil || purl == nil {
+		return 1
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "alloc"
+	cfg.Dir = dir
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*curl}, []url.URL{*curl}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*purl}, []url.URL{*purl}
+	cfg.InitialCluster = cfg.Name + "=" + purl.String()
+	cfg.LogLevel = "error"
+	cfg.UnsafeNoFsync = true // a test server on loopback: not measuring disks
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcd:", err)
+		return 1
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		fmt.Fprintln(os.Stderr, "etcd: not ready after 30 s")
+		return 1
+	}
+	fmt.Printf("READY %s\n", curl.String())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+func freeURL() *url.URL {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return nil
+	}
+	defer l.Close()
+	return &url.URL{Scheme: "http", Host: l.Addr().String()}
+}
