@@ -1,5 +1,0 @@
-//go:build !race
-
-package clustertest
-
-const raceEnabled = false
