@@ -343,13 +343,24 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 		pending  []os.Signal
 		leaseEnd = lease.Done()
 	)
-	// note records what the supervisor reports: COMMAND could not start
-	// (X), its exit status (E), why it terminated the tree itself (T), and
-	// the end of its messages.
+	// note records what the supervisor reports: COMMAND's process group
+	// once it started (P: signals that came before are forwarded now),
+	// that COMMAND could not start (X), its exit status (E), why it
+	// terminated the tree itself (T), and the end of its messages. P is
+	// recorded also when it is read after the supervisor exited: a
+	// supervisor killed right after it started COMMAND leaves the group
+	// to be killed here, and the lock must not be released while it runs.
 	note := func(m supervisorMsg) {
 		switch {
 		case m.eof:
 			status = nil
+		case m.kind == 'P':
+			pgid, _ = strconv.Atoi(m.arg)
+			for _, sig := range pending {
+				p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
+				_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+			}
+			pending = nil
 		case m.kind == 'X':
 			startErr = m.arg
 		case m.kind == 'E':
@@ -381,15 +392,6 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 				_, _ = fmt.Fprintf(ctlW, "T lease lost\n")
 			}
 		case m := <-status:
-			if m.kind == 'P' && !m.eof {
-				pgid, _ = strconv.Atoi(m.arg)
-				for _, sig := range pending {
-					p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
-					_ = syscall.Kill(-pgid, sig.(syscall.Signal))
-				}
-				pending = nil
-				continue
-			}
 			note(m)
 		case <-exited:
 			// The supervisor exits when no process of the tree is left;

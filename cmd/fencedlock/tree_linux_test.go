@@ -439,6 +439,98 @@ func TestRunSupervisorKilled(t *testing.T) {
 	t.Errorf("%d processes of COMMAND's process group alive 2s after the supervisor was killed", alive)
 }
 
+// TestRunSupervisorKilledUnread: the supervisor reports COMMAND's process
+// group (P) right after starting it; if it is killed before run has read
+// that report, run finds the supervisor gone and the report in the pipe
+// at once. It must still kill the group and exit 76, never say COMMAND did
+// not start and release the lock while COMMAND's tree runs. run is
+// stopped (SIGSTOP) from the moment its supervisor exists until the
+// supervisor was killed after COMMAND started, so both arrive together;
+// which one run's loop takes first is random, hence several rounds.
+// Before: `cannot start "/bin/sh": the supervisor ended without starting
+// it`, the lock released with COMMAND's tree still running (6 of 6 test
+// runs; CI's loaded run of TestRunSupervisorKilled hit the same race once).
+func TestRunSupervisorKilledUnread(t *testing.T) {
+	_, url := redisServer(t)
+	for round := range 6 {
+		dir := t.TempDir()
+		key := fmt.Sprintf("supkill-unread-%d", round)
+		w := watchTree(t, key)
+		p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "5s", key, "--", "/bin/sh", "-c",
+			`echo $$ > `+dir+`/pid; sleep 30 & wait`)
+		t.Cleanup(w.killAll)
+		run := p.Cmd.Process.Pid
+		// Stop run as soon as its supervisor (its child) runs.
+		sup := 0
+		for deadline := time.Now().Add(10 * time.Second); sup == 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("no supervisor appeared within 10s")
+			}
+			// The supervisor once it runs its own code (a child caught
+			// before its exec, stopped with run's vfork, never started
+			// COMMAND).
+			if c := childOf(run); c != 0 {
+				if b, _ := os.ReadFile("/proc/" + strconv.Itoa(c) + "/cmdline"); strings.Contains(string(b), supervisorCommand) {
+					sup = c
+				}
+			}
+			if sup == 0 {
+				time.Sleep(200 * time.Microsecond)
+			}
+		}
+		if err := syscall.Kill(run, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		clitest.WaitFile(t, dir+"/pid", 10*time.Second)
+		if err := syscall.Kill(sup, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for procAlive(sup) {
+			time.Sleep(time.Millisecond)
+		}
+		if err := syscall.Kill(run, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		code := p.Wait(10 * time.Second)
+		if code != exitLeaseLost || !strings.Contains(p.Stderr.String(), "supervisor of \"/bin/sh\" died") {
+			t.Fatalf("round %d: exit %d, want %d; stderr:\n%s", round, code, exitLeaseLost, p.Stderr)
+		}
+		gone := false
+		for i := 0; i < 200 && !gone; i++ {
+			_, alive, _, _ := w.state()
+			gone = alive == 0
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !gone {
+			t.Fatalf("round %d: COMMAND's process group still alive 2s after run exited", round)
+		}
+	}
+}
+
+// childOf returns a child process of pid (0 if none): the first found in /proc.
+func childOf(pid int) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 > len(b) {
+			continue
+		}
+		f := strings.Fields(string(b[i+2:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			return c
+		}
+	}
+	return 0
+}
+
 // TestProcAlive: a sleeping process may still run; a killed one that is
 // not reaped yet (a zombie) may not, nor one that is gone.
 func TestProcAlive(t *testing.T) {
