@@ -469,7 +469,7 @@ func TestRunSupervisorKilledUnread(t *testing.T) {
 			// The supervisor once it runs its own code (a child caught
 			// before its exec, stopped with run's vfork, never started
 			// COMMAND).
-			if c := childOf(run); c != 0 {
+			for _, c := range descendants(run) {
 				if b, _ := os.ReadFile("/proc/" + strconv.Itoa(c) + "/cmdline"); strings.Contains(string(b), supervisorCommand) {
 					sup = c
 				}
@@ -505,30 +505,6 @@ func TestRunSupervisorKilledUnread(t *testing.T) {
 			t.Fatalf("round %d: COMMAND's process group still alive 2s after run exited", round)
 		}
 	}
-}
-
-// childOf returns a child process of pid (0 if none): the first found in /proc.
-func childOf(pid int) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		c, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 || i+2 > len(b) {
-			continue
-		}
-		f := strings.Fields(string(b[i+2:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			return c
-		}
-	}
-	return 0
 }
 
 // TestProcAlive: a sleeping process may still run; a killed one that is
