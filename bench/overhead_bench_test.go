@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/fencedlock/fencedlock"
@@ -14,7 +16,12 @@ import (
 // into layers on one client: the raw baseline, the Redis backend called
 // directly (its scripts and key handling), Locker.TryAcquire and
 // Locker.Acquire (adding the root package: lease, watchdog, contexts,
-// logging). The differences show where time and allocations go.
+// logging). The differences show where time and allocations go. Each
+// layer runs at concurrency 1 and 64 (64 goroutines on the one client,
+// each on its own key), timed as in BenchmarkAcquireRelease (runOps: same
+// latency, command and server CPU metrics), so a gap at 64 shows whether
+// it is in the client's layers or on the server. Within a concurrency the
+// raw layer runs next to every other (passOrder), as the contenders do.
 func BenchmarkOverhead(b *testing.B) {
 	e := servers(b)
 	c := e.newRueidis(b, nil)
@@ -25,34 +32,34 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	l := mustLocker(b, be, fencedlock.Options{TTL: benchTTL})
 	defer l.Close()
-	raw := &rawClient{c: c, ttl: "10000"}
-	ctx := context.Background()
-	layers := []struct {
+	raw := &rawClient{c: c, ttl: strconv.FormatInt(benchTTL.Milliseconds(), 10)}
+	type layer struct {
 		name string
-		op   func(key string) error
-	}{
-		{"raw", func(k string) error {
+		op   func(ctx context.Context, key string) error
+	}
+	layers := []layer{
+		{"raw", func(ctx context.Context, k string) error {
 			h, err := raw.acquire(ctx, k)
 			if err != nil {
 				return err
 			}
 			return h.Release(ctx)
 		}},
-		{"backend", func(k string) error {
+		{"backend", func(ctx context.Context, k string) error {
 			g, err := be.Acquire(ctx, driver.AcquireRequest{Key: k, Owner: rand.Text(), TTL: benchTTL})
 			if err != nil {
 				return err
 			}
 			return be.Release(ctx, g)
 		}},
-		{"locker-try", func(k string) error {
+		{"locker-try", func(ctx context.Context, k string) error {
 			ls, err := l.TryAcquire(ctx, k)
 			if err != nil {
 				return err
 			}
 			return ls.Release(ctx)
 		}},
-		{"locker", func(k string) error {
+		{"locker", func(ctx context.Context, k string) error {
 			ls, err := l.Acquire(ctx, k)
 			if err != nil {
 				return err
@@ -60,18 +67,18 @@ func BenchmarkOverhead(b *testing.B) {
 			return ls.Release(ctx)
 		}},
 	}
-	for _, layer := range layers {
-		b.Run("layer="+layer.name, func(b *testing.B) {
-			k := key("overhead", layer.name, 0)
-			if err := layer.op(k); err != nil { // warm-up
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				if err := layer.op(k); err != nil {
-					b.Fatal(err)
-				}
+	for _, conc := range []int{1, 64} {
+		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
+			for _, ly := range passOrder(layers, *flagPass) {
+				b.Run("layer="+ly.name, func(b *testing.B) {
+					// The contender only names the layer and its server
+					// for runOps' Redis metrics; the client is shared.
+					runOps(b, e, contender{name: "overhead-" + ly.name, server: "redis"}, conc,
+						func(i int) (func(context.Context) error, func()) {
+							k := key("overhead", ly.name, conc*1000+i)
+							return func(ctx context.Context) error { return ly.op(ctx, k) }, func() {}
+						})
+				})
 			}
 		})
 	}

@@ -55,17 +55,44 @@ func scenarioDuration() time.Duration {
 
 var describeOnce sync.Once
 
-// forEach runs one sub-benchmark per contender.
-func forEach(b *testing.B, want func(contender) bool, fn func(b *testing.B, e *env, c contender)) {
+// serversDescribed is servers, printing the servers' description once.
+func serversDescribed(b *testing.B) *env {
 	e := servers(b)
 	describeOnce.Do(func() {
 		// "key: value" lines: benchstat keeps them as configuration.
 		fmt.Printf("redis: %s\netcd: %s\n", e.describeRedis(), e.describeEtcd())
 	})
+	return e
+}
+
+// forEach runs one sub-benchmark per contender.
+func forEach(b *testing.B, want func(contender) bool, fn func(b *testing.B, e *env, c contender)) {
+	e := serversDescribed(b)
 	for _, c := range allContenders() {
 		if want != nil && !want(c) {
 			continue
 		}
+		b.Run("lib="+c.name, func(b *testing.B) { fn(b, e, c) })
+	}
+}
+
+// forEachPass is forEach for the b.N scenarios: the contenders wanted run
+// in the order passOrder gives for -pass, the baseline (when wanted)
+// adjacent to every other, so the report can take each contender's ratio
+// against a baseline sample of the same pass measured next to it. A
+// repeated baseline sub-benchmark is named lib=raw-rueidis#01, #02...
+func forEachPass(b *testing.B, want func(contender) bool, fn func(b *testing.B, e *env, c contender)) {
+	var cs []contender
+	for _, c := range allContenders() {
+		if want == nil || want(c) {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) > 0 && cs[0].name == baselineName {
+		cs = passOrder(cs, *flagPass)
+	}
+	e := serversDescribed(b)
+	for _, c := range cs {
 		b.Run("lib="+c.name, func(b *testing.B) { fn(b, e, c) })
 	}
 }
@@ -77,7 +104,7 @@ func forEach(b *testing.B, want func(contender) bool, fn func(b *testing.B, e *e
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
-			forEach(b, nil, func(b *testing.B, e *env, c contender) {
+			forEachPass(b, nil, func(b *testing.B, e *env, c contender) {
 				b.Logf("uncontended acquire+release, %d goroutines, one key each, one %s client", conc, c.name)
 				cl := c.open(b, e, clientConfig{ttl: benchTTL})
 				defer cl.close()
@@ -101,7 +128,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 func BenchmarkRenew(b *testing.B) {
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
-			forEach(b, func(c contender) bool { return c.manualRenew }, func(b *testing.B, e *env, c contender) {
+			forEachPass(b, func(c contender) bool { return c.manualRenew }, func(b *testing.B, e *env, c contender) {
 				b.Logf("renew of a held lock, %d goroutines, one lock each, one %s client", conc, c.name)
 				cl := c.open(b, e, clientConfig{ttl: benchTTL, manual: true})
 				defer cl.close()
@@ -145,8 +172,16 @@ func runOps(b *testing.B, e *env, c contender, conc int, setup func(i int) (op f
 	var counter atomic.Int64
 	var failed atomic.Value
 	var rc *redisCounter
+	var cpu0 time.Duration
+	cpuOK := false
 	if c.server == "redis" {
 		rc = startRedisCounter(b, e)
+		if e.ownRedis {
+			// The server's CPU per operation: a gap the client does not
+			// explain shows here. Only on the benchmark's own server,
+			// which no other client uses.
+			cpu0, cpuOK = serverCPU(e, "redis")
+		}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -179,6 +214,11 @@ func runOps(b *testing.B, e *env, c contender, conc int, setup func(i int) (op f
 	}
 	b.ReportMetric(float64(all.quantile(0.50)), "p50-ns")
 	b.ReportMetric(float64(all.quantile(0.99)), "p99-ns")
+	if cpuOK {
+		if cpu1, ok := serverCPU(e, "redis"); ok {
+			b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "server-cpu-ns/op")
+		}
+	}
 	if rc != nil {
 		n, detail := rc.stop(b)
 		b.ReportMetric(float64(n)/float64(b.N), "cmds/op")

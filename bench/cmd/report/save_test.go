@@ -37,6 +37,7 @@ var (
 	_ = flag.Int("leases", 0, "")
 	_ = flag.String("leases-scale", "", "")
 	_ = flag.Duration("hold", 0, "")
+	_ = flag.Int("pass", -1, "")
 )
 
 func BenchmarkAcquireRelease(b *testing.B) {
