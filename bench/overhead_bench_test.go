@@ -21,7 +21,8 @@ import (
 // each on its own key), timed as in BenchmarkAcquireRelease (runOps: same
 // latency, command and server CPU metrics), so a gap at 64 shows whether
 // it is in the client's layers or on the server. Within a concurrency the
-// raw layer runs next to every other (passOrder), as the contenders do.
+// raw layer runs next to every other (passOrder), as the contenders do,
+// and every other layer is also paired with it op by op (vs-base).
 func BenchmarkOverhead(b *testing.B) {
 	e := servers(b)
 	c := e.newRueidis(b, nil)
@@ -71,13 +72,21 @@ func BenchmarkOverhead(b *testing.B) {
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
 			for _, ly := range passOrder(layers, *flagPass) {
 				b.Run("layer="+ly.name, func(b *testing.B) {
+					setup := func(ly layer, name string) func(i int) (func(context.Context) error, func()) {
+						return func(i int) (func(context.Context) error, func()) {
+							k := key("overhead", name, conc*1000+i)
+							return func(ctx context.Context) error { return ly.op(ctx, k) }, func() {}
+						}
+					}
+					// Every layer above raw is also paired with raw, op
+					// by op (vs-base).
+					var base func(i int) (func(context.Context) error, func())
+					if ly.name != "raw" {
+						base = setup(layers[0], ly.name+"-base")
+					}
 					// The contender only names the layer and its server
 					// for runOps' Redis metrics; the client is shared.
-					runOps(b, e, contender{name: "overhead-" + ly.name, server: "redis"}, conc,
-						func(i int) (func(context.Context) error, func()) {
-							k := key("overhead", ly.name, conc*1000+i)
-							return func(ctx context.Context) error { return ly.op(ctx, k) }, func() {}
-						})
+					runOpsPaired(b, e, contender{name: "overhead-" + ly.name, server: "redis"}, conc, setup(ly, ly.name), base)
 				})
 			}
 		})

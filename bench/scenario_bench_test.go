@@ -100,58 +100,102 @@ func forEachPass(b *testing.B, want func(contender) bool, fn func(b *testing.B, 
 // BenchmarkAcquireRelease: acquire a free lock with the library's blocking
 // acquire and release it, conc goroutines on one client, each on its own
 // key. ns/op is per acquire+release of one goroutine divided by conc (the
-// throughput), p50-ns/p99-ns the latency of one acquire+release.
+// throughput), p50-ns/p99-ns the latency of one acquire+release. A Redis
+// contender other than the baseline also reports vs-base (see pairedRatio).
 func BenchmarkAcquireRelease(b *testing.B) {
+	setup := func(b *testing.B, cl lockClient, name string, conc int) func(i int) (func(context.Context) error, func()) {
+		return func(i int) (func(context.Context) error, func()) {
+			k := key("ar", name, conc*1000+i)
+			return func(ctx context.Context) error {
+				h, err := cl.acquire(ctx, k)
+				if err != nil {
+					return err
+				}
+				return h.Release(ctx)
+			}, func() {}
+		}
+	}
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
 			forEachPass(b, nil, func(b *testing.B, e *env, c contender) {
 				b.Logf("uncontended acquire+release, %d goroutines, one key each, one %s client", conc, c.name)
-				cl := c.open(b, e, clientConfig{ttl: benchTTL})
+				cfg := clientConfig{ttl: benchTTL}
+				cl := c.open(b, e, cfg)
 				defer cl.close()
-				runOps(b, e, c, conc, func(i int) (func(context.Context) error, func()) {
-					k := key("ar", c.name, conc*1000+i)
-					return func(ctx context.Context) error {
-						h, err := cl.acquire(ctx, k)
-						if err != nil {
-							return err
-						}
-						return h.Release(ctx)
-					}, func() {}
-				})
+				var base func(i int) (func(context.Context) error, func())
+				if bc, ok := pairedBaseline(c); ok {
+					bcl := bc.open(b, e, cfg)
+					defer bcl.close()
+					base = setup(b, bcl, c.name+"-base", conc)
+				}
+				runOpsPaired(b, e, c, conc, setup(b, cl, c.name, conc), base)
 			})
 		})
 	}
 }
 
 // BenchmarkRenew: renew a held lock by hand (the library's extend call),
-// conc goroutines on one client, each holding its own lock.
+// conc goroutines on one client, each holding its own lock. A Redis
+// contender other than the baseline also reports vs-base.
 func BenchmarkRenew(b *testing.B) {
+	setup := func(b *testing.B, cl lockClient, name string, conc int) func(i int) (func(context.Context) error, func()) {
+		return func(i int) (func(context.Context) error, func()) {
+			h, err := cl.acquire(context.Background(), key("renew", name, conc*1000+i))
+			if err != nil {
+				b.Fatalf("acquire: %v", err)
+			}
+			return h.Renew, func() {
+				if err := h.Release(context.Background()); err != nil {
+					b.Errorf("release: %v", err)
+				}
+			}
+		}
+	}
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
 			forEachPass(b, func(c contender) bool { return c.manualRenew }, func(b *testing.B, e *env, c contender) {
 				b.Logf("renew of a held lock, %d goroutines, one lock each, one %s client", conc, c.name)
-				cl := c.open(b, e, clientConfig{ttl: benchTTL, manual: true})
+				cfg := clientConfig{ttl: benchTTL, manual: true}
+				cl := c.open(b, e, cfg)
 				defer cl.close()
-				runOps(b, e, c, conc, func(i int) (func(context.Context) error, func()) {
-					h, err := cl.acquire(context.Background(), key("renew", c.name, conc*1000+i))
-					if err != nil {
-						b.Fatalf("acquire: %v", err)
-					}
-					return h.Renew, func() {
-						if err := h.Release(context.Background()); err != nil {
-							b.Errorf("release: %v", err)
-						}
-					}
-				})
+				var base func(i int) (func(context.Context) error, func())
+				if bc, ok := pairedBaseline(c); ok {
+					bcl := bc.open(b, e, cfg)
+					defer bcl.close()
+					base = setup(b, bcl, c.name+"-base", conc)
+				}
+				runOpsPaired(b, e, c, conc, setup(b, cl, c.name, conc), base)
 			})
 		})
 	}
+}
+
+// pairedBaseline returns the baseline contender that c's operations are
+// paired with in the b.N scenarios (see pairedRatio): for Redis
+// contenders other than the baseline itself.
+func pairedBaseline(c contender) (contender, bool) {
+	if c.server != "redis" || c.name == baselineName {
+		return contender{}, false
+	}
+	for _, bc := range allContenders() {
+		if bc.name == baselineName {
+			return bc, true
+		}
+	}
+	return contender{}, false
 }
 
 // runOps runs b.N operations spread over conc goroutines. setup(i) is
 // called before the timer starts and returns goroutine i's operation and
 // its cleanup.
 func runOps(b *testing.B, e *env, c contender, conc int, setup func(i int) (op func(context.Context) error, cleanup func())) {
+	runOpsPaired(b, e, c, conc, setup, nil)
+}
+
+// runOpsPaired is runOps; when base is not nil (set up like setup, on a
+// baseline client), it then measures the vs-base metric: pairedRatio over
+// a quarter of b.N pairs (after the timed run, which it does not change).
+func runOpsPaired(b *testing.B, e *env, c contender, conc int, setup, base func(i int) (op func(context.Context) error, cleanup func())) {
 	ops := make([]func(context.Context) error, conc)
 	cleanups := make([]func(), conc)
 	for i := range conc {
@@ -226,6 +270,77 @@ func runOps(b *testing.B, e *env, c contender, conc int, setup func(i int) (op f
 			b.Logf("redis commands over %d ops: %s", b.N, detail)
 		}
 	}
+	if base == nil {
+		return
+	}
+	bops := make([]func(context.Context) error, conc)
+	for i := range conc {
+		var cleanup func()
+		bops[i], cleanup = base(i)
+		defer cleanup()
+		if err := bops[i](context.Background()); err != nil {
+			b.Fatalf("baseline warm-up: %v", err)
+		}
+	}
+	ratio, err := pairedRatio(conc, max(b.N/4, conc), ops, bops)
+	if err != nil {
+		b.Fatalf("%s, paired with the baseline: %v", c.name, err)
+	}
+	b.ReportMetric(ratio, "vs-base")
+}
+
+// pairedRatio runs n rounds spread over conc goroutines; in each round
+// goroutine i runs its contender operation ops[i] and its baseline
+// operation base[i] back to back, the contender first in odd rounds and
+// second in even ones. It returns the baseline's total time over the
+// contender's: the contender's throughput relative to the baseline (at
+// concurrency conc, each goroutine a closed loop), both measured within
+// the same milliseconds, so that a change of the machine's load lands on
+// both sides of the ratio instead of on one.
+func pairedRatio(conc, n int, ops, base []func(context.Context) error) (float64, error) {
+	var sumOps, sumBase, counter atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for i := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			var own, other time.Duration
+			for k := counter.Add(1); k <= int64(n); k = counter.Add(1) {
+				first, second := ops[i], base[i]
+				if k%2 == 0 {
+					first, second = second, first
+				}
+				t0 := time.Now()
+				if err := first(ctx); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				t1 := time.Now()
+				if err := second(ctx); err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+				t2 := time.Now()
+				if k%2 == 0 {
+					own, other = own+t2.Sub(t1), other+t1.Sub(t0)
+				} else {
+					own, other = own+t1.Sub(t0), other+t2.Sub(t1)
+				}
+			}
+			sumOps.Add(int64(own))
+			sumBase.Add(int64(other))
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return 0, err
+	}
+	if sumOps.Load() <= 0 {
+		return 0, errors.New("no paired round ran")
+	}
+	return float64(sumBase.Load()) / float64(sumOps.Load()), nil
 }
 
 // contendedResult is the outcome of one Contended run.

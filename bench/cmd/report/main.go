@@ -330,9 +330,34 @@ func (r *runData) passRatio(name, ref, unit string) (spread, bool) {
 	return spread{med: v, lo: v, hi: v}, ok
 }
 
-// opsRatio is lib's throughput relative to base in a b.N scenario.
+// pairedSpread summarises the vs-base metric of benchmark name: its
+// throughput relative to the baseline, measured with the baseline's
+// operations interleaved with its own (the benchmarks' pairedRatio), one
+// value per pass. False if the run did not measure it.
+func (r *runData) pairedSpread(name string) (spread, bool) {
+	var vs []float64
+	for _, s := range r.samples[name] {
+		if v, ok := s.vals["vs-base"]; ok && v > 0 {
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) == 0 {
+		return spread{}, false
+	}
+	return spread{med: median(vs), lo: slices.Min(vs), hi: slices.Max(vs), n: len(vs)}, true
+}
+
+// opsRatio is lib's throughput relative to base in a b.N scenario: against
+// the baseline, from the interleaved measurement when the run has it, else
+// from the samples next to each other in each pass.
 func (r *runData) opsRatio(scenario, lib, base string) (spread, bool) {
-	return r.passRatio(scenario+"/lib="+lib, scenario+"/lib="+base, "ops/s")
+	name := scenario + "/lib=" + lib
+	if base == baseline {
+		if s, ok := r.pairedSpread(name); ok {
+			return s, true
+		}
+	}
+	return r.passRatio(name, scenario+"/lib="+base, "ops/s")
 }
 
 func median(vs []float64) float64 {
@@ -692,7 +717,10 @@ func overhead(r *runData) string {
 			if !ok || res["ns/op"] <= 0 {
 				continue
 			}
-			ratio, rok := r.passRatio(name, overheadName(r, conc, "raw"), "ops/s")
+			ratio, rok := r.pairedSpread(name)
+			if !rok {
+				ratio, rok = r.passRatio(name, overheadName(r, conc, "raw"), "ops/s")
+			}
 			c := func(unit string, f func(float64) string) string {
 				if v, ok := res[unit]; ok {
 					return f(v)
@@ -958,7 +986,7 @@ func footnote(r *runData, versions map[string]string) string {
 	}
 	b.WriteString(strings.Join(vs, ", "))
 	fmt.Fprintf(&b, "; fencedlock at %s. ", cmp.Or(r.config["fencedlock"], "a commit the run did not record"))
-	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own in which the baseline runs next to every contender (in an order reversed every other pass); the figures are medians over the passes, and a ratio is the median of the per-pass ratios of samples measured next to each other, with the range of those ratios in parentheses (a wide range: the machine's load moved during the run). Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
+	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own in which the baseline runs next to every contender (in an order reversed every other pass); the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass by running each goroutine's operation and a baseline operation back to back, alternating which goes first, for a quarter of b.N such pairs after the timed run: the baseline's total time over the library's, under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two libraries (the targets of issues 20 and 16) are the median of per-pass ratios of their samples run next to each other. Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
 	b.WriteString("Not a statistical study: for decisions, run `go test -run '^$' -bench . -benchmem -count 10` against your own servers and compare with benchstat.\n")
 	return b.String()
 }

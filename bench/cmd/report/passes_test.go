@@ -176,3 +176,44 @@ func TestTargets(t *testing.T) {
 		t.Errorf("stale targets of issue 7:\n%s", got)
 	}
 }
+
+// pairedSample carries the interleaved measurement (vs-base) the
+// benchmarks report for every Redis contender and Overhead layer.
+const pairedSample = `# report pass 0
+BenchmarkAcquireRelease/conc=1/lib=raw-rueidis-2       100 100000 ns/op
+BenchmarkAcquireRelease/conc=1/lib=fencedlock-redis-2  100 400000 ns/op 0.97 vs-base
+BenchmarkAcquireRelease/conc=1/lib=raw-rueidis#01-2    100 100000 ns/op
+BenchmarkOverhead/conc=64/layer=raw-2                  100 100 ns/op
+BenchmarkOverhead/conc=64/layer=locker-2               100 900 ns/op 0.80 vs-base
+BenchmarkOverhead/conc=64/layer=raw#01-2               100 100 ns/op
+# report pass 1
+BenchmarkAcquireRelease/conc=1/lib=raw-rueidis-2       100 100000 ns/op
+BenchmarkAcquireRelease/conc=1/lib=fencedlock-redis-2  100 100000 ns/op 0.91 vs-base
+BenchmarkAcquireRelease/conc=1/lib=raw-rueidis#01-2    100 100000 ns/op
+# report pass 2
+BenchmarkAcquireRelease/conc=1/lib=raw-rueidis-2       100 100000 ns/op
+BenchmarkAcquireRelease/conc=1/lib=fencedlock-redis-2  100  50000 ns/op 0.95 vs-base
+BenchmarkAcquireRelease/conc=1/lib=raw-rueidis#01-2    100 100000 ns/op
+`
+
+// TestPairedRatio: when the run measured the ratio to the baseline with
+// the operations interleaved (vs-base), the report shows its median over
+// the passes and range, not the ratio of the separately timed samples
+// (here 0.25x to 2x: load bursts).
+func TestPairedRatio(t *testing.T) {
+	r, err := parse([]byte(pairedSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := r.opsRatio("AcquireRelease/conc=1", "fencedlock-redis", baseline)
+	if got := fmtSpread(s, ok); got != "0.95x (0.91–0.97)" {
+		t.Errorf("paired ratio %s, want 0.95x (0.91–0.97)", got)
+	}
+	md := render(r, nil)
+	for _, want := range []string{"| **fencedlock/redis** | 10,000 | 0.95x (0.91–0.97) |", "| Locker.Acquire + Lease.Release | 64 | 1,111,111 | 0.80x |",
+		"| #19 | fencedlock/redis acquire+release, concurrency 1, >= 0.95x baseline | 0.95x (0.91–0.97) | yes |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
