@@ -149,3 +149,25 @@ func TestPassOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestTrimmedRatio: the paired ratio is base over own time, leaving out
+// the slowest rounds (both sides of each) so that a stall of the machine
+// in one round does not move it.
+func TestTrimmedRatio(t *testing.T) {
+	var pts []pairTime
+	for range 99 {
+		pts = append(pts, pairTime{own: 100 * time.Microsecond, base: 90 * time.Microsecond})
+	}
+	// One round stalled 50 ms on the baseline's side: untrimmed, the
+	// ratio would be (99*90+50000)/(100*100) = 5.89.
+	pts = append(pts, pairTime{own: 100 * time.Microsecond, base: 50 * time.Millisecond})
+	if r, ok := trimmedRatio(pts, 0); !ok || r < 5.88 || r > 5.9 {
+		t.Errorf("untrimmed ratio %v, %v; want 5.89", r, ok)
+	}
+	if r, ok := trimmedRatio(pts, 0.01); !ok || r != 0.9 {
+		t.Errorf("trimmed ratio %v, %v; want 0.9", r, ok)
+	}
+	if _, ok := trimmedRatio(nil, 0.01); ok {
+		t.Errorf("ratio of no rounds")
+	}
+}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -293,20 +294,22 @@ func runOpsPaired(b *testing.B, e *env, c contender, conc int, setup, base func(
 // goroutine i runs its contender operation ops[i] and its baseline
 // operation base[i] back to back, the contender first in odd rounds and
 // second in even ones. It returns the baseline's total time over the
-// contender's: the contender's throughput relative to the baseline (at
-// concurrency conc, each goroutine a closed loop), both measured within
-// the same milliseconds, so that a change of the machine's load lands on
-// both sides of the ratio instead of on one.
+// contender's (trimmedRatio): the contender's throughput relative to the
+// baseline (at concurrency conc, each goroutine a closed loop), both
+// measured within the same milliseconds, so that a change of the
+// machine's load lands on both sides of the ratio instead of on one.
 func pairedRatio(conc, n int, ops, base []func(context.Context) error) (float64, error) {
-	var sumOps, sumBase, counter atomic.Int64
+	var counter atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
+	perG := make([][]pairTime, conc)
 	for i := range conc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx := context.Background()
-			var own, other time.Duration
+			pts := make([]pairTime, 0, n/conc+1)
+			defer func() { perG[i] = pts }()
 			for k := counter.Add(1); k <= int64(n); k = counter.Add(1) {
 				first, second := ops[i], base[i]
 				if k%2 == 0 {
@@ -324,23 +327,56 @@ func pairedRatio(conc, n int, ops, base []func(context.Context) error) (float64,
 				}
 				t2 := time.Now()
 				if k%2 == 0 {
-					own, other = own+t2.Sub(t1), other+t1.Sub(t0)
+					pts = append(pts, pairTime{own: t2.Sub(t1), base: t1.Sub(t0)})
 				} else {
-					own, other = own+t1.Sub(t0), other+t2.Sub(t1)
+					pts = append(pts, pairTime{own: t1.Sub(t0), base: t2.Sub(t1)})
 				}
 			}
-			sumOps.Add(int64(own))
-			sumBase.Add(int64(other))
 		}()
 	}
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
 		return 0, err
 	}
-	if sumOps.Load() <= 0 {
+	var all []pairTime
+	for _, pts := range perG {
+		all = append(all, pts...)
+	}
+	r, ok := trimmedRatio(all, pairTrim)
+	if !ok {
 		return 0, errors.New("no paired round ran")
 	}
-	return float64(sumBase.Load()) / float64(sumOps.Load()), nil
+	return r, nil
+}
+
+// pairTime is one round of pairedRatio: the contender's operation and
+// the baseline's.
+type pairTime struct{ own, base time.Duration }
+
+// pairTrim is the share of rounds pairedRatio leaves out, the slowest by
+// the two operations' total: on a loaded machine a round now and then
+// stalls for milliseconds (the process or the server descheduled), which
+// says nothing about either library but moves a mean by a tenth. Both
+// sides of a left-out round go, so the trim takes nothing from one side
+// only.
+const pairTrim = 0.01
+
+// trimmedRatio returns the sum of the base times over the sum of the own
+// times, leaving out the share trim of the rounds with the largest total;
+// false if no round remains.
+func trimmedRatio(pts []pairTime, trim float64) (float64, bool) {
+	pts = slices.Clone(pts)
+	slices.SortFunc(pts, func(a, b pairTime) int { return cmp.Compare(a.own+a.base, b.own+b.base) })
+	keep := len(pts) - int(float64(len(pts))*trim)
+	var own, base time.Duration
+	for _, p := range pts[:keep] {
+		own += p.own
+		base += p.base
+	}
+	if own <= 0 {
+		return 0, false
+	}
+	return float64(base) / float64(own), true
 }
 
 // contendedResult is the outcome of one Contended run.
