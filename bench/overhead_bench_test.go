@@ -20,9 +20,9 @@ import (
 // layer runs at concurrency 1 and 64 (64 goroutines on the one client,
 // each on its own key), timed as in BenchmarkAcquireRelease (runOps: same
 // latency, command and server CPU metrics), so a gap at 64 shows whether
-// it is in the client's layers or on the server. Within a concurrency the
-// raw layer runs next to every other (passOrder), as the contenders do,
-// and every other layer is also paired with it op by op (vs-base).
+// it is in the client's layers or on the server. Every layer above raw is
+// also paired with it op by op (vs-base), as the contenders are with the
+// baseline; odd passes run the layers in reverse order (passOrder).
 func BenchmarkOverhead(b *testing.B) {
 	e := servers(b)
 	c := e.newRueidis(b, nil)

@@ -78,10 +78,7 @@ func forEach(b *testing.B, want func(contender) bool, fn func(b *testing.B, e *e
 }
 
 // forEachPass is forEach for the b.N scenarios: the contenders wanted run
-// in the order passOrder gives for -pass, the baseline (when wanted)
-// adjacent to every other, so the report can take each contender's ratio
-// against a baseline sample of the same pass measured next to it. A
-// repeated baseline sub-benchmark is named lib=raw-rueidis#01, #02...
+// in the order passOrder gives for -pass.
 func forEachPass(b *testing.B, want func(contender) bool, fn func(b *testing.B, e *env, c contender)) {
 	var cs []contender
 	for _, c := range allContenders() {
@@ -89,9 +86,7 @@ func forEachPass(b *testing.B, want func(contender) bool, fn func(b *testing.B, 
 			cs = append(cs, c)
 		}
 	}
-	if len(cs) > 0 && cs[0].name == baselineName {
-		cs = passOrder(cs, *flagPass)
-	}
+	cs = passOrder(cs, *flagPass)
 	e := serversDescribed(b)
 	for _, c := range cs {
 		b.Run("lib="+c.name, func(b *testing.B) { fn(b, e, c) })

@@ -88,10 +88,11 @@ func main() {
 			// Repeat the whole b.N pass rather than each benchmark in a row
 			// (go test -count), so that a burst of load on a shared machine
 			// lands on one sample of every contender, not on all samples
-			// of one. Within a pass the baseline runs next to every
-			// contender, in an order that reverses every other pass
-			// (-pass, ABBA): each ratio is taken within a pass, between
-			// samples seconds apart, and the report shows their median.
+			// of one. Every other pass runs the contenders in reverse
+			// order (-pass, ABBA); each Redis contender's ratio to the
+			// baseline is measured within its sample, interleaved with
+			// baseline operations (vs-base), and the report shows the
+			// median over passes with the range.
 			for i := 0; i < *count && runErr == nil; i++ {
 				fmt.Fprintf(&buf, "# report pass %d\n", i)
 				runErr = runGo("^Benchmark(AcquireRelease|Renew|Overhead)$", 1, i)
@@ -986,7 +987,7 @@ func footnote(r *runData, versions map[string]string) string {
 	}
 	b.WriteString(strings.Join(vs, ", "))
 	fmt.Fprintf(&b, "; fencedlock at %s. ", cmp.Or(r.config["fencedlock"], "a commit the run did not record"))
-	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own in which the baseline runs next to every contender (in an order reversed every other pass); the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass by running each goroutine's operation and a baseline operation back to back, alternating which goes first, for a quarter of b.N such pairs after the timed run: the baseline's total time over the library's (leaving out the 1%% of pairs that took longest: stalls of the machine), under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two libraries (the targets of issues 20 and 16) are the median of per-pass ratios of their samples run next to each other. Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
+	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own, every other one in reverse order; the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass by running each goroutine's operation and a baseline operation back to back, alternating which goes first, for a quarter of b.N such pairs after the timed run: the baseline's total time over the library's (leaving out the 1%% of pairs that took longest: stalls of the machine), under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two libraries (the targets of issues 20 and 16) are the median of per-pass ratios of their samples run next to each other. Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
 	b.WriteString("Not a statistical study: for decisions, run `go test -run '^$' -bench . -benchmem -count 10` against your own servers and compare with benchstat.\n")
 	return b.String()
 }

@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// abbaSample is the output of three passes of the b.N scenarios as the
-// report runs them (-pass 0, 1, 2): the baseline before every pair and at
-// the end, odd passes reversed, go test's #01 on the repeated baseline.
+// abbaSample is the output of three passes of the b.N scenarios without
+// the interleaved ratio (vs-base), in which the baseline runs before every
+// pair of contenders and at the end, odd passes reversed, with go test's
+// #01 on the repeated baseline: ratios come from neighbouring samples.
 const abbaSample = `goos: linux
 # report pass 0
 BenchmarkAcquireRelease/conc=1/lib=raw-rueidis-2         	 100	 100000 ns/op	 5 allocs/op
