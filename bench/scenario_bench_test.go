@@ -288,12 +288,15 @@ func runOpsPaired(b *testing.B, e *env, c contender, conc int, setup, base func(
 // pairedRatio runs n rounds spread over conc goroutines; in each round
 // goroutine i runs its contender operation ops[i] and its baseline
 // operation base[i] back to back, the contender first in odd rounds and
-// second in even ones. It returns the baseline's total time over the
+// second in even ones (at conc > 1, blocks of operations: blockRatio). It returns the baseline's total time over the
 // contender's (trimmedRatio): the contender's throughput relative to the
 // baseline (at concurrency conc, each goroutine a closed loop), both
 // measured within the same milliseconds, so that a change of the
 // machine's load lands on both sides of the ratio instead of on one.
 func pairedRatio(conc, n int, ops, base []func(context.Context) error) (float64, error) {
+	if conc > 1 {
+		return blockRatio(conc, n, ops, base)
+	}
 	var counter atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
@@ -340,6 +343,74 @@ func pairedRatio(conc, n int, ops, base []func(context.Context) error) (float64,
 	r, ok := trimmedRatio(all, pairTrim)
 	if !ok {
 		return 0, errors.New("no paired round ran")
+	}
+	return r, nil
+}
+
+// blockGoroutineOps is how many operations each goroutine runs in one block
+// of blockRatio: at 64 goroutines a block is 256 operations, some
+// milliseconds.
+const blockGoroutineOps = 4
+
+// blockRatio is pairedRatio at concurrency conc > 1. Alternating single
+// operations would measure latency under a queue the two libraries share:
+// when the server is the bottleneck, an operation of either waits about
+// as long, whatever it costs the server, and the ratio tends to 1. So the
+// goroutines run blocks: in a block every goroutine runs
+// blockGoroutineOps operations of one library, all at once, and the
+// block's wall time is that library's throughput alone; blocks alternate
+// A B B A A B B A..., and each A block and the B block next to it form a
+// round of trimmedRatio. n is the operations of each library in total.
+func blockRatio(conc, n int, ops, base []func(context.Context) error) (float64, error) {
+	rounds := max(1, n/(conc*blockGoroutineOps))
+	block := func(fns []func(context.Context) error) (time.Duration, error) {
+		var failed atomic.Value
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for i := range conc {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range blockGoroutineOps {
+					if err := fns[i](context.Background()); err != nil {
+						failed.CompareAndSwap(nil, err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		d := time.Since(t0)
+		if err, _ := failed.Load().(error); err != nil {
+			return 0, err
+		}
+		return d, nil
+	}
+	pts := make([]pairTime, 0, rounds)
+	for r := range rounds {
+		var p pairTime
+		// Round r runs A then B when r is even, B then A when odd:
+		// A B | B A | A B | ...
+		for _, own := range []bool{r%2 == 0, r%2 != 0} {
+			fns := base
+			if own {
+				fns = ops
+			}
+			d, err := block(fns)
+			if err != nil {
+				return 0, err
+			}
+			if own {
+				p.own = d
+			} else {
+				p.base = d
+			}
+		}
+		pts = append(pts, p)
+	}
+	r, ok := trimmedRatio(pts, pairTrim)
+	if !ok {
+		return 0, errors.New("no paired block ran")
 	}
 	return r, nil
 }
