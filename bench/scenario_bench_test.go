@@ -362,7 +362,9 @@ const blockGoroutineOps = 4
 // A B B A A B B A..., and each A block and the B block next to it form a
 // round of trimmedRatio. n is the operations of each library in total.
 func blockRatio(conc, n int, ops, base []func(context.Context) error) (float64, error) {
-	rounds := max(1, n/(conc*blockGoroutineOps))
+	// At least A B | B A, so a short run (go test's first calls with a
+	// small b.N, -short) still has both orders.
+	rounds := max(2, n/(conc*blockGoroutineOps))
 	block := func(fns []func(context.Context) error) (time.Duration, error) {
 		var failed atomic.Value
 		var wg sync.WaitGroup

@@ -868,7 +868,7 @@ func render(r *runData, versions map[string]string) string {
 	b.WriteString("\n![throughput relative to the raw rueidis baseline, and contended hand-offs per second](chart.svg)\n\n")
 
 	b.WriteString("### Targets of the open issues, checked on this run\n\n")
-	b.WriteString("Ratios of the hot path (acquire+release, renew) are the median of the per-pass ratios, each taken against the other side's sample measured next to it in the same pass, with their range in parentheses; the contended, hand-off and many-leases figures are from one run.\n\n")
+	b.WriteString("Ratios of the hot path (acquire+release, renew) are the median over the passes of a ratio measured within each pass, with the range in parentheses: against the raw baseline, the interleaved measurement (vs-base, see the note at the end); between two libraries, their samples of the same pass; the contended, hand-off and many-leases figures are from one run.\n\n")
 	b.WriteString(targetTable(targets(r)))
 
 	for _, s := range []struct{ title, scenario, text string }{
