@@ -17,6 +17,11 @@
 // blocking autopipeliner (redis.UniversalClient.AutoPipeline, configured
 // by the client's AutoPipelineOptions), which sends those waiting at the
 // same moment as one pipeline: hooks of the client then see pipelines.
+// A client with ContextTimeoutEnabled gets the deferred autopipeliner
+// (AsyncAutoPipeline) instead, so that a context ends the wait of a
+// pipelined command as it ends that of a direct one; the command may still
+// run, and the Locker's clean-up after an outcome it cannot know (a
+// release with the abandon mark) makes a late acquire take nothing.
 //
 // Release wake-ups use go-redis Pub/Sub (SUBSCRIBE, or SSUBSCRIBE with
 // [Options.ShardedPubSub]). This package imports neither rueidis nor etcd.
@@ -205,43 +210,80 @@ func (b *Backend) runInt(ctx context.Context, s script, cmd []any) (int64, error
 func runAs[C redis.Cmder](ctx context.Context, b *Backend, s script, cmd []any, newCmd func(context.Context, ...any) C) C {
 	cmd[0], cmd[1] = "evalsha", s.sha
 	r := newCmd(ctx, cmd...)
-	b.process(ctx, r)
+	if err := b.process(ctx, r); err != nil {
+		return abandoned(ctx, err, newCmd)
+	}
 	if isNoScript(r.Err()) {
 		cmd[0], cmd[1] = "eval", s.lua
 		r = newCmd(ctx, cmd...)
-		b.process(ctx, r)
+		if err := b.process(ctx, r); err != nil {
+			return abandoned(ctx, err, newCmd)
+		}
 	}
 	return r
+}
+
+// abandoned returns a command failed with err, the error of ctx, in place
+// of the one process gave up on, which the autopipeliner may still write
+// and fill in (it must not be read nor its arguments changed). That
+// command's outcome is unknown: the Locker's clean-up (a release with the
+// abandon mark) makes it take nothing if it arrives later.
+func abandoned[C redis.Cmder](ctx context.Context, err error, newCmd func(context.Context, ...any) C) C {
+	c := newCmd(ctx)
+	c.SetErr(err)
+	return c
 }
 
 // process sends one command; its outcome is c's. While at most as many
 // commands of this backend are in flight as the client has pooled
 // connections, it goes out on its own pooled connection as go-redis's Do
 // sends it: one round trip, on the caller's goroutine. Beyond that (it
-// would wait for a connection) it goes through the client's blocking
-// autopipeliner (go-redis's AutoPipeline), which writes the commands
-// waiting at that moment as one pipeline on one connection: one write and
-// one read instead of one per command, on the client and on the server.
-// (Below the pool size the autopipeliner is slower: it sends one batch at
-// a time, and hands each command to its own goroutine and back.)
-func (b *Backend) process(ctx context.Context, c redis.Cmder) {
+// would wait for a connection) it goes through the client's autopipeliner
+// (go-redis's AutoPipeline), which writes the commands waiting at that
+// moment as one pipeline on one connection: one write and one read instead
+// of one per command, on the client and on the server. (Below the pool size
+// the autopipeliner is slower: it sends one batch at a time, and hands each
+// command to its own goroutine and back.)
+//
+// The blocking autopipeliner ignores the context of a queued command, so a
+// client with ContextTimeoutEnabled (which asks for contexts to bound
+// commands) gets the deferred one (AsyncAutoPipeline) instead, whose wait
+// ends with ctx. process then returns ctx's error, and c, still queued or
+// in flight, must be left alone: it may still be written and run.
+func (b *Backend) process(ctx context.Context, c redis.Cmder) error {
 	defer b.inflight.Add(-1)
 	if b.inflight.Add(1) > b.direct {
 		if ap := b.pipeliner(); ap != nil {
-			_ = ap.Process(ctx, c)
-			return
+			if !b.ctxTimeouts {
+				_ = ap.Process(ctx, c)
+				return nil
+			}
+			err := ap.Submit(ctx, c).WaitContext(ctx)
+			if err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+				return err
+			}
+			return nil
 		}
 	}
 	_ = b.c.Process(ctx, c)
+	return nil
 }
 
-// pipeliner returns the client's blocking autopipeliner, asked for once
-// (at the first concurrent command); nil if the client has none to give
-// (then every command goes out alone).
+// pipeliner returns the client's autopipeliner (see process), asked for
+// once (at the first concurrent command); nil if the client has none to
+// give (then every command goes out alone).
 func (b *Backend) pipeliner() *redis.AutoPipeliner {
 	b.apOnce.Do(func() {
-		ap, err := b.c.AutoPipeline()
-		if err != nil || ap == nil || !ap.IsBlocking() {
+		var (
+			ap  *redis.AutoPipeliner
+			err error
+		)
+		if b.ctxTimeouts {
+			ap, err = b.c.AsyncAutoPipeline()
+		} else {
+			ap, err = b.c.AutoPipeline()
+		}
+		if err != nil || ap == nil || ap.IsBlocking() == b.ctxTimeouts {
 			if b.opts.Logger != nil {
 				b.opts.Logger.Debug("goredis: no autopipeliner; commands go out one per connection", "err", err)
 			}
@@ -268,10 +310,11 @@ type Backend struct {
 	closed atomic.Bool
 	ttl    redisscript.TTLCache
 
-	inflight atomic.Int32         // commands of process in flight
-	direct   int32                // process sends at most this many in flight directly: the client's pool size
-	apOnce   sync.Once            // sets ap
-	ap       *redis.AutoPipeliner // the client's; nil: none
+	inflight    atomic.Int32         // commands of process in flight
+	direct      int32                // process sends at most this many in flight directly: the client's pool size
+	ctxTimeouts bool                 // the client's ContextTimeoutEnabled: process honours ctx in the autopipeliner too
+	apOnce      sync.Once            // sets ap
+	ap          *redis.AutoPipeliner // the client's; nil: none
 
 	hubsMu sync.Mutex
 	hub    *hub                // the one hub without ShardedPubSub; nil until the first Watch
@@ -308,7 +351,7 @@ func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 		return nil, err
 	}
 	o := Options(ro)
-	b := &Backend{c: client, opts: o, direct: poolSize(client)}
+	b := &Backend{c: client, opts: o, direct: poolSize(client), ctxTimeouts: contextTimeouts(client)}
 	if o.ShardedPubSub {
 		b.hubs = make(map[uint16]*slotHub)
 	}
@@ -329,6 +372,18 @@ func poolSize(c redis.UniversalClient) int32 {
 		n = 10 * runtime.GOMAXPROCS(0) // go-redis's default
 	}
 	return int32(min(n, math.MaxInt32))
+}
+
+// contextTimeouts reports whether c honours the deadlines of contexts
+// (ContextTimeoutEnabled in its options).
+func contextTimeouts(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // checkEviction reads maxmemory-policy from every node of c (see New).

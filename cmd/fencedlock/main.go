@@ -235,6 +235,8 @@ func (e *env) main(ctx context.Context, args []string) int {
 		return e.worker(ctx, args[1:])
 	case supervisorCommand:
 		return e.supervise(args[1:])
+	case gateCommand:
+		return gate(args[1:])
 	case "--version", "-version", "version":
 		fmt.Fprintf(e.stdout, "fencedlock %s\n", version())
 		return exitOK

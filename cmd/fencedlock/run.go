@@ -399,12 +399,20 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 			for status != nil {
 				note(<-status)
 			}
-			if pgid != 0 && ws == nil {
+			if pgid != 0 && ws == nil && startErr == "" {
 				// The supervisor was killed: what is left of the tree is
 				// not under it any more; kill the group at least.
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 				fmt.Fprintf(e.stderr, "fencedlock run: the supervisor of %q died (%v); sent SIGKILL to process group %d; descendants that left it may still run; exiting %d\n",
 					argv[0], sup.ProcessState, pgid, exitLeaseLost)
+				_ = lease.Release(context.Background())
+				return exitLeaseLost
+			}
+			if st, ok := sup.ProcessState.Sys().(syscall.WaitStatus); ok && st.Signaled() && pgid == 0 && ws == nil && startErr == "" {
+				// Killed before its report: COMMAND never ran (the gate
+				// execs it only after the report; see supervisor.start).
+				fmt.Fprintf(e.stderr, "fencedlock run: the supervisor of %q died (%v) before it started it; %q did not run; exiting %d\n",
+					argv[0], sup.ProcessState, argv[0], exitLeaseLost)
 				_ = lease.Release(context.Background())
 				return exitLeaseLost
 			}

@@ -52,11 +52,18 @@ import (
 //
 // On fd 4, supervisor to run:
 //
-//	P <pid>     COMMAND started with this pid (and process group)
+//	P <pid>     COMMAND's process started with this pid (and process group);
+//	            COMMAND itself is exec'd in it only after this report
+//	            (see supervisor.start), so run can always kill what runs
 //	X <msg>     COMMAND could not be started
 //	E <status>  COMMAND exited with this wait status
 //	T <reason>  the supervisor began terminating the tree on its own
 const supervisorCommand = "__fencedlock_supervisor"
+
+// stopBeforeReportEnv, set in the supervisor's environment, makes it stop
+// itself (SIGSTOP) right after it started COMMAND, before it reports P:
+// for tests only (TestRunSupervisorKilledBeforeReport), to kill it there.
+const stopBeforeReportEnv = "FENCEDLOCK_TEST_SUPERVISOR_STOP_BEFORE_REPORT"
 
 // supervisorMsg is a message on the control pipe; eof means the pipe
 // closed or failed.
@@ -142,17 +149,11 @@ func (e *env) supervise(args []string) int {
 	if first.eof || first.kind != 'D' || !s.setDeadline(first.arg) {
 		return exitFailure
 	}
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Env:   append(os.Environ(), envs...),
-		Files: []uintptr{0, 1, 2},
-		Sys:   childSysProcAttr(),
-	})
-	if err != nil {
+	if _, err := s.start(path, argv, append(os.Environ(), envs...)); err != nil {
 		s.report("X %v", err)
+		s.reapAll()
 		return exitCannotExec
 	}
-	s.pid = pid
-	s.report("P %d", pid)
 
 	for {
 		// Deadlines first: the look at /proc and the reaping can wait.
@@ -198,6 +199,82 @@ func (e *env) supervise(args []string) int {
 		}
 		timer.Stop()
 	}
+}
+
+// start starts COMMAND (path, argv, env) in a process group of its own and
+// reports its pid and group (P) before COMMAND runs: a supervisor killed
+// before its report must leave no process of COMMAND behind, since run,
+// without the report, cannot kill the group. The child first runs this
+// binary's gate (gateCommand), which waits for the supervisor's word
+// (after the report) before it execs COMMAND, keeping its pid and group:
+// if the supervisor dies first, the gate dies with it (Pdeathsig), or
+// sees the word pipe close, and COMMAND never runs. An error of COMMAND's
+// exec comes back from the gate on a pipe that the exec closes.
+func (s *supervisor) start(path string, argv, env []string) (int, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("finding this binary for the gate: %w", err)
+	}
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer goW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		goR.Close()
+		return 0, err
+	}
+	defer errR.Close()
+	pid, err := syscall.ForkExec(self, append([]string{self, gateCommand, path}, argv...), &syscall.ProcAttr{
+		Env:   env,
+		Files: []uintptr{0, 1, 2, goR.Fd(), errW.Fd()},
+		Sys:   childSysProcAttr(),
+	})
+	goR.Close()
+	errW.Close()
+	if err != nil {
+		return 0, err
+	}
+	s.pid = pid
+	if os.Getenv(stopBeforeReportEnv) != "" {
+		stopSelf()
+	}
+	s.report("P %d", pid)
+	if _, err := goW.Write([]byte{1}); err != nil {
+		return pid, fmt.Errorf("starting %s: the gate: %w", path, err)
+	}
+	goW.Close()
+	msg, _ := io.ReadAll(io.LimitReader(errR, 4096)) // EOF: COMMAND was exec'd (or the gate died)
+	if len(msg) > 0 {
+		return pid, errors.New(string(msg))
+	}
+	return pid, nil
+}
+
+// gateCommand is the hidden command of this binary that the supervisor
+// starts as COMMAND's process (see supervisor.start): it waits for one
+// byte on fd 3, then execs COMMAND (its arguments: path, argv...) in its
+// own place; an exec error goes to fd 4. Without the byte (the supervisor
+// died) it exits without running anything.
+const gateCommand = "__fencedlock_gate"
+
+// gate is gateCommand's main.
+func gate(args []string) int {
+	word, errs := os.NewFile(3, "word"), os.NewFile(4, "exec-error")
+	if len(args) < 2 || word == nil || errs == nil {
+		fmt.Fprintf(os.Stderr, "fencedlock: %s is run by fencedlock run, not by hand\n", gateCommand)
+		return exitUsage
+	}
+	var b [1]byte
+	if n, _ := word.Read(b[:]); n != 1 {
+		return exitFailure // the supervisor died before its report reached run
+	}
+	word.Close()
+	syscall.CloseOnExec(4)
+	err := syscall.Exec(args[0], args[1:], os.Environ())
+	_, _ = fmt.Fprint(errs, err)
+	return exitCannotExec
 }
 
 // act sends SIGTERM or SIGKILL to the tree if their time has come.

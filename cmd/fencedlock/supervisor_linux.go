@@ -78,3 +78,9 @@ func descendants(root int) []int {
 	}
 	return out
 }
+
+// stopSelf stops the process (SIGSTOP) before the calling thread goes on:
+// the signal is sent to that thread, which stops the whole process before
+// it returns (a kill of the process may be taken by another thread while
+// this one runs on).
+func stopSelf() { _ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP) }

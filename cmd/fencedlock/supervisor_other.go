@@ -2,7 +2,11 @@
 
 package main
 
-import "time"
+import (
+	"os"
+	"syscall"
+	"time"
+)
 
 // subreaper tells whether setSubreaper works here.
 const subreaper = false
@@ -18,3 +22,7 @@ func sharedNow() int64 { return time.Now().UnixNano() }
 // descendants finds nothing without /proc: the supervisor signals
 // COMMAND's process group only.
 func descendants(root int) []int { return nil }
+
+// stopSelf stops the process (SIGSTOP); another thread may run on
+// briefly.
+func stopSelf() { _ = syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
