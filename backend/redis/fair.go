@@ -333,7 +333,7 @@ func (f *FairBackend) leave(ctx context.Context, req driver.AcquireRequest) {
 	if b.sharded {
 		args[1] = "sharded"
 	}
-	if err := releaseScript.Exec(rctx, b.c, releaseKeys(b.LockKey(req.Key)), args).Error(); err != nil {
+	if err := runScript(rctx, b.c, releaseScript, releaseKeys(b.LockKey(req.Key)), args).Error(); err != nil {
 		b.opts.Logger.Warn("redis: a fair waiter that gave up could not leave the queue; its entry expires within its TTL",
 			"key", req.Key, "err", err)
 	}

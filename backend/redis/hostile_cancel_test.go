@@ -49,12 +49,8 @@ import (
 // The subtest "warm" first makes the client dial all 4 of them (a
 // Background context, counted by the dialer): it passed 8 runs of 8, with
 // 1 to 4 redials each; "cold" (a fresh client) failed in 2 runs of 3 to 8.
-// Both can fail until backend/redis retries a command failed by another
-// caller's context, so they run only with FENCEDLOCK_PENDING=1.
+// The backend runs such a command again (runScript): both pass.
 func TestCancelledAcquiresLeaveNoOrphan(t *testing.T) {
-	if os.Getenv("FENCEDLOCK_PENDING") == "" {
-		t.Skip("can fail until backend/redis retries a command failed by another caller's dial (see /work/notes/hostile.md); FENCEDLOCK_PENDING=1 runs it")
-	}
 	for _, tc := range []struct {
 		name string
 		warm bool

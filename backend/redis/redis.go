@@ -314,7 +314,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, fair b
 			return driver.Grant{}, redisscript.Options(b.opts).NotReplicated("acquire", req.Key, acked, rerr)
 		}
 	} else {
-		n, err = acquireScript.Exec(ctx, b.c, keys, args).AsInt64()
+		n, err = runScript(ctx, b.c, acquireScript, keys, args).AsInt64()
 	}
 	if err != nil {
 		return driver.Grant{}, wrap("acquire", req.Key, err)
@@ -352,13 +352,19 @@ func (b *Backend) execWait(ctx context.Context, sha, lua string, keys, args []st
 		return b.c.B().Wait().Numreplicas(int64(b.opts.WaitReplicas)).Timeout(b.opts.WaitTimeout.Milliseconds()).Build().SetSlot(keys[0])
 	}
 	nk := int64(len(keys))
-	res := b.c.DoMulti(ctx,
-		b.c.B().Evalsha().Sha1(sha).Numkeys(nk).Key(keys...).Arg(args...).Build(),
-		waitCmd())
-	if re, ok := rueidis.IsRedisErr(res[0].Error()); ok && re.IsNoScript() {
+	var res []rueidis.RedisResult
+	for i := 0; ; i++ { // again after another caller's context error (see runScript)
 		res = b.c.DoMulti(ctx,
-			b.c.B().Eval().Script(lua).Numkeys(nk).Key(keys...).Arg(args...).Build(),
+			b.c.B().Evalsha().Sha1(sha).Numkeys(nk).Key(keys...).Arg(args...).Build(),
 			waitCmd())
+		if re, ok := rueidis.IsRedisErr(res[0].Error()); ok && re.IsNoScript() {
+			res = b.c.DoMulti(ctx,
+				b.c.B().Eval().Script(lua).Numkeys(nk).Key(keys...).Arg(args...).Build(),
+				waitCmd())
+		}
+		if i == foreignRetries || !foreignCancel(ctx, res[0].Error()) {
+			break
+		}
 	}
 	if n, err = res[0].AsInt64(); err != nil {
 		return 0, 0, err
@@ -398,7 +404,7 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 			return 0, redisscript.Options(b.opts).NotReplicated("renew", g.Key, acked, nil)
 		}
 	} else {
-		n, err = renewScript.Exec(ctx, b.c, keys, args).AsInt64()
+		n, err = runScript(ctx, b.c, renewScript, keys, args).AsInt64()
 	}
 	if err != nil {
 		return 0, wrap("renew", g.Key, err)
@@ -433,7 +439,7 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 		// leaves the fair queue.
 		args[2] = abandonTTLms
 	}
-	n, err := releaseScript.Exec(ctx, b.c, keys, args).AsInt64()
+	n, err := runScript(ctx, b.c, releaseScript, keys, args).AsInt64()
 	if err != nil {
 		return wrap("release", g.Key, err)
 	}
@@ -455,7 +461,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 		return driver.Info{}, err
 	}
 	lk := b.LockKey(key)
-	vals, err := inspectScript.Exec(ctx, b.c, []string{lk, lk + fenceSuffix}, nil).ToArray()
+	vals, err := runScript(ctx, b.c, inspectScript, []string{lk, lk + fenceSuffix}, nil).ToArray()
 	if err != nil {
 		return driver.Info{}, wrap("inspect", key, err)
 	}

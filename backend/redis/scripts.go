@@ -3,6 +3,9 @@ package redis
 //go:generate go run ../../internal/luagen -dir ../../internal/redisscript
 
 import (
+	"context"
+	"errors"
+
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/redis/rueidis"
 )
@@ -59,4 +62,39 @@ func releaseKeys(lk string) []string {
 	a := n + len(abandonedSuffix)
 	q := a + n + len(queueSuffix)
 	return []string{lk, s[:a], s[a:q], s[q:]}
+}
+
+// foreignRetries is how many times runScript runs a script again after it
+// failed with another caller's context error (see runScript).
+const foreignRetries = 3
+
+// runScript runs s on c with keys and args, as s.Exec does, for the scripts
+// that may run twice with the same effect (acquire, renew, release,
+// inspect: an owner's acquire or renew repeated grants it the same, a
+// release repeated finds nothing to delete).
+//
+// rueidis opens a connection lazily (at its first use, and again after
+// one closed), and says HELLO on it, with the context of the command that
+// needs it first; every command waiting for that connection gets the same
+// error. A command whose own ctx is live can so fail with
+// context.Canceled or context.DeadlineExceeded because another caller
+// gave up, with nothing of it sent: a Lease's Release (or the Locker's
+// clean-up after an acquire of unknown outcome) would leave its lock held
+// for the whole TTL, and a renewal would be counted as failed. runScript runs
+// such a command again, at most foreignRetries times; an error of ctx
+// itself is returned as it is.
+func runScript(ctx context.Context, c rueidis.Client, s *rueidis.Lua, keys, args []string) rueidis.RedisResult {
+	for i := 0; ; i++ {
+		r := s.Exec(ctx, c, keys, args)
+		if i == foreignRetries || !foreignCancel(ctx, r.Error()) {
+			return r
+		}
+	}
+}
+
+// foreignCancel reports whether err is a context's error while ctx itself
+// is live: the error of another caller's context (see runScript).
+func foreignCancel(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
