@@ -225,6 +225,10 @@ func entryIn(dir string, lease clientv3.LeaseID) string {
 // each call. The options only set fields of the Op they apply to.
 var firstCreate = clientv3.WithFirstCreate()
 
+// queueKeys reads the names (and create revisions) of a queue directory's
+// entries, without their values: built once, like firstCreate.
+var queueKeys = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly()}
+
 // fenceKey is the etcd key holding the fence record of a guarded resource.
 func (b *Backend) fenceKey(resource string) string {
 	return b.opts.KeyPrefix + "fences/" + url.PathEscape(resource)
