@@ -95,7 +95,9 @@ var (
 	_ driver.Backend      = (*Backend)(nil)
 	_ driver.WaitAcquirer = (*Backend)(nil)
 	_ driver.KeepAliver   = (*Backend)(nil)
-	_ driver.Inspector    = (*Backend)(nil)
+
+	_ driver.KeepAliveStopper = (*Backend)(nil)
+	_ driver.Inspector        = (*Backend)(nil)
 )
 
 // New returns a Backend on client. The Backend never closes client: close
