@@ -44,6 +44,7 @@ type Lease struct {
 	renewing  bool          // a watchdog renewal is in flight
 	keepalive bool          // the keepalive reader of a KeepAliver is running
 	stopped   chan struct{} // made by a waitStopped; closed at done
+	kaStop    func()        // stops a KeepAliveStopper's keepalive at once; nil otherwise
 	deadline  time.Time     // local deadline (monotonic)
 	next      time.Time     // next renewal due (watchdog renewals only)
 	lastErr   error         // last renewal failure
@@ -188,7 +189,8 @@ func (ls *Lease) renew(ctx context.Context, sent time.Time) error {
 // [ErrReleased]), cancels the watchdog's renewal in flight, deletes the key
 // on the server if this owner still holds it, and waits for the cancelled
 // renewal to return (with a [driver.KeepAliver], it waits for the backend's
-// keepalive to stop before it deletes the key). It runs detached from ctx's cancellation, so a caller
+// keepalive to stop before it deletes the key; a [driver.KeepAliveStopper]'s
+// it stops itself). It runs detached from ctx's cancellation, so a caller
 // whose context is already cancelled still releases, and the whole of it
 // is bounded by Options.ReleaseTimeout when the backend returns once its
 // context ends; with a watchdog renewal in flight (whose client may hold
@@ -222,7 +224,18 @@ func (ls *Lease) Release(ctx context.Context) (err error) {
 		lost = err
 	}
 	if ls.keptAlive() {
-		ls.waitStopped(rctx) // the backend's keepalive has stopped
+		// The backend's keepalive stops before the key is deleted: at once
+		// with a KeepAliveStopper (the lease has ended, so its reader takes
+		// the closed channel for the release, not a loss), else once the
+		// backend has seen the lease's context end.
+		ls.mu.Lock()
+		stop := ls.kaStop
+		ls.mu.Unlock()
+		if stop != nil {
+			stop()
+		} else {
+			ls.waitStopped(rctx)
+		}
 	}
 	// The release goes out without waiting for a watchdog renewal in
 	// flight: a renewal never recreates a deleted key, whichever reaches

@@ -64,7 +64,17 @@ const (
 // it in its WaitGroup; settleLocked returns that count.
 func (ls *Lease) startWatchdog() {
 	if ls.keptAlive() {
-		go ls.readKeepAlive(ls.l.keeper.KeepAlive(ls.context(), ls.grant))
+		var kc <-chan driver.Renewal
+		if st, ok := ls.l.keeper.(driver.KeepAliveStopper); ok {
+			var stop func()
+			kc, stop = st.KeepAliveStop(ls.context(), ls.grant)
+			ls.mu.Lock()
+			ls.kaStop = stop
+			ls.mu.Unlock()
+		} else {
+			kc = ls.l.keeper.KeepAlive(ls.context(), ls.grant)
+		}
+		go ls.readKeepAlive(kc)
 	}
 	ls.mu.Lock()
 	if ls.state == held { // Close may have ended it already

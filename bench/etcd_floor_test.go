@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // BenchmarkEtcdFloor: the uncontended acquire+release of
@@ -117,4 +119,57 @@ func etcdServerMetrics(e *env) (etcdMetrics, error) {
 		return m, fmt.Errorf("GET %s/metrics: %d of the 3 counters found", ep, found)
 	}
 	return m, nil
+}
+
+// BenchmarkEtcdHandoffFloor: the floor of a hand-off on etcd, with no lock
+// library: one client deletes a key with a Txn (a release: one Raft
+// proposal) and another, watching the prefix (as a waiter's backend does),
+// receives the deletion event. ns/op is from sending the delete to
+// receiving the event; the key is put back between operations, untimed.
+// With a second writer beside it (writers=2: the releasing worker's
+// re-enqueue, a put per hand-off, as in BenchmarkContended), the delete
+// shares the server with one more proposal per operation.
+func BenchmarkEtcdHandoffFloor(b *testing.B) {
+	e := servers(b)
+	for _, writers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			rel, w := e.newEtcd(b), e.newEtcd(b)
+			defer rel.Close()
+			defer w.Close()
+			other := e.newEtcd(b)
+			defer other.Close()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			prefix := fmt.Sprintf("/bench-handoff-floor/%d/%d/", writers, time.Now().UnixNano())
+			k := prefix + "holder"
+			wch := w.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+			if wr := <-wch; !wr.Created {
+				b.Fatalf("watch not created: %v", wr.Err())
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				if _, err := rel.Put(ctx, k, "v"); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if writers == 2 {
+					go func() { _, _ = other.Put(ctx, prefix+"waiter", "v") }()
+				}
+				resp, err := rel.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).Then(clientv3.OpDelete(k)).Commit()
+				if err != nil || !resp.Succeeded {
+					b.Fatalf("delete: %v", err)
+				}
+				for got := false; !got; {
+					wr, ok := <-wch
+					if !ok {
+						b.Fatal("watch ended")
+					}
+					for _, ev := range wr.Events {
+						got = got || string(ev.Kv.Key) == k
+					}
+				}
+			}
+		})
+	}
 }

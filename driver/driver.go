@@ -145,6 +145,24 @@ type KeepAliver interface {
 	KeepAlive(ctx context.Context, g Grant) <-chan Renewal
 }
 
+// KeepAliveStopper is implemented by a [KeepAliver] whose keepalive can be
+// stopped on the caller's goroutine. The Locker's Release then stops the
+// lease's keepalive itself, after the lease's context ended, and sends the
+// release at once, instead of waiting for the backend to see the context
+// end and close the channel (a goroutine hand-off or two on every
+// release).
+type KeepAliveStopper interface {
+	KeepAliver
+
+	// KeepAliveStop is KeepAlive that also returns stop, which ends the
+	// keepalive as the end of ctx does, but before it returns: once stop
+	// has returned the backend sends no renewal request for g, and it has
+	// closed the channel (a Renewal already in the channel may still be
+	// received). stop may be called more than once, and concurrently with
+	// the end of ctx.
+	KeepAliveStop(ctx context.Context, g Grant) (<-chan Renewal, func())
+}
+
 // Renewal reports one outcome of a [KeepAliver]'s renewal.
 type Renewal struct {
 	Sent time.Time     // when the renewal request was sent (monotonic)

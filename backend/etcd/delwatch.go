@@ -53,11 +53,12 @@ type delWatch struct {
 	b *Backend
 
 	mu         sync.Mutex
-	running    bool               // the watch goroutine runs
-	from       int64              // deletions at revisions >= from are dispatched; 0 while (re)starting
-	subs       map[string]*delSub // by etcd key: the first of its subscribers (chained by next)
-	recent     map[string]int64   // key -> revision of its deletion, for revisions >= recentFrom
-	recentLog  []recentDel        // the same, in revision order, for pruning
+	running    bool                // the watch goroutine runs
+	from       int64               // deletions at revisions >= from are dispatched; 0 while (re)starting
+	subs       map[string]*delSub  // by etcd key: the first of its subscribers (chained by next)
+	waiters    map[string]*waitSub // by queue directory: the first of its waiters (chained by next)
+	recent     map[string]int64    // key -> revision of its deletion, for revisions >= recentFrom
+	recentLog  []recentDel         // the same, in revision order, for pruning
 	recentFrom int64
 }
 
@@ -152,6 +153,11 @@ func (w *delWatch) run() {
 						s.k.notify(0)
 					}
 				}
+				for _, ws := range w.waiters {
+					for ; ws != nil; ws = ws.next {
+						ws.rereadNow()
+					}
+				}
 				w.mu.Unlock()
 				continue
 			}
@@ -184,6 +190,11 @@ func (w *delWatch) dispatch(evs []*clientv3.Event) {
 		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
 		w.recent[key] = rev
 		w.recentLog = append(w.recentLog, recentDel{key: key, rev: rev, at: now})
+		if len(key) > entryIDLen {
+			for ws := w.waiters[key[:len(key)-entryIDLen]]; ws != nil; ws = ws.next {
+				ws.deletion(key, rev)
+			}
+		}
 		for s := w.subs[key]; s != nil; s = s.next {
 			// A pooled lease reused on the same lock puts its key under
 			// the same name (entry): the deletion of the previous holder's
@@ -204,5 +215,189 @@ func (w *delWatch) dispatch(evs []*clientv3.Event) {
 	}
 	if n > 0 {
 		w.recentLog = w.recentLog[n:]
+	}
+}
+
+// waitSub is one waiter's view of its queue, kept by the deletion watch:
+// the entries ahead of the waiter's own, read at one revision, less every
+// deletion the watch dispatched since. Entries are only ever added behind
+// the newest, so once that set is empty, and the waiter's own entry was
+// not deleted first, the waiter holds the lock at the revision of the
+// deletion that emptied it, learnt from that one watch event with no
+// further request. The deletion watch is one watch per Backend whose
+// events arrive in revision order, so "own entry not deleted before" is
+// known too. Every field but dir, own, from and wake is under the watch's
+// lock.
+type waitSub struct {
+	dir  string // the queue directory (lockDir)
+	own  string // the waiter's entry
+	from int64  // one past the own entry's create revision: earlier deletions are of earlier keys of the same names
+	wake chan struct{}
+	next *waitSub
+
+	ahead   map[string]struct{} // entries ahead, not yet seen deleted; valid unless reread
+	heldAt  int64               // the revision at which ahead became empty (0: not yet)
+	lostAt  int64               // the revision at which own was deleted (0: not seen)
+	reread  bool                // ahead may miss deletions: the waiter must re-read the queue
+	gen     int64               // bumped at every (re)start of the watch: a read from before it is stale
+	deleted map[string]int64    // while reread: key -> revision of its last deletion dispatched since
+}
+
+// entryIDLen is the length of the lease ID that ends an entry's name.
+const entryIDLen = 16
+
+// signal wakes the waiter without blocking. Under the watch's lock.
+func (ws *waitSub) signal() {
+	select {
+	case ws.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deletion is the watch's report that key, in ws's directory, was deleted
+// at rev. Under the watch's lock.
+func (ws *waitSub) deletion(key string, rev int64) {
+	switch {
+	case rev < ws.from:
+		return
+	case key == ws.own:
+		if ws.lostAt == 0 {
+			ws.lostAt = rev
+			ws.signal()
+		}
+		return
+	case ws.reread:
+		if ws.deleted == nil {
+			ws.deleted = make(map[string]int64)
+		}
+		ws.deleted[key] = rev
+		return
+	}
+	if _, ok := ws.ahead[key]; !ok {
+		return
+	}
+	delete(ws.ahead, key)
+	if len(ws.ahead) == 0 && ws.heldAt == 0 && ws.lostAt == 0 {
+		ws.heldAt = rev
+		ws.signal()
+	}
+}
+
+// rereadNow tells the waiter that the watch (re)started: deletions may
+// have been missed, so it must read the queue again. Under the watch's
+// lock.
+func (ws *waitSub) rereadNow() {
+	ws.reread = true
+	ws.gen++
+	ws.deleted = nil
+	ws.signal()
+}
+
+// waitState is what the watch knows of a waiter's queue.
+type waitState struct {
+	heldAt, lostAt int64
+	reread         bool
+	gen            int64
+}
+
+// subscribeWait registers a waiter whose entry own in dir was created at
+// rev, with the entries ahead of it at that revision (ahead, which it
+// keeps). Deletions the watch already dispatched are taken from the log of
+// recent deletions; if the log or the watch does not reach back to rev+1,
+// the waiter is told to re-read (at once if the watch runs, else once it
+// runs). The caller runs inside b.wg and calls unsubscribeWait.
+func (w *delWatch) subscribeWait(dir, own string, rev int64, ahead map[string]struct{}) *waitSub {
+	ws := &waitSub{dir: dir, own: own, from: rev + 1, wake: make(chan struct{}, 1), ahead: ahead}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiters == nil {
+		w.waiters = make(map[string]*waitSub)
+	}
+	ws.next = w.waiters[dir]
+	w.waiters[dir] = ws
+	if !w.running {
+		w.running = true
+		w.b.wg.Add(1)
+		go func() {
+			defer w.b.wg.Done()
+			w.run()
+		}()
+	}
+	switch {
+	case w.from == 0:
+		// Starting: told to re-read once it runs.
+		ws.reread, ws.gen = true, 1
+		return ws
+	case ws.from < w.recentFrom:
+		ws.rereadNow()
+		return ws
+	}
+	if d := w.recent[own]; d >= ws.from {
+		ws.lostAt = d
+		ws.signal()
+		return ws
+	}
+	var last int64
+	for key := range ahead {
+		if d := w.recent[key]; d >= ws.from {
+			delete(ahead, key)
+			last = max(last, d)
+		}
+	}
+	if len(ahead) == 0 {
+		ws.heldAt = max(last, rev)
+		ws.signal()
+	}
+	return ws
+}
+
+// state returns what the watch knows of ws's queue.
+func (w *delWatch) state(ws *waitSub) waitState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return waitState{heldAt: ws.heldAt, lostAt: ws.lostAt, reread: ws.reread, gen: ws.gen}
+}
+
+// install replaces ws's entries ahead with those a read at revision rev
+// found (it keeps ahead), if the watch did not restart since the read
+// began (gen): deletions dispatched since then and after rev are taken
+// out. It reports false if the read is stale (the waiter reads again).
+func (w *delWatch) install(ws *waitSub, gen, rev int64, ahead map[string]struct{}) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws.gen != gen || w.from == 0 {
+		return false
+	}
+	var last int64
+	for key, d := range ws.deleted {
+		if _, ok := ahead[key]; ok && d > rev {
+			delete(ahead, key)
+			last = max(last, d)
+		}
+	}
+	ws.ahead, ws.reread, ws.deleted = ahead, false, nil
+	if len(ahead) == 0 && ws.heldAt == 0 && ws.lostAt == 0 {
+		ws.heldAt = max(last, rev)
+		ws.signal()
+	}
+	return true
+}
+
+func (w *delWatch) unsubscribeWait(ws *waitSub) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiters[ws.dir] == ws {
+		if ws.next == nil {
+			delete(w.waiters, ws.dir)
+		} else {
+			w.waiters[ws.dir] = ws.next
+		}
+		return
+	}
+	for p := w.waiters[ws.dir]; p != nil; p = p.next {
+		if p.next == ws {
+			p.next = ws.next
+			return
+		}
 	}
 }

@@ -36,3 +36,97 @@ func TestDeletionOfEarlierKeyOfSameName(t *testing.T) {
 	}
 	w.unsubscribe(sub)
 }
+
+// A waiter's view of its queue (waitSub): it holds the lock only once every
+// entry ahead of it was seen deleted while its own entry was not; a
+// deletion of its own entry, even in the same revision as the last entry
+// ahead, is its loss; deletions of earlier keys of the same names are
+// ignored; deletions dispatched before it subscribed come from the log, and
+// a log that does not reach back makes it re-read, whose result is
+// installed less the deletions dispatched since the read.
+func TestWaiterView(t *testing.T) {
+	const dir = "fencedlock/locks/k/"
+	own, a, c := dir+"00000000000000aa", dir+"00000000000000a1", dir+"00000000000000a2"
+	del := func(rev int64, keys ...string) []*clientv3.Event {
+		var evs []*clientv3.Event
+		for _, k := range keys {
+			evs = append(evs, &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(k), ModRevision: rev}})
+		}
+		return evs
+	}
+	ahead := func(keys ...string) map[string]struct{} {
+		m := map[string]struct{}{}
+		for _, k := range keys {
+			m[k] = struct{}{}
+		}
+		return m
+	}
+	running := func() *delWatch {
+		return &delWatch{b: &Backend{}, running: true, from: 1, recent: map[string]int64{}, recentFrom: 1}
+	}
+
+	t.Run("held after the last entry ahead", func(t *testing.T) {
+		w := running()
+		ws := w.subscribeWait(dir, own, 10, ahead(a, c))
+		w.dispatch(del(9, own, a, c)) // earlier keys of the same names
+		w.dispatch(del(11, a))
+		if st := w.state(ws); st.heldAt != 0 || st.lostAt != 0 {
+			t.Fatalf("after one of two entries ahead was deleted: %+v", st)
+		}
+		w.dispatch(del(12, dir+"00000000000000b0")) // an entry behind ours
+		w.dispatch(del(13, c))
+		if st := w.state(ws); st.heldAt != 13 || st.lostAt != 0 {
+			t.Fatalf("after both entries ahead were deleted: %+v, want held at 13", st)
+		}
+	})
+	t.Run("own entry deleted first", func(t *testing.T) {
+		w := running()
+		ws := w.subscribeWait(dir, own, 10, ahead(a))
+		w.dispatch(del(11, own))
+		w.dispatch(del(12, a))
+		if st := w.state(ws); st.lostAt != 11 || st.heldAt != 0 {
+			t.Fatalf("%+v: want lost at 11, never held", st)
+		}
+	})
+	t.Run("own entry deleted with the last one ahead", func(t *testing.T) {
+		w := running()
+		ws := w.subscribeWait(dir, own, 10, ahead(a))
+		w.dispatch(del(12, a, own)) // one Txn deleting the whole queue
+		if st := w.state(ws); st.lostAt != 12 {
+			t.Fatalf("%+v: want lost at 12", st)
+		}
+	})
+	t.Run("deleted before the subscription", func(t *testing.T) {
+		w := running()
+		w.dispatch(del(11, a))
+		ws := w.subscribeWait(dir, own, 10, ahead(a))
+		if st := w.state(ws); st.heldAt != 11 {
+			t.Fatalf("%+v: want held at 11 from the log", st)
+		}
+	})
+	t.Run("re-read", func(t *testing.T) {
+		w := running()
+		w.recentFrom = 20 // the log does not reach back to 11
+		ws := w.subscribeWait(dir, own, 10, ahead(a, c))
+		st := w.state(ws)
+		if !st.reread {
+			t.Fatalf("%+v: want a re-read", st)
+		}
+		w.dispatch(del(21, a)) // before the read's revision: the read misses a
+		w.dispatch(del(23, c)) // after it
+		if !w.install(ws, st.gen, 22, ahead(c)) {
+			t.Fatal("install refused")
+		}
+		if st := w.state(ws); st.heldAt != 23 || st.reread {
+			t.Fatalf("%+v: want held at 23", st)
+		}
+		ws2 := w.subscribeWait(dir, own+"2", 10, ahead(a))
+		st = w.state(ws2)
+		w.mu.Lock()
+		ws2.rereadNow() // the watch restarted after the read began
+		w.mu.Unlock()
+		if w.install(ws2, st.gen, 22, ahead()) {
+			t.Fatal("a read from before the watch restarted was installed")
+		}
+	})
+}

@@ -46,25 +46,31 @@
 // never jumps the queue, and it leaves nothing behind (its lease is revoked
 // at once).
 //
-// [Backend.AcquireWait] ([fencedlock.Locker.Acquire]) creates its key, then
-// repeats one Txn: "if my key still has my create revision, give me the key
-// just before mine". If there is none, it holds the lock; otherwise it
-// watches only that predecessor for deletion. The watch starts at the
-// server's current revision, never at the (already past) revision just
-// read: etcd serves a watch from a past revision through its
-// unsynced-watcher path, which it catches up only every 100 ms, and under
-// contention that delay was the whole hand-off time. To miss no deletion
-// between the read and the watch, the waiter waits until the server
-// confirms the watch (WithCreatedNotify), then checks in one Txn that the
-// predecessor and its own entry still exist with their create revisions;
-// if either changed it re-reads at once, otherwise any later deletion
-// reaches the watch. Because the existence check and the read are one Txn,
-// a waiter whose lease expired (or was revoked) while it waited is never
-// told it holds the lock: the bug Jepsen found in etcd 3.4.3 (etcd issue
-// #11456). Such a waiter starts over with a new lease at the end
-// of the queue; so does a waiter after a transient error (no leader,
-// connection lost), after a backoff. A wait ended by its context, or by
-// Close, revokes its lease, which deletes its queue entry.
+// [Backend.AcquireWait] ([fencedlock.Locker.Acquire]) creates its key and
+// reads the names of the queue's entries in the same Txn: if ours is the
+// only one, it holds the lock. Otherwise every other entry is ahead of
+// ours (a new entry's create revision is always the highest), and the
+// waiter waits until the Backend's one deletion watch (see below), whose
+// events arrive in revision order, has reported each of them deleted
+// while our own entry was not: it then holds the lock at the revision of
+// that last deletion, learnt from the event itself, with no further
+// request (a hand-off costs the next holder nothing but that one watch
+// event). Deletions the watch reported before the waiter subscribed come
+// from its log of recent deletions; when the watch (re)starts, or its log
+// does not reach back far enough, the waiter re-reads the entries ahead of
+// it in one Txn that also checks that its own entry still carries its
+// create revision, and takes out the deletions reported since. No waiter
+// watches a key of its own, and none needs the watch to start at a past
+// revision (etcd serves that through its unsynced-watcher path, caught up
+// only every 100 ms: under contention that delay was the whole hand-off
+// time). Because the waiter's own entry is checked at the revision at which
+// it is told it holds the lock, a waiter whose lease expired (or was
+// revoked) while it waited is never told it holds the lock: the bug
+// Jepsen found in etcd 3.4.3 (etcd issue #11456). Such a waiter starts
+// over with a new lease at the end of the queue; so does a waiter after a
+// transient error (no leader, connection lost), after a backoff. A wait
+// ended by its context, or by Close, revokes its lease, which deletes its
+// queue entry.
 //
 // [Backend.Release] is a Txn that deletes our key only if it still carries
 // our create revision; it never deletes another holder's key. That Txn
@@ -142,9 +148,11 @@
 // is the previous response, which for TTLs below about 5 s puts the local
 // deadline before the next routine renewal and loses healthy leases.
 //
-// The deletion of held keys is seen by ONE watch per Backend, on
-// KeyPrefix+"locks/", deletions only, started at the current revision (so the
-// server keeps it synced) and dispatched by key to the held lease's keeper.
+// The deletion of held keys, and of the entries ahead of a waiter, is seen
+// by ONE watch per Backend, on KeyPrefix+"locks/", deletions only, started
+// at the current revision (so the server keeps it synced) and dispatched by
+// key to the held lease's keeper and by queue directory to the waiters of
+// that queue.
 // One watch per held key, started at the revision of the grant, cost the
 // server one lagging watcher per lease and at 10,000 leases starved the
 // renewals. A keeper subscribes with the revision from which it must hear

@@ -95,7 +95,9 @@ var (
 	_ driver.Backend      = (*Backend)(nil)
 	_ driver.WaitAcquirer = (*Backend)(nil)
 	_ driver.KeepAliver   = (*Backend)(nil)
-	_ driver.Inspector    = (*Backend)(nil)
+
+	_ driver.KeepAliveStopper = (*Backend)(nil)
+	_ driver.Inspector        = (*Backend)(nil)
 )
 
 // New returns a Backend on client. The Backend never closes client: close
@@ -224,6 +226,10 @@ func entryIn(dir string, lease clientv3.LeaseID) string {
 // clientv3.WithFirstCreate builds its options anew (four allocations) at
 // each call. The options only set fields of the Op they apply to.
 var firstCreate = clientv3.WithFirstCreate()
+
+// queueKeys reads the names (and create revisions) of a queue directory's
+// entries, without their values: built once, like firstCreate.
+var queueKeys = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly()}
 
 // fenceKey is the etcd key holding the fence record of a guarded resource.
 func (b *Backend) fenceKey(resource string) string {

@@ -54,20 +54,30 @@ const batchSlack = 2
 // longer be kept alive. A pending Renewal not yet received is replaced by
 // a newer one. KeepAlive starts no goroutine of its own.
 func (b *Backend) KeepAlive(ctx context.Context, g driver.Grant) <-chan driver.Renewal {
+	out, _ := b.KeepAliveStop(ctx, g)
+	return out
+}
+
+// KeepAliveStop is [Backend.KeepAlive] that also returns stop, which ends
+// the keepalive at once, on the caller's goroutine, as the end of ctx
+// would ([driver.KeepAliveStopper]): once stop has returned, no renewal
+// of g's lease is sent and the channel is closed. The Locker calls it on
+// Release, so the release is not sent after a goroutine hand-off.
+func (b *Backend) KeepAliveStop(ctx context.Context, g driver.Grant) (<-chan driver.Renewal, func()) {
 	out := make(chan driver.Renewal, 1)
 	d, ok := g.Data.(*grant)
 	if !ok || d == nil {
 		out <- driver.Renewal{Err: errorf("keepalive %q: grant was not made by this backend: %w", g.Key, driver.ErrNotHeld)}
 		close(out)
-		return out
+		return out, func() {}
 	}
 	if err := b.begin(); err != nil {
 		close(out)
-		return out
+		return out, func() {}
 	}
 	defer b.wg.Done()
-	b.startKeeper(ctx, g.Key, d, out, d.held+1)
-	return out
+	k := b.startKeeper(ctx, g.Key, d, out, d.held+1)
+	return out, func() { k.end(nil) }
 }
 
 // offer sends r on out, replacing a pending value: out has a buffer of one

@@ -6,14 +6,28 @@ package etcd
 // queue only stops it when the turn ends.
 //
 // Invariants of the queue:
-//   - A waiter holds the lock only when one Txn, in which its own entry
-//     still carries its create revision, finds no entry of the directory
-//     with a lower create revision: a waiter whose entry vanished (lease
+//   - A waiter holds the lock only once it is known that, at one revision,
+//     its own entry still carries its create revision and no entry of the
+//     directory has a lower one: a waiter whose entry vanished (lease
 //     expired or revoked, key deleted) is never told it holds the lock.
-//   - A predecessor's deletion is never missed: the watch starts at the
-//     server's current revision, and once the server confirms it, one Txn
-//     checks that the predecessor and our entry still exist; any deletion
-//     after that Txn reaches the watch.
+//     It is known from the set of entries ahead of ours, read at a
+//     revision at which our entry existed (the enqueue Txn, or a Txn that
+//     checks our entry), less every deletion after that revision, which
+//     the backend's one deletion watch (delwatch.go) dispatches in
+//     revision order: the set empties at the revision of the last such
+//     deletion, and our entry's deletion, if any, was dispatched first.
+//     No entry can join the set: a new entry's create revision is higher
+//     than ours.
+//   - No deletion is missed: deletions dispatched before the waiter
+//     subscribed are taken from the watch's log of recent deletions; when
+//     the log or the watch does not reach back to the waiter's revision
+//     (the watch starts or restarts), the waiter re-reads the set in one
+//     Txn that checks its own entry, once the watch runs, and takes out
+//     the deletions dispatched after that read; a read that began before
+//     a restart of the watch is discarded and made again.
+//   - A hand-off costs the waiter no request: the deletion of the last
+//     entry ahead, from the watch it already has, tells it. Nothing per
+//     release is sent to a waiter whose set does not hold the deleted key.
 //   - A turn that ends without the lock (context, Close, lost lease,
 //     transient error) revokes its lease, which deletes its entry: the
 //     queue holds no entry of a waiter that left.
@@ -24,7 +38,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -116,7 +129,7 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 		resp, err = b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
 			Then(clientv3.OpPut(name, driver.HolderID(req.Owner), clientv3.WithLease(lg.id)),
-				clientv3.OpGet(dir, firstCreate...)).
+				clientv3.OpGet(dir, queueKeys...)).
 			Commit()
 		if err != nil && reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			// The idle lease was revoked or expired: the Txn was refused
@@ -145,10 +158,21 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 		return driver.Grant{}, errorf("acquire %q: queue entry already exists for this lease: %w", req.Key, driver.ErrInvalid)
 	}
 	g.rev = resp.Header.Revision
-	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].CreateRevision == g.rev {
-		// Uncontended: we are first. The Locker's KeepAlive takes over.
+	kvs := resp.Responses[1].GetResponseRange().GetKvs()
+	if len(kvs) <= 1 {
+		// Uncontended: our entry, put in the same Txn, is the only one.
+		// The Locker's KeepAlive takes over.
 		g.held = g.rev
 		return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
+	}
+	driver.NoteQueued(ctx) // observe: queued behind a holder (a hand-off if granted)
+	// Every other entry was created before ours (ours is the newest): they
+	// are the entries ahead of us, and no entry can join them later.
+	ahead := make(map[string]struct{}, len(kvs)-1)
+	for _, kv := range kvs {
+		if k := string(kv.Key); k != name {
+			ahead[k] = struct{}{}
+		}
 	}
 
 	// Keep the waiter's lease alive while it waits; the keeper stops when
@@ -156,10 +180,16 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 	kctx, kcancel := context.WithCancel(ctx)
 	renewals := make(chan driver.Renewal, 1)
 	k := b.startKeeper(kctx, req.Key, g, renewals, 0)
-	stopKeeper := func() { kcancel(); <-k.done }
+	ws := b.dw.subscribeWait(dir, name, g.rev, ahead)
+	stop := func() {
+		b.dw.unsubscribeWait(ws)
+		k.end(nil) // at once, on this goroutine: no hand-off to the context's
+		kcancel()
+		<-k.done
+	}
 
 	fail := func(err error) (driver.Grant, error) {
-		stopKeeper()
+		stop()
 		g.retire()
 		rerr := b.revoke(g.lease)
 		if ctx.Err() != nil {
@@ -171,21 +201,52 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 		return driver.Grant{}, err
 	}
 
+	// Wait for the deletion watch to see every entry ahead deleted (or our
+	// own entry deleted, or to ask for a re-read of the queue).
 	backoff := 50 * time.Millisecond
-	for g.held == 0 {
-		// One step: if our entry still exists with our revision, read the
-		// entry just before ours. Checking our own entry in the same Txn is
-		// what keeps a waiter whose lease expired from taking the lock.
+	for read := false; ; {
+		if !read {
+			select {
+			case <-ctx.Done():
+				return fail(ctx.Err())
+			case r, ok := <-renewals:
+				if !ok || errors.Is(r.Err, driver.ErrNotHeld) {
+					return fail(errWaiterLost)
+				}
+				continue
+			case <-ws.wake:
+			}
+		}
+		read = false
+		st := b.dw.state(ws)
+		if st.lostAt > 0 {
+			return fail(errWaiterLost)
+		}
+		if st.heldAt > 0 {
+			// The keepalive's watch of our entry starts at the revision
+			// that handed us the lock, not one past it: a deletion of our
+			// entry in that same revision (one Txn deleting the whole
+			// queue) is then reported as its loss.
+			g.held = st.heldAt - 1
+			break
+		}
+		if !st.reread {
+			continue
+		}
+		// The watch may have missed deletions: read the entries ahead of
+		// ours again. Checking our own entry in the same Txn is what keeps
+		// a waiter whose lease expired from taking the lock.
 		resp, err := b.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(name), "=", g.rev)).
-			Then(clientv3.OpGet(dir, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(g.rev-1))...)).
+			Then(clientv3.OpGet(dir, append(queueKeys[:len(queueKeys):len(queueKeys)], clientv3.WithMaxCreateRev(g.rev-1))...)).
 			Commit()
 		if err != nil {
 			if ctx.Err() != nil {
 				return fail(err)
 			}
-			// Transient (no leader, connection lost): retry; loss of our
-			// lease in the meantime is caught by the Txn or the keeper.
+			// Transient (no leader, connection lost): read again after a
+			// backoff; loss of our lease in the meantime is caught by the
+			// Txn, the keeper or the watch.
 			t := time.NewTimer(backoff)
 			select {
 			case <-ctx.Done():
@@ -199,6 +260,7 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 			case <-t.C:
 			}
 			backoff = min(2*backoff, time.Second)
+			read = true
 			continue
 		}
 		backoff = 50 * time.Millisecond
@@ -206,31 +268,15 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 			return fail(errWaiterLost)
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			g.held = resp.Header.Revision
-			break
+		ahead := make(map[string]struct{}, len(kvs))
+		for _, kv := range kvs {
+			ahead[string(kv.Key)] = struct{}{}
 		}
-		driver.NoteQueued(ctx) // observe: queued behind a holder (a hand-off if granted)
-		lost, broke, err := b.waitDeleted(ctx, name, g.rev, kvs[0], renewals)
-		if lost {
-			return fail(errWaiterLost)
-		}
-		if err != nil {
-			return fail(err)
-		}
-		if broke {
-			// The watch ended without an event: re-read after a pause, so
-			// a watch that keeps failing cannot make this loop spin.
-			t := time.NewTimer(watchRetry)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fail(ctx.Err())
-			case <-t.C:
-			}
-		}
+		// If the watch restarted since (the read may predate it), it has
+		// signalled: wait for that and read again.
+		b.dw.install(ws, st.gen, resp.Header.Revision, ahead)
 	}
-	stopKeeper()
+	stop()
 	// The server can expire the lease at the earliest at the send time of
 	// its last confirmed renewal plus its TTL.
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
@@ -239,59 +285,3 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 // watchRetry is the pause before re-reading the queue after a watch ended
 // without an event.
 const watchRetry = 50 * time.Millisecond
-
-// waitDeleted waits until pred (the entry just before ours) is deleted, the
-// watch ends without an event (broke: the caller re-reads after a pause),
-// ctx ends (err), or our lease is lost (lost). It also returns, with
-// nothing set, as soon as a re-read shows that pred or our own entry (name,
-// created at rev) changed: the caller's next step finds out which.
-//
-// The watch starts at the current revision, never at a past one: etcd
-// serves a watch from a past revision through its unsynced-watcher path,
-// which is resynchronised only every 100 ms, and under contention the
-// revision just read is already in the past. A deletion between our read
-// and the watch's creation would be missed, so once the server confirms the
-// watch (WithCreatedNotify) one Txn checks that pred and our entry are
-// still there: any deletion after that Txn comes after the watch started
-// and reaches the watch.
-func (b *Backend) waitDeleted(ctx context.Context, name string, rev int64, pred *mvccpb.KeyValue, renewals <-chan driver.Renewal) (lost, broke bool, err error) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	key := string(pred.Key)
-	wch := b.c.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut())
-	for {
-		select {
-		case <-ctx.Done():
-			return false, false, ctx.Err()
-		case r, ok := <-renewals:
-			if !ok || errors.Is(r.Err, driver.ErrNotHeld) {
-				return true, false, nil
-			}
-		case wr, ok := <-wch:
-			if !ok || wr.Err() != nil || wr.Canceled {
-				return false, true, nil
-			}
-			if wr.Created {
-				resp, err := b.c.Txn(ctx).
-					If(clientv3.Compare(clientv3.CreateRevision(name), "=", rev),
-						clientv3.Compare(clientv3.CreateRevision(key), "=", pred.CreateRevision)).
-					Commit()
-				if err != nil {
-					if ctx.Err() != nil {
-						return false, false, ctx.Err()
-					}
-					return false, true, nil
-				}
-				if !resp.Succeeded {
-					return false, false, nil
-				}
-				continue
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					return false, false, nil
-				}
-			}
-		}
-	}
-}

@@ -87,5 +87,38 @@ func TestRoundTrips(t *testing.T) {
 		t.Fatal("TryAcquire succeeded on a held lock")
 	}
 	check("contended TryAcquire (fails, leaves nothing; its pooled lease goes back)", "Txn", "LeaseTimeToLive")
-	h.Release(ctx)
+
+	// A waiter's whole wait, hand-off included, is the one Txn that
+	// enqueues it: it learns that it holds the lock from the deletion of
+	// the entries ahead of it, which the backend's shared deletion watch
+	// delivers, with no read of the queue and no watch of its own. Only
+	// the backend's first wait, which starts that watch (this Locker's
+	// leases are renewed by hand: nothing started it), reads the queue
+	// once more when the watch runs.
+	handoff := func(holder *fencedlock.Lease) {
+		t.Helper()
+		got := make(chan error, 1)
+		go func() {
+			ls, err := l.Acquire(ctx, "k")
+			if err == nil {
+				err = ls.Release(ctx)
+			}
+			got <- err
+		}()
+		e.waitEntries("k", 2)
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	handoff(h)
+	check("first contended Acquire (starts the deletion watch, re-reads once), its Release", "Txn", "Txn", "Txn")
+	if h, err = other.Acquire(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	rc.take()
+	handoff(h)
+	check("contended Acquire (queued, then handed the lock) and its Release", "Txn", "Txn")
 }
