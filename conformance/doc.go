@@ -113,7 +113,9 @@
 //   - Inspector: Inspect agrees with Acquire on whether a key is held and on
 //     its fence, and never reveals the owner token.
 //   - KeepAliver: KeepAlive keeps a key held past its TTL, closes its
-//     channel when its context ends, and reports an invalidated key.
+//     channel when its context ends, and reports an invalidated key; a
+//     KeepAliveStopper's stop has closed the channel when it returns, and
+//     the key is no longer kept alive.
 //   - ForceReleaser: ForceRelease breaks a held key at once (the holder's
 //     Renew and Release report ErrNotHeld, its Locker the loss by its next
 //     renewal), reports the broken fence, and every later grant, a queued

@@ -452,6 +452,9 @@ func testKeepAliver(t *testing.T, e *env) {
 	key := e.key("keepalive")
 	b := e.backend(t)
 	ka := b.(driver.KeepAliver)
+	if st, ok := b.(driver.KeepAliveStopper); ok {
+		keepAliveStop(t, e, b, st)
+	}
 	g := e.grabTTL(t, b, key, e.ttl)
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
@@ -513,5 +516,53 @@ func testKeepAliver(t *testing.T, e *env) {
 		case <-timeout:
 			t.Fatalf("KeepAlive did not report the invalidated key within %v", bound)
 		}
+	}
+}
+
+// keepAliveStop checks a KeepAliveStopper's stop: once it has returned,
+// the channel is closed (after the Renewals already in it), stop may be
+// called again, and the key is no longer kept alive: it expires within its
+// TTL. The Locker's Release relies on it to send the release at once.
+func keepAliveStop(t *testing.T, e *env, b driver.Backend, st driver.KeepAliveStopper) {
+	t.Helper()
+	key := e.key("keepalive-stop")
+	g := e.grabTTL(t, b, key, e.ttl)
+	ttl := grantTTL(g.TTL, e.ttl)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	ch, stop := st.KeepAliveStop(ctx, g)
+	// A confirmed renewal first: stop ends a keepalive that runs.
+	select {
+	case r, ok := <-ch:
+		if !ok || r.Err != nil {
+			t.Fatalf("KeepAliveStop of a held key: channel open %v, Renewal.Err %v; want a renewal", ok, r.Err)
+		}
+	case <-time.After(ttl + e.schedAllowance()):
+		t.Fatalf("KeepAliveStop: no renewal within a TTL (%v)", ttl)
+	}
+	stop()
+	// Closed now: a receive never blocks, and ends within what was buffered.
+drain:
+	for n := 0; ; n++ {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				break drain
+			}
+			if n >= cap(ch) {
+				t.Fatalf("KeepAliveStop: %d Renewals received after stop returned, more than the channel holds (%d)", n+1, cap(ch))
+			}
+		default:
+			t.Fatalf("KeepAliveStop: the channel is still open when stop has returned (after %d buffered Renewals)", n)
+		}
+	}
+	stop() // again: a no-op
+	stopped := time.Now()
+	bound := ttl + e.cfg.ExpirySlack + e.schedAllowance()
+	for e.held(t, key) {
+		if time.Since(stopped) > bound {
+			t.Fatalf("KeepAliveStop: key still held %v after stop returned: renewals go on", bound)
+		}
+		time.Sleep(ttl / 10)
 	}
 }

@@ -95,6 +95,10 @@ const (
 	// KeepAlive swallows ErrNotHeld and keeps trying: a lost lease is
 	// never reported by it.
 	bugKeepAliveSilent
+	// KeepAliveStop's stop only asks the keepalive to end: when it
+	// returns the channel is still open (and a renewal may still be sent),
+	// so the Locker's Release would not send its release at once.
+	bugKeepAliveStopAsync
 	// Renew extends an expired lease still on record for its owner (no
 	// expiry check in the UPDATE's WHERE): an expired holder gets its key
 	// back.
@@ -624,12 +628,20 @@ func (b refFirstBackend) AcquireWaitHeld(ctx context.Context, req driver.Acquire
 type refKeeperBackend struct{ *refBackend }
 
 func (b refKeeperBackend) KeepAlive(ctx context.Context, g driver.Grant) <-chan driver.Renewal {
+	out, _ := b.keepAlive(ctx, g)
+	return out
+}
+
+// keepAlive is KeepAlive; done is closed when its goroutine has ended.
+func (b refKeeperBackend) keepAlive(ctx context.Context, g driver.Grant) (<-chan driver.Renewal, <-chan struct{}) {
 	out := make(chan driver.Renewal, 1)
+	done := make(chan struct{})
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = conformance.DefaultMinTTL
 	}
 	go func() {
+		defer close(done)
 		defer close(out)
 		timer := time.NewTimer(ttl / 3)
 		defer timer.Stop()
@@ -663,7 +675,22 @@ func (b refKeeperBackend) KeepAlive(ctx context.Context, g driver.Grant) <-chan 
 			timer.Reset(max(time.Until(sent.Add(ttl/3)), 0))
 		}
 	}()
-	return out
+	return out, done
+}
+
+// refStopperBackend is a refKeeperBackend whose keepalive can be stopped
+// on the caller's goroutine: a KeepAliveStopper.
+type refStopperBackend struct{ refKeeperBackend }
+
+func (b refStopperBackend) KeepAliveStop(ctx context.Context, g driver.Grant) (<-chan driver.Renewal, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	out, done := b.keepAlive(ctx, g)
+	return out, func() {
+		cancel()
+		if b.s.bug != bugKeepAliveStopAsync {
+			<-done
+		}
+	}
 }
 
 // refHarness is the conformance harness of the reference store. It is a
@@ -673,6 +700,7 @@ type refHarness struct {
 	queue bool // backends are WaitAcquirers
 	first bool // backends are TryFirstWaiters (and WaitAcquirers)
 	keep  bool // backends are KeepAlivers
+	stop  bool // backends are KeepAliveStoppers (and KeepAlivers)
 }
 
 func (h *refHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
@@ -686,6 +714,8 @@ func (h *refHarness) NewDelayedBackend(_ context.Context, delay time.Duration) (
 		return refFirstBackend{refQueueBackend{b}}, nil
 	case h.queue:
 		return refQueueBackend{b}, nil
+	case h.stop:
+		return refStopperBackend{refKeeperBackend{b}}, nil
 	case h.keep:
 		return refKeeperBackend{b}, nil
 	}
@@ -792,6 +822,10 @@ func keeping(b bug) func() conformance.Harness {
 	return func() conformance.Harness { return &refHarness{s: newRefStore(b), keep: true} }
 }
 
+func stopping(b bug) func() conformance.Harness {
+	return func() conformance.Harness { return &refHarness{s: newRefStore(b), keep: true, stop: true} }
+}
+
 func guarded(broken bool) func() conformance.Harness {
 	return func() conformance.Harness {
 		return guardHarness{&refHarness{s: newRefStore(correct)}, func() conformance.Guard { return &versionGuard{broken: broken} }}
@@ -803,6 +837,7 @@ var correctVariants = []variant{
 	{name: "queue", make: queued(correct)},
 	{name: "tryfirst", make: tryingFirst(correct)},
 	{name: "keepalive", make: keeping(correct)},
+	{name: "keepalive-stop", make: stopping(correct)},
 	{name: "guard", make: guarded(false)},
 }
 
@@ -832,6 +867,7 @@ var brokenVariants = []variant{
 	{"CancelRaceGhost", []string{"WaitAcquirer"}, queued(bugCancelRaceGhost)},
 	{"KeepAliveFakes", []string{"KeepAliver"}, keeping(bugKeepAliveFakes)},
 	{"KeepAliveSilent", []string{"KeepAliver"}, keeping(bugKeepAliveSilent)},
+	{"KeepAliveStopAsync", []string{"KeepAliver"}, stopping(bugKeepAliveStopAsync)},
 	{"RenewRevivesExpired", []string{"RenewAfterLoss"}, plain(bugRenewRevivesExpired)},
 	{"ReleaseExpiredOK", []string{"ReleaseAfterLoss"}, plain(bugReleaseExpiredOK)},
 	{"ReleaseNeedsFence", []string{"ReleaseAfterLoss"}, plain(bugReleaseNeedsFence)},
@@ -860,7 +896,7 @@ var exclusive = map[string]bool{
 	"UsableAfterClose": true, "RenewAddsTTL": true,
 	"ReleaseCheckThenDelete": true, "CancelReportsHeld": true, "GrantSentAtResponse": true,
 	"RenewalSentAtResponse": true, "WaiterLeaseNotKept": true, "CancelRaceGhost": true,
-	"KeepAliveSilent": true, "RenewRevivesExpired": true, "ReleaseExpiredOK": true,
+	"KeepAliveSilent": true, "KeepAliveStopAsync": true, "RenewRevivesExpired": true, "ReleaseExpiredOK": true,
 	"WatchLate": true, "NotifierUnbuffered": true,
 	"RetryAfterTooLong": true, "LeaseMaxLifetime": true, "FenceLostOnInvalidate": true,
 	"CancelReportsNotHeld": true, "ErrorLeaksOwner": true,
@@ -869,8 +905,8 @@ var exclusive = map[string]bool{
 
 // TestReference runs the suite on the correct reference backend: as a
 // polling backend with Notifier, Inspector and an Expirer harness, as a
-// queueing WaitAcquirer, as one that is also a TryFirstWaiter, and with a
-// GuardMaker.
+// queueing WaitAcquirer, as one that is also a TryFirstWaiter, as a
+// KeepAliver with and without KeepAliveStop, and with a GuardMaker.
 func TestReference(t *testing.T) {
 	for _, v := range correctVariants {
 		t.Run(v.name, func(t *testing.T) {
