@@ -53,11 +53,7 @@ func TestRunSupervisorKilledBeforeReport(t *testing.T) {
 				t.Fatalf("round %d: supervisor %d (state %q), COMMAND %d (state %q) after 10s", round, sup, procState(sup), command, procState(command))
 			}
 			if sup == 0 {
-				for _, c := range descendants(run) {
-					if b, _ := os.ReadFile("/proc/" + strconv.Itoa(c) + "/cmdline"); strings.Contains(string(b), supervisorCommand) {
-						sup = c
-					}
-				}
+				sup = findSupervisor(run)
 				continue
 			}
 			if procState(sup) != 'T' {

@@ -469,11 +469,7 @@ func TestRunSupervisorKilledUnread(t *testing.T) {
 			// The supervisor once it runs its own code (a child caught
 			// before its exec, stopped with run's vfork, never started
 			// COMMAND).
-			for _, c := range descendants(run) {
-				if b, _ := os.ReadFile("/proc/" + strconv.Itoa(c) + "/cmdline"); strings.Contains(string(b), supervisorCommand) {
-					sup = c
-				}
-			}
+			sup = findSupervisor(run)
 			if sup == 0 {
 				time.Sleep(200 * time.Microsecond)
 			}
@@ -534,4 +530,27 @@ func TestProcAlive(t *testing.T) {
 	if procAlive(pid) {
 		t.Fatalf("reaped process %d reported alive", pid)
 	}
+}
+
+// findSupervisor returns the pid of run's supervisor once it runs its own
+// code (its command line names supervisorCommand), or 0. Only run's
+// children count: a child the supervisor forked shows the supervisor's
+// command line until its exec (the gate, soon COMMAND), and must not be
+// taken for it.
+func findSupervisor(run int) int {
+	for _, c := range descendants(run) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(c) + "/stat")
+		s := string(b)
+		j := strings.LastIndexByte(s, ')')
+		if j < 0 || j+2 >= len(s) {
+			continue
+		}
+		if f := strings.Fields(s[j+2:]); len(f) < 2 || f[1] != strconv.Itoa(run) {
+			continue
+		}
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(c) + "/cmdline"); strings.Contains(string(b), supervisorCommand) {
+			return c
+		}
+	}
+	return 0
 }
