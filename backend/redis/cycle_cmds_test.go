@@ -1,0 +1,89 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// TestUncontendedCycleCommands pins what one uncontended Acquire and
+// Release cost the server (INFO commandstats, commands run inside scripts
+// included; SLOWLOG for what each EVALSHA carries), the hot path every
+// command and argument of which is server time: acquire.lua checks the
+// abandoned set with EXISTS (no SHA-1 of the owner unless the set
+// exists), release.lua gets the lock, the queue and the fence counter and
+// the owner alone (not the abandoned set and two empty arguments).
+func TestUncontendedCycleCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	b, c := newBackend(t, srv, Options{})
+	ctx := context.Background()
+	req := driver.AcquireRequest{Key: "cycle", Owner: owner(), TTL: 10 * time.Second}
+	cycle := func() {
+		t.Helper()
+		g, err := b.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // loads the scripts (EVALSHA, NOSCRIPT, EVAL)
+	do(t, c, "CONFIG", "SET", "slowlog-log-slower-than", "0")
+	do(t, c, "CONFIG", "SET", "slowlog-max-len", "128")
+	do(t, c, "SLOWLOG", "RESET")
+	do(t, c, "CONFIG", "RESETSTAT")
+	cycle()
+	got := commandStats(t, c)
+	for _, k := range []string{"config|resetstat", "info"} {
+		delete(got, k)
+	}
+	// acquire.lua: EVALSHA, EXISTS abandoned, SET NX PX, INCR, PTTL fence;
+	// release.lua: EVALSHA, EXISTS queue, GET, PUBLISH, DEL.
+	want := map[string]int64{"evalsha": 2, "exists": 2, "set": 1, "incr": 1, "pttl": 1, "get": 1, "publish": 1, "del": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("one acquire and release ran %v, want %v", got, want)
+	}
+
+	entries, err := c.Do(ctx, c.B().SlowlogGet().Count(128).Build()).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := b.LockKey("cycle")
+	wantArgs := map[string]string{
+		redisscript.AcquireSHA: fmt.Sprint([]string{"EVALSHA", redisscript.AcquireSHA, "3", lk, lk + fenceSuffix, lk + abandonedSuffix, req.Owner, "10000"}),
+		redisscript.ReleaseSHA: fmt.Sprint([]string{"EVALSHA", redisscript.ReleaseSHA, "3", lk, lk + queueSuffix, lk + fenceSuffix, req.Owner}),
+	}
+	seen := 0
+	for _, e := range entries {
+		fields, err := e.ToArray()
+		if err != nil || len(fields) < 4 {
+			t.Fatalf("SLOWLOG entry %v: %v", e, err)
+		}
+		args, err := fields[3].AsStrSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(args) < 2 || args[0] != "EVALSHA" && args[0] != "evalsha" {
+			continue
+		}
+		args[0] = "EVALSHA"
+		w, ok := wantArgs[args[1]]
+		if !ok {
+			t.Errorf("unexpected EVALSHA %v", args)
+			continue
+		}
+		seen++
+		if fmt.Sprint(args) != w {
+			t.Errorf("sent %v\nwant %s", args, w)
+		}
+	}
+	if seen != 2 {
+		t.Errorf("SLOWLOG holds %d EVALSHA, want 2", seen)
+	}
+}
