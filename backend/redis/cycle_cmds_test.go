@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -85,5 +86,45 @@ func TestUncontendedCycleCommands(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Errorf("SLOWLOG holds %d EVALSHA, want 2", seen)
+	}
+}
+
+// TestAcquireAbandonedSetChecked: the abandoned-owner check of
+// acquire.lua reads the set only while it exists (EXISTS first), and then
+// still refuses nothing but the abandoned owner, and a key of another type
+// in its place as corrupt, with nothing written.
+func TestAcquireAbandonedSetChecked(t *testing.T) {
+	srv := redistest.Start(t)
+	b, c := newBackend(t, srv, Options{})
+	ctx := context.Background()
+	lk := b.LockKey("abandoned-set")
+	if err := b.Release(ctx, acquire(t, b, "warm-up", 10*time.Second)); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	// Another owner was cleaned up recently: the set exists.
+	do(t, c, "SADD", lk+abandonedSuffix, "0000000000000000000000000000000000000000")
+	do(t, c, "PEXPIRE", lk+abandonedSuffix, "60000")
+	do(t, c, "CONFIG", "RESETSTAT")
+	g := acquire(t, b, "abandoned-set", 10*time.Second)
+	got := commandStats(t, c)
+	delete(got, "config|resetstat")
+	delete(got, "info")
+	want := map[string]int64{"evalsha": 1, "exists": 1, "sismember": 1, "set": 1, "incr": 1, "pttl": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("acquire with an abandoned set ran %v, want %v", got, want)
+	}
+	if err := b.Release(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+
+	// A key of another type where the set should be.
+	wk := b.LockKey("abandoned-wrongtype")
+	do(t, c, "SET", wk+abandonedSuffix, "not a set")
+	_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "abandoned-wrongtype", Owner: owner(), TTL: 10 * time.Second})
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("acquire with a string as the abandoned set: %v, want ErrCorrupt", err)
+	}
+	if n := num(t, c, "EXISTS", wk, wk+fenceSuffix); n != 0 {
+		t.Errorf("the refused acquire wrote %d keys", n)
 	}
 }
