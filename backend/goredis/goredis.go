@@ -591,21 +591,26 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if b.closed.Load() {
 		return errClosed("release", g.Key)
 	}
-	// KEYS: the lock, its abandoned set, its fair queue and its fence
-	// counter, substrings of one string, in c's buf: a release hands the
-	// lock to the first live waiter of backend/redis's FairBackend queued
-	// on it, as backend/redis's release does.
+	// KEYS: the lock, its fair queue, its fence counter and (a clean-up
+	// only) its abandoned set, substrings of one string, in c's buf: a
+	// release hands the lock to the first live waiter of backend/redis's
+	// FairBackend queued on it, as backend/redis's release does. A plain
+	// release sends only the first three keys and the owner (every key and
+	// argument costs the server time).
 	c := &releaseCall{owner: g.Owner}
 	p, esc := b.opts.KeyPrefix, redisscript.Escape(g.Key)
-	s := concat(c.buf[:], p, "{", esc, "}", redisscript.AbandonedSuffix,
-		p, "{", esc, "}", redisscript.QueueSuffix,
-		p, "{", esc, "}", redisscript.FenceSuffix)
+	s := concat(c.buf[:], p, "{", esc, "}", redisscript.QueueSuffix,
+		p, "{", esc, "}", redisscript.FenceSuffix,
+		p, "{", esc, "}", redisscript.AbandonedSuffix)
 	n0 := len(p) + len(esc) + 2 // the lock key
-	a := n0 + len(redisscript.AbandonedSuffix)
-	q := a + n0 + len(redisscript.QueueSuffix)
-	c.lk, c.ab, c.q, c.f = s[:n0], s[:a], s[a:q], s[q:]
+	q := n0 + len(redisscript.QueueSuffix)
+	f := q + n0 + len(redisscript.FenceSuffix)
+	c.lk, c.q, c.f, c.ab = s[:n0], s[:q], s[q:f], s[f:]
+	c.cmd = [...]any{nil, nil, 3, &c.lk, &c.q, &c.f, &c.owner, &c.mode, &c.aband, nil}
+	cmd := c.cmd[:7]
 	if b.opts.ShardedPubSub {
 		c.mode = "sharded"
+		cmd = c.cmd[:8]
 	}
 	if g.Fence == 0 {
 		// A clean-up after an Acquire whose outcome is unknown (a Grant
@@ -613,9 +618,9 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 		// after this one, so the server also remembers the owner and
 		// refuses its acquire if it arrives later.
 		c.aband = redisscript.AbandonTTLms
+		c.cmd = [...]any{nil, nil, 4, &c.lk, &c.q, &c.f, &c.ab, &c.owner, &c.mode, &c.aband}
+		cmd = c.cmd[:]
 	}
-	c.cmd = [...]any{nil, nil, 4, &c.lk, &c.ab, &c.q, &c.f, &c.owner, &c.mode, &c.aband}
-	cmd := c.cmd[:]
 	n, err := b.runInt(ctx, releaseScript, cmd)
 	if err != nil {
 		return wrap("release", g.Key, err)

@@ -121,7 +121,7 @@
 //   - the uncontended path is unchanged: AcquireWait tries acquire.lua
 //     first (the same commands as [Backend.Acquire]) unless the key's
 //     channel is still subscribed from a wait less than a second ago;
-//     release.lua costs one LPOP of the absent queue key more.
+//     release.lua costs one EXISTS of the absent queue key more.
 //
 // TryAcquire ([Backend.Acquire]) does not queue. It can take a lock that is
 // free while waiters queue, which happens only when a holder's lease

@@ -242,7 +242,7 @@ type lockKeys struct {
 	b   *Backend  // the backend that made it: its KeyPrefix
 	key string    // the lock's name (Grant.Key)
 	acq [4]string // acquire.lua's and wait.lua's KEYS: lock, fence, abandoned, queue (FairBackend only: see acquireKeys)
-	rel [4]string // release.lua's KEYS: lock, abandoned, queue, fence
+	rel [4]string // release.lua's KEYS: lock, queue, fence, abandoned (a clean-up only)
 }
 
 // String returns the lock key.
@@ -256,7 +256,7 @@ func (b *Backend) newLockKeys(key string) *lockKeys {
 	f := n + len(fenceSuffix)
 	a := f + n + len(abandonedSuffix)
 	lock, fence, abandoned, queue := s[:n], s[:f], s[f:a], s[a:]
-	return &lockKeys{b: b, key: key, acq: [4]string{lock, fence, abandoned, queue}, rel: [4]string{lock, abandoned, queue, fence}}
+	return &lockKeys{b: b, key: key, acq: [4]string{lock, fence, abandoned, queue}, rel: [4]string{lock, queue, fence, abandoned}}
 }
 
 // keysOf returns the keys of g's lock: g's Data if this backend made it
@@ -426,10 +426,14 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 	if b.closed.Load() {
 		return errClosed("release", g.Key)
 	}
-	keys := b.keysOf(&g).rel[:]
-	args := []string{g.Owner, "", ""}
+	// A plain release sends only what it needs (every key and argument
+	// costs the server time): the lock, the fair queue and the fence
+	// counter (for a hand-off), and the owner.
+	keys := b.keysOf(&g).rel[:3]
+	args := [3]string{g.Owner, "", ""}
+	nargs := 1
 	if b.sharded {
-		args[1] = "sharded"
+		args[1], nargs = "sharded", 2
 	}
 	if g.Fence == 0 {
 		// A clean-up after an Acquire (or an AcquireWait) whose outcome is
@@ -437,9 +441,10 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 		// that request after this one, so the server also remembers the
 		// owner and refuses its acquire if it arrives later, and the owner
 		// leaves the fair queue.
-		args[2] = abandonTTLms
+		keys = keys[:4]
+		args[2], nargs = abandonTTLms, 3
 	}
-	n, err := runScript(ctx, b.c, releaseScript, keys, args).AsInt64()
+	n, err := runScript(ctx, b.c, releaseScript, keys, args[:nargs]).AsInt64()
 	if err != nil {
 		return wrap("release", g.Key, err)
 	}

@@ -54,14 +54,14 @@ var (
 )
 
 // releaseKeys returns the KEYS of release.lua for the lock key lk: the
-// lock, its abandoned set, its fair queue and its fence counter (the
+// lock, its fair queue, its fence counter and its abandoned set (the
 // three derived names share one allocation).
 func releaseKeys(lk string) []string {
-	s := lk + abandonedSuffix + lk + queueSuffix + lk + fenceSuffix
+	s := lk + queueSuffix + lk + fenceSuffix + lk + abandonedSuffix
 	n := len(lk)
-	a := n + len(abandonedSuffix)
-	q := a + n + len(queueSuffix)
-	return []string{lk, s[:a], s[a:q], s[q:]}
+	q := n + len(queueSuffix)
+	f := q + n + len(fenceSuffix)
+	return []string{lk, s[:q], s[q:f], s[f:]}
 }
 
 // foreignRetries is how many times runScript runs a script again after it

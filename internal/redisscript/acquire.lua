@@ -21,6 +21,45 @@
 --          9007199254740992 (2^53), the greatest fence Lua grants exactly; nothing was changed
 -- Input comes only through KEYS and ARGV.
 
+-- An owner whose acquire was cleaned up (its caller gave up while this
+-- request was on its way) takes nothing: nobody would hold the lease.
+-- The set exists only for a while after a clean-up of this key
+-- (release.lua): EXISTS first, so that the common case is one command and
+-- no SHA-1 of the owner (callgrind, Redis 7.0: SISMEMBER of
+-- redis.sha1hex(owner) cost the server about 9k instructions, EXISTS about
+-- 3k). A key of another type still fails SISMEMBER with WRONGTYPE.
+if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
+  return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
+end
+
+-- With the fair queue's key (FairBackend): while waiters are queued, the
+-- lock is theirs first, even when it is free (a holder's lease expired:
+-- release hands it over before it is ever free otherwise). One EXISTS;
+-- the queue itself is read by wait.lua, where the caller then queues.
+local queued = KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1
+
+-- SET NX is refused on a server over maxmemory (OOM) even when the key
+-- exists: then a held lock is still reported held (below), and a free one
+-- returns the refusal, with nothing written.
+local incr -- INCR's reply, once the lock is taken
+if not queued then
+  local set = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  if type(set) == 'table' and set.err then
+    if redis.call('EXISTS', KEYS[1]) == 0 then
+      return set
+    end
+  elseif set then
+    -- Free, and taken: the next fence. The common case in one test: a
+    -- fence from 1 to below MaxFence, of a counter without a TTL, is one
+    -- checked_fence grants as it is. Anything else goes to checked_fence,
+    -- defined below only for the paths that need it.
+    incr = redis.pcall('INCR', KEYS[2])
+    if type(incr) == 'number' and incr >= 1 and incr < 9007199254740992 and redis.call('PTTL', KEYS[2]) == -1 then
+      return incr
+    end
+  end
+end
+
 -- restore_fence puts the counter in key back as it was before an INCR:
 -- one less, computed on its decimal digits (it may lie beyond the
 -- integers a Lua number holds exactly), with its TTL if it has one. Only
@@ -63,16 +102,16 @@ local function restore_fence(key)
   end
 end
 
--- next_fence increments the fence counter in key and returns the new
--- fence; or nil and an error reply, with the counter as it was, when the
--- counter is not one fencedlock wrote, is at MaxFence, or has a TTL.
--- INCR itself refuses a value that is not a string (WRONGTYPE) or not a
--- decimal integer (Redis takes no sign '+', no space, no leading zero)
--- and changes nothing; the other refusals undo the increment. A script is
--- not rolled back when a command fails, so the caller must not have
--- written anything it could not undo when it gets the refusal.
-local function next_fence(key)
-  local n = redis.pcall('INCR', key)
+-- checked_fence takes n, the reply of INCR (redis.pcall) of the fence
+-- counter in key, and returns the new fence; or nil and an error reply,
+-- with the counter as it was, when the counter is not one fencedlock
+-- wrote, is at MaxFence, or has a TTL. INCR itself refuses a value that
+-- is not a string (WRONGTYPE) or not a decimal integer (Redis takes no
+-- sign '+', no space, no leading zero) and changes nothing; the other
+-- refusals undo the increment. A script is not rolled back when a command
+-- fails, so the caller must not have written anything it could not undo
+-- when it gets the refusal.
+local function checked_fence(key, n)
   if type(n) == 'table' then
     local err = tostring(n.err)
     if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'integer', 1, true) or string.find(err, 'overflow', 1, true) then
@@ -106,39 +145,22 @@ local function next_fence(key)
   return n
 end
 
--- An owner whose acquire was cleaned up (its caller gave up while this
--- request was on its way) takes nothing: nobody would hold the lease.
--- One command whether or not the set exists (SISMEMBER of a missing key
--- is 0): EXISTS first cost two while any owner was recently abandoned.
-if redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
-  return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
+-- next_fence increments the fence counter in key and returns the new
+-- fence, or nil and an error reply (see checked_fence).
+local function next_fence(key)
+  return checked_fence(key, redis.pcall('INCR', key))
 end
 
--- With the fair queue's key (FairBackend): while waiters are queued, the
--- lock is theirs first, even when it is free (a holder's lease expired:
--- release hands it over before it is ever free otherwise). One EXISTS;
--- the queue itself is read by wait.lua, where the caller then queues.
-local queued = KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1
-
--- SET NX is refused on a server over maxmemory (OOM) even when the key
--- exists: then a held lock is still reported held (below), and a free one
--- returns the refusal, with nothing written.
-if not queued then
-  local set = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-  if type(set) == 'table' and set.err then
-    if redis.call('EXISTS', KEYS[1]) == 0 then
-      return set
-    end
-  elseif set then
-    -- Free, and taken: the next fence. A counter next_fence refuses is left
-    -- as it was, and the lock is deleted again: nothing changed.
-    local fence, problem = next_fence(KEYS[2])
-    if problem then
-      redis.call('DEL', KEYS[1])
-      return problem
-    end
-    return fence
+if incr then
+  -- Taken, but the counter is refused (or at MaxFence exactly): a counter
+  -- checked_fence refuses is left as it was, and the lock is deleted
+  -- again: nothing changed.
+  local fence, problem = checked_fence(KEYS[2], incr)
+  if problem then
+    redis.call('DEL', KEYS[1])
+    return problem
   end
+  return fence
 end
 
 -- Held. GET fails with WRONGTYPE if the lock key is not a string.

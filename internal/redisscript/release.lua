@@ -3,21 +3,50 @@
 -- release.lua: Delete the lock if, and only if, the owner holds it, and wake waiters; or hand it to the first live waiter of the fair queue.
 --
 -- KEYS[1]: lock key: the lock; waiters listen on the channel KEYS[1] .. ":released"
--- KEYS[2]: abandoned key: optional, with ARGV[3]: the set of abandoned owners (lock key .. ":abandoned")
--- KEYS[3]: queue key: optional, with KEYS[4]: the fair queue (lock key .. ":queue"; see wait.lua). When given, the lock goes to its first live waiter instead of being deleted
--- KEYS[4]: fence key: with KEYS[3]: the fence counter (lock key .. ":fence")
+-- KEYS[2]: queue key: optional, with KEYS[3]: the fair queue (lock key .. ":queue"; see wait.lua). When given, the lock goes to its first live waiter instead of being deleted
+-- KEYS[3]: fence key: with KEYS[2]: the fence counter (lock key .. ":fence")
+-- KEYS[4]: abandoned key: optional, with ARGV[3]: the set of abandoned owners (lock key .. ":abandoned"); last, so that a plain release does not send it
 -- ARGV[1]: owner: the owner token (a secret)
--- ARGV[2]: sharded: "sharded" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); anything else, or absent: PUBLISH
--- ARGV[3]: abandon: optional, with KEYS[2]: milliseconds, or empty for none. The release cleans up after an acquire (or a wait) whose outcome is unknown: the owner is also added to KEYS[2], kept at least that long, so that its acquire or wait refuses to run if it arrives later, and its entries in KEYS[3] are removed
+-- ARGV[2]: sharded: optional: "sharded" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); anything else, or absent: PUBLISH
+-- ARGV[3]: abandon: optional, with KEYS[4]: milliseconds, or empty or absent for none. The release cleans up after an acquire (or a wait) whose outcome is unknown: the owner is also added to KEYS[4], kept at least that long, so that its acquire or wait refuses to run if it arrives later, and its entries in KEYS[2] are removed
 -- Returns:
 --   1: released (deleted and "released" published, or handed to the first live
---      waiter of KEYS[3]: its owner token set with its TTL, the fence counter
+--      waiter of KEYS[2]: its owner token set with its TTL, the fence counter
 --      incremented and "granted <SHA-1 of its owner> <fence>" published);
 --   0: not held by owner, nothing deleted
---   Without KEYS[3] the fence counter is not touched.
+--   Without KEYS[2] the fence counter is not touched.
 -- By hand:
 --   redis-cli --eval internal/redisscript/release.lua lock-key , token
 -- Input comes only through KEYS and ARGV.
+
+-- List commands run only when the queue exists: a deployment that never
+-- queues (no FairBackend) needs no permission for them (docs/redis-acl.md).
+local queued = KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1
+local abandon = ARGV[3] and ARGV[3] ~= '' and KEYS[4]
+
+-- A plain release publishes first: a script is not rolled back, so a
+-- PUBLISH refused (ACL without the channel) must fail before the DEL.
+-- Waiters cannot act on a message before the whole script has run.
+-- On Redis Cluster PUBLISH is broadcast to every node; SPUBLISH reaches
+-- only the shard that serves the key's slot (the channel shares its hash tag).
+local publish = 'PUBLISH'
+if ARGV[2] == 'sharded' then
+  publish = 'SPUBLISH'
+end
+local channel = KEYS[1] .. ':released'
+
+-- The common case, no queue and no clean-up: a plain release, before the
+-- functions below are defined (they are needed only with a queue or a
+-- clean-up).
+if not (queued or abandon) then
+  -- GET fails with WRONGTYPE if the lock key is not a string.
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return 0
+  end
+  redis.call(publish, channel, 'released')
+  redis.call('DEL', KEYS[1])
+  return 1
+end
 
 -- now_ms is the server's clock in milliseconds (TIME; allowed in scripts
 -- since Redis 5, which replicates their effects, not the script).
@@ -74,16 +103,16 @@ local function restore_fence(key)
   end
 end
 
--- next_fence increments the fence counter in key and returns the new
--- fence; or nil and an error reply, with the counter as it was, when the
--- counter is not one fencedlock wrote, is at MaxFence, or has a TTL.
--- INCR itself refuses a value that is not a string (WRONGTYPE) or not a
--- decimal integer (Redis takes no sign '+', no space, no leading zero)
--- and changes nothing; the other refusals undo the increment. A script is
--- not rolled back when a command fails, so the caller must not have
--- written anything it could not undo when it gets the refusal.
-local function next_fence(key)
-  local n = redis.pcall('INCR', key)
+-- checked_fence takes n, the reply of INCR (redis.pcall) of the fence
+-- counter in key, and returns the new fence; or nil and an error reply,
+-- with the counter as it was, when the counter is not one fencedlock
+-- wrote, is at MaxFence, or has a TTL. INCR itself refuses a value that
+-- is not a string (WRONGTYPE) or not a decimal integer (Redis takes no
+-- sign '+', no space, no leading zero) and changes nothing; the other
+-- refusals undo the increment. A script is not rolled back when a command
+-- fails, so the caller must not have written anything it could not undo
+-- when it gets the refusal.
+local function checked_fence(key, n)
   if type(n) == 'table' then
     local err = tostring(n.err)
     if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'integer', 1, true) or string.find(err, 'overflow', 1, true) then
@@ -117,25 +146,27 @@ local function next_fence(key)
   return n
 end
 
-local abandon = ARGV[3] and ARGV[3] ~= '' and KEYS[2]
--- List commands run only when the queue exists: a deployment that never
--- queues (no FairBackend) needs no permission for them (docs/redis-acl.md).
-local queued = KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1
+-- next_fence increments the fence counter in key and returns the new
+-- fence, or nil and an error reply (see checked_fence).
+local function next_fence(key)
+  return checked_fence(key, redis.pcall('INCR', key))
+end
+
 -- A clean-up after an acquire (or a wait) whose outcome is unknown:
 -- remember the owner (by SHA-1, not the secret itself), so that its
 -- acquire or wait, if it is still on its way, takes nothing when it
 -- arrives. Recorded even when the key is deleted below: another attempt of
 -- the same owner may still be in flight. Its queue entries go too.
 if abandon then
-  redis.call('SADD', KEYS[2], redis.sha1hex(ARGV[1]))
-  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('SADD', KEYS[4], redis.sha1hex(ARGV[1]))
+  if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[4], ARGV[3])
   end
   if queued then
-    for _, e in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+    for _, e in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
       local _, _, owner = entry(e)
       if owner == ARGV[1] then
-        redis.call('LREM', KEYS[3], 0, e)
+        redis.call('LREM', KEYS[2], 0, e)
       end
     end
   end
@@ -146,17 +177,6 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 
--- A plain release publishes first: a script is not rolled back, so a
--- PUBLISH refused (ACL without the channel) must fail before the DEL.
--- Waiters cannot act on a message before the whole script has run.
--- On Redis Cluster PUBLISH is broadcast to every node; SPUBLISH reaches
--- only the shard that serves the key's slot (the channel shares its hash tag).
-local publish = 'PUBLISH'
-if ARGV[2] == 'sharded' then
-  publish = 'SPUBLISH'
-end
-local channel = KEYS[1] .. ':released'
-
 -- The fair queue: hand the lock to its first live waiter, in this same
 -- step, so that nobody else can take it in between. Entries whose expiry
 -- passed (a waiter that crashed, or lost its connection for longer than
@@ -164,19 +184,19 @@ local channel = KEYS[1] .. ':released'
 if queued then
   local now
   while true do
-    local e = redis.call('LPOP', KEYS[3])
+    local e = redis.call('LPOP', KEYS[2])
     if not e then
       break
     end
     local expiry, ttl, owner = entry(e)
     now = now or now_ms()
     if expiry and tonumber(expiry) > now and tonumber(ttl) >= 1 and owner ~= ARGV[1] then
-      local fence = next_fence(KEYS[4])
+      local fence = next_fence(KEYS[3])
       if not fence then
         -- The counter is left as it was: keep the waiter's place and
         -- release plainly; its next attempt reports the problem (wait.lua
         -- runs the same checks).
-        redis.call('LPUSH', KEYS[3], e)
+        redis.call('LPUSH', KEYS[2], e)
         break
       end
       -- The message last: it must never announce a grant that was not

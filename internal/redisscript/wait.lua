@@ -75,16 +75,16 @@ local function restore_fence(key)
   end
 end
 
--- next_fence increments the fence counter in key and returns the new
--- fence; or nil and an error reply, with the counter as it was, when the
--- counter is not one fencedlock wrote, is at MaxFence, or has a TTL.
--- INCR itself refuses a value that is not a string (WRONGTYPE) or not a
--- decimal integer (Redis takes no sign '+', no space, no leading zero)
--- and changes nothing; the other refusals undo the increment. A script is
--- not rolled back when a command fails, so the caller must not have
--- written anything it could not undo when it gets the refusal.
-local function next_fence(key)
-  local n = redis.pcall('INCR', key)
+-- checked_fence takes n, the reply of INCR (redis.pcall) of the fence
+-- counter in key, and returns the new fence; or nil and an error reply,
+-- with the counter as it was, when the counter is not one fencedlock
+-- wrote, is at MaxFence, or has a TTL. INCR itself refuses a value that
+-- is not a string (WRONGTYPE) or not a decimal integer (Redis takes no
+-- sign '+', no space, no leading zero) and changes nothing; the other
+-- refusals undo the increment. A script is not rolled back when a command
+-- fails, so the caller must not have written anything it could not undo
+-- when it gets the refusal.
+local function checked_fence(key, n)
   if type(n) == 'table' then
     local err = tostring(n.err)
     if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'integer', 1, true) or string.find(err, 'overflow', 1, true) then
@@ -116,6 +116,12 @@ local function next_fence(key)
     return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
   end
   return n
+end
+
+-- next_fence increments the fence counter in key and returns the new
+-- fence, or nil and an error reply (see checked_fence).
+local function next_fence(key)
+  return checked_fence(key, redis.pcall('INCR', key))
 end
 
 -- An owner whose wait was cleaned up (its caller gave up while this
