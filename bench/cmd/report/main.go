@@ -357,8 +357,35 @@ func (r *runData) opsRatio(scenario, lib, base string) (spread, bool) {
 		if s, ok := r.pairedSpread(name); ok {
 			return s, true
 		}
+	} else if s, ok := r.pairedBetween(name, scenario+"/lib="+base); ok {
+		return s, true
 	}
 	return r.passRatio(name, scenario+"/lib="+base, "ops/s")
+}
+
+// pairedBetween is name's throughput relative to ref's when both were
+// measured interleaved with the baseline (vs-base) in the same passes: per
+// pass, name's vs-base over ref's (each is the library's throughput over
+// the baseline's under the same load, so the baseline cancels out), then
+// the median over the passes. False if no pass has both.
+func (r *runData) pairedBetween(name, ref string) (spread, bool) {
+	refBy := map[int]float64{}
+	for _, s := range r.samples[ref] {
+		if v, ok := s.vals["vs-base"]; ok && v > 0 {
+			refBy[s.pass] = v
+		}
+	}
+	var rs []float64
+	for _, s := range r.samples[name] {
+		v, ok := s.vals["vs-base"]
+		if rv, rok := refBy[s.pass]; ok && rok && v > 0 {
+			rs = append(rs, v/rv)
+		}
+	}
+	if len(rs) == 0 {
+		return spread{}, false
+	}
+	return spread{med: median(rs), lo: slices.Min(rs), hi: slices.Max(rs), n: len(rs)}, true
 }
 
 func median(vs []float64) float64 {
@@ -868,7 +895,7 @@ func render(r *runData, versions map[string]string) string {
 	b.WriteString("\n![throughput relative to the raw rueidis baseline, and contended hand-offs per second](chart.svg)\n\n")
 
 	b.WriteString("### Targets of the open issues, checked on this run\n\n")
-	b.WriteString("Ratios of the hot path (acquire+release, renew) are the median over the passes of a ratio measured within each pass, with the range in parentheses: against the raw baseline, the interleaved measurement (vs-base, see the note at the end); between two libraries, their samples of the same pass; the contended, hand-off and many-leases figures are from one run.\n\n")
+	b.WriteString("Ratios of the hot path (acquire+release, renew) are the median over the passes of a ratio measured within each pass, with the range in parentheses: against the raw baseline, the interleaved measurement (vs-base, see the note at the end); between two libraries, the ratio of their two interleaved ratios to the baseline in the same pass (Redis libraries; the baseline cancels out), else their samples of the same pass (etcd); the contended, hand-off and many-leases figures are from one run.\n\n")
 	b.WriteString(targetTable(targets(r)))
 
 	for _, s := range []struct{ title, scenario, text string }{
@@ -987,7 +1014,7 @@ func footnote(r *runData, versions map[string]string) string {
 	}
 	b.WriteString(strings.Join(vs, ", "))
 	fmt.Fprintf(&b, "; fencedlock at %s. ", cmp.Or(r.config["fencedlock"], "a commit the run did not record"))
-	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own, every other one in reverse order; the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass, after the timed run, over a quarter of b.N operations of each: at concurrency 1 the library's operation and a baseline operation back to back, alternating which goes first; at 64, blocks of 4 operations per goroutine of one library, then of the other, in the order A B B A (single operations would share one server queue and wait alike); the ratio is the baseline's total time over the library's (leaving out the 1%% of rounds that took longest: stalls of the machine), under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two libraries (the targets of issues 20 and 16) are the median of per-pass ratios of their samples run next to each other. Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
+	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own, every other one in reverse order; the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass, after the timed run, over a quarter of b.N operations of each: at concurrency 1 the library's operation and a baseline operation back to back, alternating which goes first; at 64, blocks of 4 operations per goroutine of one library, then of the other, in the order A B B A (single operations would share one server queue and wait alike); the ratio is the baseline's total time over the library's (leaving out the 1%% of rounds that took longest: stalls of the machine), under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two libraries (the targets of issues 20 and 16) are the median over the passes of the ratio of their vs-base ratios (Redis libraries: each measured against the same baseline under its own load), or of their samples run next to each other (etcd, which has no interleaved measurement). Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
 	b.WriteString("Not a statistical study: for decisions, run `go test -run '^$' -bench . -benchmem -count 10` against your own servers and compare with benchstat.\n")
 	return b.String()
 }

@@ -183,6 +183,7 @@ func TestTargets(t *testing.T) {
 const pairedSample = `# report pass 0
 BenchmarkAcquireRelease/conc=1/lib=raw-rueidis-2       100 100000 ns/op
 BenchmarkAcquireRelease/conc=1/lib=fencedlock-redis-2  100 400000 ns/op 0.97 vs-base
+BenchmarkAcquireRelease/conc=1/lib=redislock-2         100  50000 ns/op 0.97 vs-base
 BenchmarkAcquireRelease/conc=1/lib=raw-rueidis#01-2    100 100000 ns/op
 BenchmarkOverhead/conc=64/layer=raw-2                  100 100 ns/op
 BenchmarkOverhead/conc=64/layer=locker-2               100 900 ns/op 0.80 vs-base
@@ -190,10 +191,12 @@ BenchmarkOverhead/conc=64/layer=raw#01-2               100 100 ns/op
 # report pass 1
 BenchmarkAcquireRelease/conc=1/lib=raw-rueidis-2       100 100000 ns/op
 BenchmarkAcquireRelease/conc=1/lib=fencedlock-redis-2  100 100000 ns/op 0.91 vs-base
+BenchmarkAcquireRelease/conc=1/lib=redislock-2         100  50000 ns/op 0.70 vs-base
 BenchmarkAcquireRelease/conc=1/lib=raw-rueidis#01-2    100 100000 ns/op
 # report pass 2
 BenchmarkAcquireRelease/conc=1/lib=raw-rueidis-2       100 100000 ns/op
 BenchmarkAcquireRelease/conc=1/lib=fencedlock-redis-2  100  50000 ns/op 0.95 vs-base
+BenchmarkAcquireRelease/conc=1/lib=redislock-2         100  50000 ns/op 1.00 vs-base
 BenchmarkAcquireRelease/conc=1/lib=raw-rueidis#01-2    100 100000 ns/op
 `
 
@@ -216,5 +219,25 @@ func TestPairedRatio(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// TestPairedBetween: two libraries that were both measured interleaved
+// with the baseline compare through those ratios, pass by pass (the
+// baseline cancels out), not through their separately timed samples:
+// here the samples say fencedlock-redis is 8x, 2x and 1x slower than
+// redislock, the interleaved ratios 1.00x, 1.30x and 0.95x.
+func TestPairedBetween(t *testing.T) {
+	r, err := parse([]byte(pairedSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := r.opsRatio("AcquireRelease/conc=1", "fencedlock-redis", "redislock")
+	if got := fmtSpread(s, ok); got != "1.00x (0.95–1.30)" || s.n != 3 {
+		t.Errorf("fencedlock-redis vs redislock: %s over %d passes, want 1.00x (0.95–1.30) over 3", got, s.n)
+	}
+	// Without vs-base on one side: the samples of the same pass.
+	if _, ok := r.pairedBetween("AcquireRelease/conc=1/lib=fencedlock-redis", "AcquireRelease/conc=1/lib=raw-rueidis"); ok {
+		t.Error("a ratio through vs-base against a benchmark that has none")
 	}
 }
