@@ -79,6 +79,20 @@ type delSub struct {
 	next *delSub // another subscriber of the same key (rare)
 }
 
+// startLocked starts the watch goroutine unless it runs. Under w.mu; the
+// caller runs inside b.wg.
+func (w *delWatch) startLocked() {
+	if w.running {
+		return
+	}
+	w.running = true
+	w.b.wg.Add(1)
+	go func() {
+		defer w.b.wg.Done()
+		w.run()
+	}()
+}
+
 // subscribe registers k's interest in key's deletions at revisions >=
 // from. It never blocks on the server. The caller runs inside b.wg.
 func (w *delWatch) subscribe(k *keeper, key string, from int64) *delSub {
@@ -90,14 +104,7 @@ func (w *delWatch) subscribe(k *keeper, key string, from int64) *delSub {
 	}
 	s.next = w.subs[key]
 	w.subs[key] = s
-	if !w.running {
-		w.running = true
-		w.b.wg.Add(1)
-		go func() {
-			defer w.b.wg.Done()
-			w.run()
-		}()
-	}
+	w.startLocked()
 	// Deletions the watch already dispatched are in the recent log (for
 	// revisions >= recentFrom >= from of the watch); later ones reach s.
 	switch rev := w.recent[key]; {
@@ -315,14 +322,7 @@ func (w *delWatch) subscribeWait(dir, own string, rev int64, ahead map[string]st
 	}
 	ws.next = w.waiters[dir]
 	w.waiters[dir] = ws
-	if !w.running {
-		w.running = true
-		w.b.wg.Add(1)
-		go func() {
-			defer w.b.wg.Done()
-			w.run()
-		}()
-	}
+	w.startLocked()
 	switch {
 	case w.from == 0:
 		// Starting: told to re-read once it runs.
