@@ -65,7 +65,9 @@ type Config struct {
 	// ExpirySlack is how long after a lease's TTL has run out the store may
 	// still report the key held (lazy or periodic expiry, rounding). The
 	// suite requires that another backend can take an unrenewed key once
-	// TTL + ExpirySlack has passed since the holder's request was sent.
+	// TTL + ExpirySlack has passed since the holder's request returned (the
+	// store granted it no later; a request delayed on its way, as on a
+	// loaded machine, starts its lease late without any fault of the store).
 	// Zero means DefaultExpirySlack.
 	ExpirySlack time.Duration
 

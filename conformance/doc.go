@@ -51,7 +51,8 @@
 //     row, and no more, the key stays held that long and is free within
 //     ExpirySlack after.
 //   - ExpiryWithoutRenew: an unrenewed lease lets another backend in within
-//     TTL + ExpirySlack of the holder's request, never before its TTL, and
+//     TTL + ExpirySlack of the holder's request's return, never before its
+//     TTL from its sending, and
 //     the holder sees the lease lost.
 //   - InvalidationReported: a key removed out of band ends its lease's
 //     Context (cause ErrLeaseLost) within TTL + renew interval; a manual

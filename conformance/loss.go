@@ -180,10 +180,10 @@ func testRenewAfterLoss(t *testing.T, e *env) {
 
 func testLateRelease(t *testing.T, e *env) {
 	key := e.key("late")
-	a, sentA := e.pausedLease(t, key)
+	a, gotA := e.pausedLease(t, key)
 	lb := e.locker(t, nil)
 	// A is paused: no renewal. B takes the key once A's lease expired.
-	bl := e.takeOver(t, lb, a, sentA)
+	bl := e.takeOver(t, lb, a, gotA)
 	// A resumes and releases late.
 	wantNotHeld(t, "late Release", a.Release(e.ctx))
 	if !e.held(t, key) {
@@ -198,24 +198,28 @@ func testLateRelease(t *testing.T, e *env) {
 }
 
 // pausedLease acquires key with a Locker that never renews (a holder
-// paused from the start) and returns the lease and when it was requested.
+// paused from the start) and returns the lease and when its TryAcquire
+// returned: the store granted it no later, so its lease ends no later
+// than that plus its TTL.
 func (e *env) pausedLease(t *testing.T, key string) (*fencedlock.Lease, time.Time) {
 	t.Helper()
 	l := e.locker(t, e.pausedHolder)
-	sent := time.Now()
 	a, err := l.TryAcquire(e.ctx, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	return a, sent
+	return a, time.Now()
 }
 
 // takeOver polls l.TryAcquire of a's key until it succeeds once a's lease
-// (requested at sentA, never renewed) has expired, and fails the test if an
-// attempt sent after a's TTL + ExpirySlack still finds the key held.
-func (e *env) takeOver(t *testing.T, l *fencedlock.Locker, a *fencedlock.Lease, sentA time.Time) *fencedlock.Lease {
+// (granted by gotA, never renewed) has expired, and fails the test if an
+// attempt sent after a's TTL + ExpirySlack from gotA still finds the key
+// held. The bound starts when a's TryAcquire returned, not when it was
+// sent: a store starts the lease when the request reaches it, which a
+// loaded machine may delay by more than ExpirySlack.
+func (e *env) takeOver(t *testing.T, l *fencedlock.Locker, a *fencedlock.Lease, gotA time.Time) *fencedlock.Lease {
 	t.Helper()
-	notAfter := sentA.Add(grantTTL(a.TTL(), e.ttl) + e.cfg.ExpirySlack)
+	notAfter := gotA.Add(grantTTL(a.TTL(), e.ttl) + e.cfg.ExpirySlack)
 	for {
 		sent := time.Now()
 		ls, err := l.TryAcquire(e.ctx, a.Key())
@@ -242,13 +246,13 @@ func testPausedHolder(t *testing.T, e *env) {
 		guard = g
 	}
 	key := e.key("paused")
-	a, sentA := e.pausedLease(t, key)
+	a, gotA := e.pausedLease(t, key)
 	lb := e.locker(t, nil)
 	if err := guard.Write(e.ctx, a.Fence(), a.Holder(), "A1"); err != nil {
 		t.Fatalf("A's first write (fence %v): %v", a.Fence(), err)
 	}
 	// A pauses past its lease; B takes the key.
-	b := e.takeOver(t, lb, a, sentA)
+	b := e.takeOver(t, lb, a, gotA)
 	if err := guard.Write(e.ctx, b.Fence(), b.Holder(), "B1"); err != nil {
 		t.Fatalf("B's write (fence %v): %v", b.Fence(), err)
 	}

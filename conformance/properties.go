@@ -66,20 +66,21 @@ func errOf[T any](_ T, err error) error { return err }
 
 // expired acquires key on b with a lease of MinTTL and returns the grant
 // once the store must consider it expired (its TTL and ExpirySlack have
-// passed since the request was sent, or the harness's Expirer ended it),
+// passed since the request returned: the store granted it no later; or the
+// harness's Expirer ended it),
 // with nothing else done to the key meanwhile: no other request may touch
 // it (a store may keep an expired lock on record until then), and when.
 func (e *env) expired(t *testing.T, b driver.Backend, key string) (driver.Grant, time.Time) {
 	t.Helper()
-	sent := time.Now()
 	g := e.grabTTL(t, b, key, e.ttl)
+	got := time.Now()
 	if exp, ok := e.h.(Expirer); ok {
 		if err := exp.Expire(e.ctx, key); err != nil {
 			t.Fatalf("harness Expire: %v", err)
 		}
 		return g, time.Now()
 	}
-	at := sent.Add(grantTTL(g.TTL, e.ttl) + e.cfg.ExpirySlack + time.Millisecond)
+	at := got.Add(grantTTL(g.TTL, e.ttl) + e.cfg.ExpirySlack + time.Millisecond)
 	time.Sleep(time.Until(at))
 	return g, at
 }

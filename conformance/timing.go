@@ -40,6 +40,9 @@ func (e *env) expiry(t *testing.T, requested time.Duration) *inconclusive {
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
+	// The lease starts between sentA and gotA: not over before sentA + TTL,
+	// over by gotA + TTL + ExpirySlack.
+	gotA := time.Now()
 	b := e.backend(t)
 	ttl := grantTTL(a.TTL(), requested)
 	// The store's clock may run at a slightly different rate than ours.
@@ -47,7 +50,7 @@ func (e *env) expiry(t *testing.T, requested time.Duration) *inconclusive {
 	if !e.held(t, key) && time.Now().Before(earliest) {
 		t.Fatalf("key free %v after TryAcquire, before its TTL of %v", time.Since(sentA).Round(time.Millisecond), ttl)
 	}
-	g, sent, got, gap := e.acquireByGap(t, b, key, sentA.Add(ttl+e.cfg.ExpirySlack), "unrenewed lease")
+	g, sent, got, gap := e.acquireByGap(t, b, key, gotA.Add(ttl+e.cfg.ExpirySlack), "unrenewed lease")
 	if got.Before(earliest) {
 		t.Fatalf("another backend took the key %v after the holder's request was sent, before its TTL of %v",
 			got.Sub(sentA).Round(time.Millisecond), ttl)
