@@ -16,12 +16,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fencedlock/fencedlock"
 )
 
 // benchTTL is the lease of every scenario except ManyLeases.
 const benchTTL = 10 * time.Second
 
-// manyTTL is the lease in ManyLeases: short, so that renewals happen.
+// manyTTL is the lease in ManyLeases at the size every contender runs
+// (-leases): short, so that renewals happen.
 const manyTTL = 3 * time.Second
 
 // contendedWorkers is the number of clients fighting for one key.
@@ -786,9 +789,9 @@ type manyResult struct {
 
 // runManyLeases acquires n leases on one client, holds them for hold while
 // the library renews them, and releases them.
-func runManyLeases(tb testing.TB, e *env, c contender, n int, hold time.Duration) manyResult {
+func runManyLeases(tb testing.TB, e *env, c contender, n int, ttl, hold time.Duration) manyResult {
 	tb.Helper()
-	cl := c.open(tb, e, clientConfig{ttl: manyTTL, keepAlive: true})
+	cl := c.open(tb, e, clientConfig{ttl: ttl, keepAlive: true})
 	defer cl.close()
 	res := manyResult{n: n, hold: hold}
 	leases := make([]heldLock, n)
@@ -922,64 +925,75 @@ func parallel(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-// flagScale: the ManyLeases sizes beyond -leases (defined here, beside
-// the scenario, rather than with the other flags).
-var flagScale = flag.String("leases-scale", "1000,20000",
-	"more ManyLeases sizes (comma-separated) for the contenders measured at scale (fencedlock-redis, fencedlock-etcd), besides -leases; -short uses 20; empty: none. "+
-		"100000 at TTL 3s needs more than a shared 2-core machine: 100k renewals/s, about 1.2 cores for the client and 0.7 (Redis) to 1.4 (etcd) for the server")
+// flagScale and flagScaleTTL: the ManyLeases sizes measured for the
+// contenders at scale, and their lease (defined here, beside the
+// scenario, rather than with the other flags).
+var (
+	flagScale = flag.String("leases-scale", "1000,10000,100000",
+		"ManyLeases sizes (comma-separated) for the contenders measured at scale (fencedlock-redis, fencedlock-etcd), each at -scale-ttl; -short uses 20; empty: none")
+	flagScaleTTL = flag.Duration("scale-ttl", fencedlock.DefaultTTL,
+		"the lease of the -leases-scale sizes (default: the library's default TTL). One lease is renewed every TTL/3: 100000 leases at TTL 3s are 100000 renewals/s, more than a shared 2-core machine does")
+)
 
 // scaleContenders are measured at every ManyLeases size (-leases-scale),
 // the others at -leases only.
 var scaleContenders = map[string]bool{"fencedlock-redis": true, "fencedlock-etcd": true}
 
-// manyParams returns the ManyLeases sizes of c, smallest first, and the
-// hold time.
-func manyParams(c contender) ([]int, time.Duration, error) {
-	all, scale, hold := *flagLeases, *flagScale, *flagHold
+// manyParams returns the ManyLeases size every contender runs and its
+// TTL, the sizes c also runs at scale (none unless c is a scale
+// contender), smallest first, and their TTL, and the hold time.
+func manyParams(c contender) (all int, scale []int, scaleTTL, hold time.Duration, err error) {
+	all, list, scaleTTL, hold := *flagLeases, *flagScale, *flagScaleTTL, *flagHold
 	if testing.Short() {
-		all, scale, hold = 100, "20", 1500*time.Millisecond
+		all, list, hold = 100, "20", 1500*time.Millisecond
 	}
-	sizes := []int{all}
-	if scaleContenders[c.name] && scale != "" {
-		for _, f := range strings.Split(scale, ",") {
+	if scaleTTL < fencedlock.MinTTL || scaleTTL > fencedlock.MaxTTL {
+		return 0, nil, 0, 0, fmt.Errorf("-scale-ttl %v: out of [%v, %v]", scaleTTL, fencedlock.MinTTL, fencedlock.MaxTTL)
+	}
+	if scaleContenders[c.name] && list != "" {
+		for _, f := range strings.Split(list, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n <= 0 {
-				return nil, 0, fmt.Errorf("-leases-scale %q: %q is not a positive number", scale, f)
+				return 0, nil, 0, 0, fmt.Errorf("-leases-scale %q: %q is not a positive number", list, f)
 			}
-			if !slices.Contains(sizes, n) {
-				sizes = append(sizes, n)
+			if !slices.Contains(scale, n) {
+				scale = append(scale, n)
 			}
 		}
 	}
-	slices.Sort(sizes)
-	return sizes, hold, nil
+	slices.Sort(scale)
+	return all, scale, scaleTTL, hold, nil
 }
 
-// BenchmarkManyLeases: one process holds many leases (-leases, default
-// 10000; fencedlock-redis and fencedlock-etcd also at each -leases-scale
-// size, default 1000 and 20000) for a fixed time (-hold) while the
-// library keeps them alive (TTL 3s). One sub-benchmark per size
-// (leases=N). Reports CPU and live heap per lease, renew traffic, and
-// losses (must be 0). CPU is the client process's; memory is live heap
-// plus goroutine stacks. ns/op, B/op and allocs/op are per lease while
-// acquiring them (64 at a time). Libraries without a watchdog run the
-// renew loop a user would write (one goroutine per lock).
+// BenchmarkManyLeases: one process holds many leases for a fixed time
+// (-hold) while the library keeps them alive. Every contender holds
+// -leases (default 10000) at TTL 3s (sub-benchmark leases=N);
+// fencedlock-redis and fencedlock-etcd also each -leases-scale size
+// (default 1000, 10000 and 100000) at -scale-ttl (default 10s, the
+// library's default; sub-benchmark scale=N), whose per-lease figures
+// must stay flat as the count grows. Reports CPU and live heap per lease,
+// renew traffic, and losses (must be 0). CPU is the client process's;
+// memory is live heap plus goroutine stacks. ns/op, B/op and allocs/op
+// are per lease while acquiring them (64 at a time). Libraries without a
+// watchdog run the renew loop a user would write (one goroutine per
+// lock).
 func BenchmarkManyLeases(b *testing.B) {
 	forEach(b, func(c contender) bool { return c.autoRenew }, func(b *testing.B, e *env, c contender) {
-		sizes, hold, err := manyParams(c)
+		all, scale, scaleTTL, hold, err := manyParams(c)
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, n := range sizes {
-			b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) { benchManyLeases(b, e, c, n, hold) })
+		b.Run(fmt.Sprintf("leases=%d", all), func(b *testing.B) { benchManyLeases(b, e, c, all, manyTTL, hold) })
+		for _, n := range scale {
+			b.Run(fmt.Sprintf("scale=%d", n), func(b *testing.B) { benchManyLeases(b, e, c, n, scaleTTL, hold) })
 		}
 	})
 }
 
-func benchManyLeases(b *testing.B, e *env, c contender, n int, hold time.Duration) {
-	b.Logf("%d leases held by one %s client for %v, TTL %v", n, c.name, hold, manyTTL)
+func benchManyLeases(b *testing.B, e *env, c contender, n int, ttl, hold time.Duration) {
+	b.Logf("%d leases held by one %s client for %v, TTL %v", n, c.name, hold, ttl)
 	b.ResetTimer()
-	r := runManyLeases(b, e, c, n, hold)
+	r := runManyLeases(b, e, c, n, ttl, hold)
 	b.StopTimer()
 	if r.lost > 0 || r.releaseErr > 0 {
 		// A finding to report, not a reason to drop the row.

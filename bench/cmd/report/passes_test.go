@@ -103,7 +103,7 @@ func TestPassRatioSavedRun(t *testing.T) {
 	}
 }
 
-// targetSample has a result for every target of issues 19, 20 and 16.
+// targetSample has a result for every target of issues 19 and 20.
 const targetSample = `# report pass 0
 BenchmarkAcquireRelease/conc=1/lib=raw-rueidis-2          1 100000 ns/op 5 allocs/op
 BenchmarkAcquireRelease/conc=1/lib=fencedlock-redis-2     1 100000 ns/op 6 allocs/op
@@ -126,13 +126,15 @@ BenchmarkContended/lib=redsync-2                1 1 ns/op 50 handoffs/s 4000000 
 BenchmarkContended/lib=redislock-2              1 1 ns/op 200 handoffs/s 1000000 wait-p99-ns
 BenchmarkContended/lib=fencedlock-etcd-2        1 1 ns/op 300 handoffs/s
 BenchmarkContended/lib=etcd-mutex-2             1 1 ns/op 100 handoffs/s
-BenchmarkManyLeases/lib=fencedlock-redis/leases=1000-2    1 1 ns/op 20000 cpu-ns/lease/s 2000 mem-B/lease 0 lost 0 release-errors
-BenchmarkManyLeases/lib=fencedlock-redis/leases=10000-2   1 1 ns/op 10000 cpu-ns/lease/s 1000 mem-B/lease 0 lost 0 release-errors
-BenchmarkManyLeases/lib=fencedlock-redis/leases=100000-2  1 1 ns/op 11000 cpu-ns/lease/s 1300 mem-B/lease 0 lost 0 release-errors
-BenchmarkManyLeases/lib=fencedlock-etcd/leases=10000-2    1 1 ns/op 10000 cpu-ns/lease/s 4000 mem-B/lease 2 lost 0 release-errors
+BenchmarkManyLeases/lib=fencedlock-redis/leases=10000-2  1 1 ns/op 10000 cpu-ns/lease/s 1000 mem-B/lease 0 lost 0 release-errors
+BenchmarkManyLeases/lib=fencedlock-redis/scale=1000-2    1 1 ns/op 20000 cpu-ns/lease/s 2000 mem-B/lease 0 lost 0 release-errors
+BenchmarkManyLeases/lib=fencedlock-redis/scale=10000-2   1 1 ns/op 4000 cpu-ns/lease/s 1000 mem-B/lease 0 lost 0 release-errors
+BenchmarkManyLeases/lib=fencedlock-redis/scale=100000-2  1 1 ns/op 4400 cpu-ns/lease/s 1300 mem-B/lease 0 lost 0 release-errors
+BenchmarkManyLeases/lib=fencedlock-etcd/leases=10000-2    1 1 ns/op 12000 cpu-ns/lease/s 4000 mem-B/lease 2 lost 0 release-errors
+BenchmarkManyLeases/lib=etcd-mutex/leases=10000-2         1 1 ns/op 6000 cpu-ns/lease/s 6000 mem-B/lease 0 lost 0 release-errors
 `
 
-// TestTargets: the targets table checks each goal of issues 19, 20 and 16
+// TestTargets: the targets table checks each goal of issues 19 and 20
 // with its measured value, met or not, and "not run" when the run lacks
 // the result.
 func TestTargets(t *testing.T) {
@@ -161,13 +163,8 @@ func TestTargets(t *testing.T) {
 		"| #20 | fencedlock/redis ManyLeases failed releases = 0 (every size) | 0 | yes |",
 		"| #20 | fencedlock/etcd ManyLeases growth per lease (CPU / memory) <= 1.2x | – / – | not run |",
 		"| #20 | fencedlock/etcd ManyLeases leases lost = 0 (every size) | 2.00 | no |",
-		"| #16 | fencedlock/goredis acquire+release/s, concurrency 1 >= 1.0x bsm/redislock | 0.89x | no |",
-		"| #16 | fencedlock/goredis acquire+release/s, concurrency 1 >= 1.0x go-redsync/redsync/v4 | 1.33x | yes |",
-		"| #16 | fencedlock/goredis acquire+release/s, concurrency 64 >= 1.0x bsm/redislock | – | not run |",
-		"| #16 | fencedlock/goredis contended hand-offs/s >= 1.0x bsm/redislock | 0.50x | no |",
-		"| #16 | fencedlock/goredis contended wait p99 <= 1.0x go-redsync/redsync/v4's | 0.50x | yes |",
-		"| #16 | fencedlock/goredis allocs per acquire+release < bsm/redislock's | 14.0 vs 35.0 | yes |",
-		"| #16 | fencedlock/goredis hand-off latency p50 <= 1.0x go-redsync/redsync/v4's | – | not run |",
+		"| #20 | fencedlock/etcd ManyLeases CPU per lease per s <= 1.5x concurrency.Mutex's (10,000 leases) | 2.00x | no |",
+		"| #20 | fencedlock/etcd ManyLeases memory per lease <= 1.5x concurrency.Mutex's (10,000 leases) | 0.67x | yes |",
 	} {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("targets lack %q:\n%s", want, got)

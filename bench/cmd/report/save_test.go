@@ -36,6 +36,7 @@ var (
 	_ = flag.Duration("duration", 0, "")
 	_ = flag.Int("leases", 0, "")
 	_ = flag.String("leases-scale", "", "")
+	_ = flag.Duration("scale-ttl", 0, "")
 	_ = flag.Duration("hold", 0, "")
 	_ = flag.Int("pass", -1, "")
 )
