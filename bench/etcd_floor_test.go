@@ -62,6 +62,7 @@ func BenchmarkEtcdFloor(b *testing.B) {
 
 type etcdMetrics struct {
 	proposals, fsyncs, cpu float64
+	keepAlives             float64 // LeaseKeepAlive requests received (0 if the server does not count them)
 }
 
 // etcdServerMetrics reads the counters of BenchmarkEtcdFloor from the first
@@ -95,6 +96,12 @@ func etcdServerMetrics(e *env) (etcdMetrics, error) {
 			continue
 		}
 		var dst *float64
+		if strings.HasPrefix(name, "grpc_server_msg_received_total{") && strings.Contains(name, `grpc_method="LeaseKeepAlive"`) {
+			if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+				m.keepAlives += v
+			}
+			continue
+		}
 		switch name {
 		case "etcd_server_proposals_committed_total":
 			dst = &m.proposals

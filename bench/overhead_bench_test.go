@@ -86,7 +86,7 @@ func BenchmarkOverhead(b *testing.B) {
 					}
 					// The contender only names the layer and its server
 					// for runOps' Redis metrics; the client is shared.
-					runOpsPaired(b, e, contender{name: "overhead-" + ly.name, server: "redis"}, conc, setup(ly, ly.name), base)
+					runOpsPaired(b, e, contender{name: "overhead-" + ly.name, server: "redis"}, conc, setup(ly, ly.name), base, "vs-base")
 				})
 			}
 		})

@@ -100,7 +100,8 @@ func forEachPass(b *testing.B, want func(contender) bool, fn func(b *testing.B, 
 // acquire and release it, conc goroutines on one client, each on its own
 // key. ns/op is per acquire+release of one goroutine divided by conc (the
 // throughput), p50-ns/p99-ns the latency of one acquire+release. A Redis
-// contender other than the baseline also reports vs-base (see pairedRatio).
+// contender other than the baseline also reports vs-base, fencedlock-etcd
+// vs-mutex (see pairedBaseline).
 func BenchmarkAcquireRelease(b *testing.B) {
 	setup := func(b *testing.B, cl lockClient, name string, conc int) func(i int) (func(context.Context) error, func()) {
 		return func(i int) (func(context.Context) error, func()) {
@@ -122,12 +123,13 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				cl := c.open(b, e, cfg)
 				defer cl.close()
 				var base func(i int) (func(context.Context) error, func())
-				if bc, ok := pairedBaseline(c); ok {
+				bc, metric, paired := pairedBaseline(c)
+				if paired {
 					bcl := bc.open(b, e, cfg)
 					defer bcl.close()
 					base = setup(b, bcl, c.name+"-base", conc)
 				}
-				runOpsPaired(b, e, c, conc, setup(b, cl, c.name, conc), base)
+				runOpsPaired(b, e, c, conc, setup(b, cl, c.name, conc), base, metric)
 			})
 		})
 	}
@@ -135,7 +137,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 // BenchmarkRenew: renew a held lock by hand (the library's extend call),
 // conc goroutines on one client, each holding its own lock. A Redis
-// contender other than the baseline also reports vs-base.
+// contender other than the baseline also reports vs-base, fencedlock-etcd
+// vs-mutex (see pairedBaseline).
 func BenchmarkRenew(b *testing.B) {
 	setup := func(b *testing.B, cl lockClient, name string, conc int) func(i int) (func(context.Context) error, func()) {
 		return func(i int) (func(context.Context) error, func()) {
@@ -158,43 +161,54 @@ func BenchmarkRenew(b *testing.B) {
 				cl := c.open(b, e, cfg)
 				defer cl.close()
 				var base func(i int) (func(context.Context) error, func())
-				if bc, ok := pairedBaseline(c); ok {
+				bc, metric, paired := pairedBaseline(c)
+				if paired {
 					bcl := bc.open(b, e, cfg)
 					defer bcl.close()
 					base = setup(b, bcl, c.name+"-base", conc)
 				}
-				runOpsPaired(b, e, c, conc, setup(b, cl, c.name, conc), base)
+				runOpsPaired(b, e, c, conc, setup(b, cl, c.name, conc), base, metric)
 			})
 		})
 	}
 }
 
-// pairedBaseline returns the baseline contender that c's operations are
-// paired with in the b.N scenarios (see pairedRatio): for Redis
-// contenders other than the baseline itself.
-func pairedBaseline(c contender) (contender, bool) {
-	if c.server != "redis" || c.name == baselineName {
-		return contender{}, false
+// pairedBaseline returns the contender that c's operations are
+// interleaved with in the b.N scenarios (see pairedRatio), and the metric
+// that reports c's throughput relative to it: the raw baseline (vs-base)
+// for Redis contenders other than the baseline itself, and
+// concurrency.Mutex with a shared Session (vs-mutex) for fencedlock-etcd,
+// the reference of issue 20.
+func pairedBaseline(c contender) (contender, string, bool) {
+	var ref, metric string
+	switch {
+	case c.server == "redis" && c.name != baselineName:
+		ref, metric = baselineName, "vs-base"
+	case c.name == "fencedlock-etcd":
+		ref, metric = "etcd-mutex-shared", "vs-mutex"
+	default:
+		return contender{}, "", false
 	}
 	for _, bc := range allContenders() {
-		if bc.name == baselineName {
-			return bc, true
+		if bc.name == ref {
+			return bc, metric, true
 		}
 	}
-	return contender{}, false
+	return contender{}, "", false
 }
 
 // runOps runs b.N operations spread over conc goroutines. setup(i) is
 // called before the timer starts and returns goroutine i's operation and
 // its cleanup.
 func runOps(b *testing.B, e *env, c contender, conc int, setup func(i int) (op func(context.Context) error, cleanup func())) {
-	runOpsPaired(b, e, c, conc, setup, nil)
+	runOpsPaired(b, e, c, conc, setup, nil, "")
 }
 
 // runOpsPaired is runOps; when base is not nil (set up like setup, on a
-// baseline client), it then measures the vs-base metric: pairedRatio over
-// a quarter of b.N pairs (after the timed run, which it does not change).
-func runOpsPaired(b *testing.B, e *env, c contender, conc int, setup, base func(i int) (op func(context.Context) error, cleanup func())) {
+// client of the contender pairedBaseline names), it then reports metric
+// (vs-base, vs-mutex): pairedRatio over a quarter of b.N pairs (after the
+// timed run, which it does not change).
+func runOpsPaired(b *testing.B, e *env, c contender, conc int, setup, base func(i int) (op func(context.Context) error, cleanup func()), metric string) {
 	ops := make([]func(context.Context) error, conc)
 	cleanups := make([]func(), conc)
 	for i := range conc {
@@ -283,9 +297,9 @@ func runOpsPaired(b *testing.B, e *env, c contender, conc int, setup, base func(
 	}
 	ratio, err := pairedRatio(conc, max(b.N/4, conc), ops, bops)
 	if err != nil {
-		b.Fatalf("%s, paired with the baseline: %v", c.name, err)
+		b.Fatalf("%s, paired with its reference (%s): %v", c.name, metric, err)
 	}
-	b.ReportMetric(ratio, "vs-base")
+	b.ReportMetric(ratio, metric)
 }
 
 // pairedRatio runs n rounds spread over conc goroutines; in each round
@@ -781,6 +795,7 @@ type manyResult struct {
 	cpu        time.Duration
 	commands   int64
 	roundTrips int64         // Redis: the server's read events while holding (a pipelined batch is one)
+	keepAlives int64         // etcd: LeaseKeepAlive requests the server received while holding
 	serverCPU  time.Duration // the server process's CPU while holding (0: unknown)
 	detail     string
 	lost       int
@@ -821,12 +836,22 @@ func runManyLeases(tb testing.TB, e *env, c contender, n int, ttl, hold time.Dur
 		rc = startRedisCounter(tb, e)
 		reads0 = redisReads(tb, e)
 	}
+	var ka0 etcdMetrics
+	var kaErr error
+	if c.server == "etcd" {
+		ka0, kaErr = etcdServerMetrics(e)
+	}
 	srv0, srvOK := serverCPU(e, c.server)
 	cpu0 := cpuTime()
 	time.Sleep(hold)
 	res.cpu = cpuTime() - cpu0
 	if srv1, ok := serverCPU(e, c.server); ok && srvOK {
 		res.serverCPU = srv1 - srv0
+	}
+	if c.server == "etcd" && kaErr == nil {
+		if ka1, err := etcdServerMetrics(e); err == nil {
+			res.keepAlives = int64(ka1.keepAlives - ka0.keepAlives)
+		}
 	}
 	if rc != nil {
 		res.roundTrips = redisReads(tb, e) - reads0
@@ -1016,5 +1041,8 @@ func benchManyLeases(b *testing.B, e *env, c contender, n int, ttl, hold time.Du
 	}
 	if r.roundTrips > 0 {
 		b.ReportMetric(float64(r.commands)/float64(r.roundTrips), "cmds/roundtrip")
+	}
+	if r.keepAlives > 0 {
+		b.ReportMetric(float64(r.keepAlives)/float64(n)/r.hold.Seconds(), "keepalives/lease/s")
 	}
 }

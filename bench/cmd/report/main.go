@@ -336,10 +336,15 @@ func (r *runData) passRatio(name, ref, unit string) (spread, bool) {
 // throughput relative to the baseline, measured with the baseline's
 // operations interleaved with its own (the benchmarks' pairedRatio), one
 // value per pass. False if the run did not measure it.
-func (r *runData) pairedSpread(name string) (spread, bool) {
+func (r *runData) pairedSpread(name string) (spread, bool) { return r.pairedMetric(name, "vs-base") }
+
+// pairedMetric summarises an interleaved ratio of benchmark name (vs-base
+// against the raw baseline, vs-mutex against concurrency.Mutex with a
+// shared Session), one value per pass.
+func (r *runData) pairedMetric(name, metric string) (spread, bool) {
 	var vs []float64
 	for _, s := range r.samples[name] {
-		if v, ok := s.vals["vs-base"]; ok && v > 0 {
+		if v, ok := s.vals[metric]; ok && v > 0 {
 			vs = append(vs, v)
 		}
 	}
@@ -350,16 +355,25 @@ func (r *runData) pairedSpread(name string) (spread, bool) {
 }
 
 // opsRatio is lib's throughput relative to base in a b.N scenario: against
-// the baseline, from the interleaved measurement when the run has it, else
+// the baseline (and fencedlock-etcd against the shared-session Mutex),
+// from the interleaved measurement when the run has it, between two
+// Redis libraries from their interleaved ratios to the baseline, else
 // from the samples next to each other in each pass.
 func (r *runData) opsRatio(scenario, lib, base string) (spread, bool) {
 	name := scenario + "/lib=" + lib
-	if base == baseline {
+	switch {
+	case base == baseline:
 		if s, ok := r.pairedSpread(name); ok {
 			return s, true
 		}
-	} else if s, ok := r.pairedBetween(name, scenario+"/lib="+base); ok {
-		return s, true
+	case lib == "fencedlock-etcd" && base == "etcd-mutex-shared":
+		if s, ok := r.pairedMetric(name, "vs-mutex"); ok {
+			return s, true
+		}
+	default:
+		if s, ok := r.pairedBetween(name, scenario+"/lib="+base); ok {
+			return s, true
+		}
 	}
 	return r.passRatio(name, scenario+"/lib="+base, "ops/s")
 }
@@ -898,7 +912,7 @@ func render(r *runData, versions map[string]string) string {
 	b.WriteString("\n![throughput relative to the raw rueidis baseline, and contended hand-offs per second](chart.svg)\n\n")
 
 	b.WriteString("### Targets of the open issues, checked on this run\n\n")
-	b.WriteString("Ratios of the hot path (acquire+release, renew) are the median over the passes of a ratio measured within each pass, with the range in parentheses: against the raw baseline, the interleaved measurement (vs-base, see the note at the end); between two libraries, the ratio of their two interleaved ratios to the baseline in the same pass (Redis libraries; the baseline cancels out), else their samples of the same pass (etcd); the contended, hand-off and many-leases figures are from one run.\n\n")
+	b.WriteString("Ratios of the hot path (acquire+release, renew) are the median over the passes of a ratio measured within each pass, with the range in parentheses: against the raw baseline, the interleaved measurement (vs-base, see the note at the end); between two Redis libraries, the ratio of their two interleaved ratios to the baseline in the same pass (the baseline cancels out); fencedlock/etcd against the shared-session concurrency.Mutex, their own interleaved measurement (vs-mutex); the contended, hand-off and many-leases figures are from one run.\n\n")
 	b.WriteString(targetTable(targets(r)))
 
 	for _, s := range []struct{ title, scenario, text string }{
@@ -1021,7 +1035,7 @@ func footnote(r *runData, versions map[string]string) string {
 	}
 	b.WriteString(strings.Join(vs, ", "))
 	fmt.Fprintf(&b, "; fencedlock at %s. ", cmp.Or(r.config["fencedlock"], "a commit the run did not record"))
-	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own, every other one in reverse order; the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass, after the timed run, over a quarter of b.N operations of each: at concurrency 1 the library's operation and a baseline operation back to back, alternating which goes first; at 64, blocks of 4 operations per goroutine of one library, then of the other, in the order A B B A (single operations would share one server queue and wait alike); the ratio is the baseline's total time over the library's (leaving out the 1%% of rounds that took longest: stalls of the machine), under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two libraries (the targets of issues 20 and 16) are the median over the passes of the ratio of their vs-base ratios (Redis libraries: each measured against the same baseline under its own load), or of their samples run next to each other (etcd, which has no interleaved measurement). Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
+	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own, every other one in reverse order; the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass, after the timed run, over a quarter of b.N operations of each: at concurrency 1 the library's operation and a baseline operation back to back, alternating which goes first; at 64, blocks of 4 operations per goroutine of one library, then of the other, in the order A B B A (single operations would share one server queue and wait alike); the ratio is the baseline's total time over the library's (leaving out the 1%% of rounds that took longest: stalls of the machine), under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two Redis libraries are the median over the passes of the ratio of their vs-base ratios (each measured against the same baseline under its own load); fencedlock/etcd against concurrency.Mutex with a shared Session (the targets of issue 20) is measured the same interleaved way against the Mutex (vs-mutex); other etcd ratios come from samples run next to each other. Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
 	b.WriteString("Not a statistical study: for decisions, run `go test -run '^$' -bench . -benchmem -count 10` against your own servers and compare with benchstat.\n")
 	return b.String()
 }

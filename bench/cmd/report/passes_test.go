@@ -238,3 +238,32 @@ func TestPairedBetween(t *testing.T) {
 		t.Error("a ratio through vs-base against a benchmark that has none")
 	}
 }
+
+// TestPairedMutex: fencedlock-etcd's ratio to the shared-session Mutex
+// (issue 20's target) comes from its interleaved measurement against the
+// Mutex (vs-mutex), not from the separately timed samples (here 4x, 1x
+// and 0.5x the Mutex's time per op).
+func TestPairedMutex(t *testing.T) {
+	const sample = `# report pass 0
+BenchmarkAcquireRelease/conc=64/lib=fencedlock-etcd-2    100 400000 ns/op 0.90 vs-mutex
+BenchmarkAcquireRelease/conc=64/lib=etcd-mutex-shared-2  100 100000 ns/op
+# report pass 1
+BenchmarkAcquireRelease/conc=64/lib=etcd-mutex-shared-2  100 100000 ns/op
+BenchmarkAcquireRelease/conc=64/lib=fencedlock-etcd-2    100 100000 ns/op 1.05 vs-mutex
+# report pass 2
+BenchmarkAcquireRelease/conc=64/lib=fencedlock-etcd-2    100  50000 ns/op 0.97 vs-mutex
+BenchmarkAcquireRelease/conc=64/lib=etcd-mutex-shared-2  100 100000 ns/op
+`
+	r, err := parse([]byte(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := r.opsRatio("AcquireRelease/conc=64", "fencedlock-etcd", "etcd-mutex-shared")
+	if got := fmtSpread(s, ok); got != "0.97x (0.90–1.05)" || s.n != 3 {
+		t.Errorf("fencedlock-etcd vs the shared-session Mutex: %s over %d passes, want 0.97x (0.90–1.05) over 3", got, s.n)
+	}
+	want := "| #20 | fencedlock/etcd acquire+release, concurrency 64, >= 1.0x concurrency.Mutex (shared session) | 0.97x (0.90–1.05) | no |"
+	if got := targetTable(targets(r)); !strings.Contains(got, want+"\n") {
+		t.Errorf("targets lack %q:\n%s", want, got)
+	}
+}
