@@ -696,7 +696,7 @@ func many(r *runData) string {
 	const s = "ManyLeases"
 	n := manyCommon(r)
 	t := &table{head: []string{"library", "acquire, per lease", "allocs/acquire", "CPU per lease per s", "memory per lease",
-		"goroutines per lease", "Redis cmds per lease per s", "lost", "failed releases"}}
+		"goroutines per lease", "Redis cmds per lease per s", "etcd keepalives per lease per s", "lost", "failed releases"}}
 	for _, lib := range libs {
 		l := manyLib(lib, n)
 		if _, ok := r.get(s, l, "lost"); !ok {
@@ -705,7 +705,7 @@ func many(r *runData) string {
 		t.rows = append(t.rows, []string{display[lib], cell(r, s, l, "ns/op", fmtDur), cell(r, s, l, "allocs/op", fmtNum),
 			cell(r, s, l, "cpu-ns/lease/s", fmtDur),
 			cell(r, s, l, "mem-B/lease", func(v float64) string { return fmtNum(v) + " B" }),
-			cell(r, s, l, "goroutines/lease", fmtNum), cell(r, s, l, "cmds/lease/s", fmtNum),
+			cell(r, s, l, "goroutines/lease", fmtNum), cell(r, s, l, "cmds/lease/s", fmtNum), cell(r, s, l, "keepalives/lease/s", fmtNum),
 			cell(r, s, l, "lost", fmtNum), cell(r, s, l, "release-errors", fmtNum)})
 	}
 	if len(t.rows) == 0 {
@@ -720,7 +720,7 @@ func many(r *runData) string {
 func manyScale(r *runData) string {
 	const s = "ManyLeases"
 	t := &table{head: []string{"library", "leases", "acquire, per lease", "CPU per lease per s", "memory per lease",
-		"growth from the previous size (CPU / memory)", "server CPU per lease per s", "Redis cmds per lease per s", "Redis cmds per round trip", "lost", "failed releases"}}
+		"growth from the previous size (CPU / memory)", "server CPU per lease per s", "Redis cmds per lease per s", "Redis cmds per round trip", "etcd keepalives per lease per s", "lost", "failed releases"}}
 	for _, lib := range libs {
 		sizes := scaleSizes(r, lib)
 		if len(sizes) < 2 {
@@ -739,7 +739,7 @@ func manyScale(r *runData) string {
 				cell(r, s, l, "cpu-ns/lease/s", fmtDur),
 				cell(r, s, l, "mem-B/lease", func(v float64) string { return fmtNum(v) + " B" }),
 				growth, cell(r, s, l, "server-cpu-ns/lease/s", fmtDur), cell(r, s, l, "cmds/lease/s", fmtNum), cell(r, s, l, "cmds/roundtrip", fmtNum),
-				cell(r, s, l, "lost", fmtNum), cell(r, s, l, "release-errors", fmtNum)})
+				cell(r, s, l, "keepalives/lease/s", fmtNum), cell(r, s, l, "lost", fmtNum), cell(r, s, l, "release-errors", fmtNum)})
 		}
 	}
 	if len(t.rows) == 0 {
@@ -934,7 +934,7 @@ func render(r *runData, versions map[string]string) string {
 	b.WriteString("The holder keeps the lock 5 ms (so the waiter is really waiting), then releases; the time from its release call to the waiter holding. A waiter that does not get the free lock within the run time plus 5 s ends the run (stuck).\n\n")
 	b.WriteString(handoff(r))
 	b.WriteString("\n### Many leases held by one process\n\n")
-	b.WriteString("One client acquires the leases (64 at a time), holds them while the library keeps them alive (TTL 3 s), then releases them. redsync and bsm/redislock have no watchdog and are left out; the raw baseline runs the renew loop a user would write (one goroutine and ticker per lock). CPU is the client process's; memory is live heap after GC plus goroutine stacks. Lost leases are a finding, not an error of the run: the library reported them lost (or its renewals failed) while the process held them.\n\n")
+	b.WriteString("One client acquires the leases (64 at a time), holds them while the library keeps them alive (TTL 3 s), then releases them. redsync and bsm/redislock have no watchdog and are left out; the raw baseline runs the renew loop a user would write (one goroutine and ticker per lock). CPU is the client process's; memory is live heap after GC plus goroutine stacks. etcd keepalives are the LeaseKeepAlive requests the server received (fencedlock renews every TTL/3; etcd's client renews TTL/3 after the previous answer, checked every 500 ms, so about every 1.5 s at TTL 3 s). Lost leases are a finding, not an error of the run: the library reported them lost (or its renewals failed) while the process held them.\n\n")
 	b.WriteString(many(r))
 	ttl := r.config["scale-ttl"]
 	if ttl == "" {
