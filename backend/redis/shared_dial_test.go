@@ -31,6 +31,29 @@ import (
 // redial, held by the dialer until that context ends; the Release waits
 // for the same dial.
 func TestReleaseNotFailedByAnotherCallersDial(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// op runs on the held grant g with a live context; check looks
+		// at the lock afterwards.
+		op    func(ctx context.Context, b *Backend, g driver.Grant) error
+		check func(info driver.Info) bool
+		want  string
+	}{
+		{"Release", func(ctx context.Context, b *Backend, g driver.Grant) error { return b.Release(ctx, g) },
+			func(info driver.Info) bool { return !info.Held }, "free"},
+		// A renewal failed this way loses a healthy lease.
+		{"Renew", func(ctx context.Context, b *Backend, g driver.Grant) error {
+			_, err := b.Renew(ctx, g, 10*time.Minute)
+			return err
+		}, func(info driver.Info) bool { return info.Held && info.TTL > time.Minute }, "held, renewed to 10m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sharedDial(t, tc.op, tc.check, tc.want)
+		})
+	}
+}
+
+func sharedDial(t *testing.T, op func(ctx context.Context, b *Backend, g driver.Grant) error, check func(driver.Info) bool, want string) {
 	srv := redistest.Start(t)
 	var dials atomic.Int32
 	entered := make(chan struct{}, 1)
@@ -82,18 +105,18 @@ func TestReleaseNotFailedByAnotherCallersDial(t *testing.T) {
 	go func() {
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
-		rerr <- b.Release(rctx, g)
+		rerr <- op(rctx, b, g)
 	}()
-	// Let the Release reach the dial in progress (if it does not, it
+	// Let the operation reach the dial in progress (if it does not, it
 	// dials on its own and the test passes without showing anything).
 	time.Sleep(200 * time.Millisecond)
 	acancel()
 	<-adone
 	if err := <-rerr; err != nil {
-		t.Errorf("Release with a live context failed because another caller's context ended: %v", err)
+		t.Errorf("a call with a live context failed because another caller's context ended: %v", err)
 	}
-	if info, err := b.Inspect(ctx, "k"); err != nil || info.Held {
-		t.Errorf("after the Release: %+v, %v; want free", info, err)
+	if info, err := b.Inspect(ctx, "k"); err != nil || !check(info) {
+		t.Errorf("afterwards: %+v, %v; want %s", info, err, want)
 	}
 	t.Logf("%d dials", dials.Load())
 }
