@@ -46,7 +46,7 @@ func main() {
 		save      = flag.String("save", filepath.Join("results", "latest.txt"), "where to save the raw benchmark output (empty: don't)")
 		benchtime = flag.String("benchtime", "1s", "go test -benchtime for the b.N scenarios")
 		count     = flag.Int("count", 3, "passes over the b.N scenarios (AcquireRelease, Renew, Overhead); the report shows medians, and ratios as the median of per-pass ratios")
-		countFix  = flag.Int("count-fixed", 1, "go test -count for the fixed-duration scenarios (Contended, Handoff, ManyLeases)")
+		countFix  = flag.Int("count-fixed", 3, "go test -count for the fixed-duration scenarios (Contended, Handoff, ManyLeases); the report shows the median over the runs")
 		bench     = flag.String("bench", "", "run only the benchmarks matching this go test -bench pattern (with -count)")
 		short     = flag.Bool("short", false, "scaled-down run (go test -short)")
 		duration  = flag.Duration("duration", 2*time.Second, "length of Contended and Handoff")
@@ -1035,7 +1035,7 @@ func footnote(r *runData, versions map[string]string) string {
 	}
 	b.WriteString(strings.Join(vs, ", "))
 	fmt.Fprintf(&b, "; fencedlock at %s. ", cmp.Or(r.config["fencedlock"], "a commit the run did not record"))
-	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own, every other one in reverse order; the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass, after the timed run, over a quarter of b.N operations of each: at concurrency 1 the library's operation and a baseline operation back to back, alternating which goes first; at 64, blocks of 4 operations per goroutine of one library, then of the other, in the order A B B A (single operations would share one server queue and wait alike); the ratio is the baseline's total time over the library's (leaving out the 1%% of rounds that took longest: stalls of the machine), under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two Redis libraries are the median over the passes of the ratio of their vs-base ratios (each measured against the same baseline under its own load); fencedlock/etcd against concurrency.Mutex with a shared Session (the targets of issue 20) is measured the same interleaved way against the Mutex (vs-mutex); other etcd ratios come from samples run next to each other. Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios: %d run each. ", r.maxRuns("AcquireRelease/"), r.maxRuns("Contended"))
+	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own, every other one in reverse order; the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass, after the timed run, over a quarter of b.N operations of each: at concurrency 1 the library's operation and a baseline operation back to back, alternating which goes first; at 64, blocks of 4 operations per goroutine of one library, then of the other, in the order A B B A (single operations would share one server queue and wait alike); the ratio is the baseline's total time over the library's (leaving out the 1%% of rounds that took longest: stalls of the machine), under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two Redis libraries are the median over the passes of the ratio of their vs-base ratios (each measured against the same baseline under its own load); fencedlock/etcd against concurrency.Mutex with a shared Session (the targets of issue 20) is measured the same interleaved way against the Mutex (vs-mutex); other etcd ratios come from samples run next to each other. Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios (Contended, Handoff, ManyLeases): %s each, every figure the median over the runs. ", r.maxRuns("AcquireRelease/"), plural(r.maxRuns("Contended"), "run"))
 	b.WriteString("Not a statistical study: for decisions, run `go test -run '^$' -bench . -benchmem -count 10` against your own servers and compare with benchstat.\n")
 	return b.String()
 }
@@ -1235,4 +1235,12 @@ func chart(r *runData) string {
 
 func esc(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}
+
+// plural is "1 run", "3 runs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
