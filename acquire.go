@@ -64,7 +64,7 @@ func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wa
 	if err != nil {
 		return nil, err
 	}
-	req := driver.AcquireRequest{Key: key, Owner: newOwner(), TTL: lt.ttl}
+	req := driver.AcquireRequest{Key: key, Owner: newOwner(), TTL: lt.ttl, RenewInterval: lt.renew}
 	if wait && l.waitq != nil && (l.first == nil || !l.first.TryFirst(key)) {
 		return l.wait(ctx, req, lt, nil) // the server keeps the queue
 	}

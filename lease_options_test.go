@@ -333,3 +333,43 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+// TestRenewIntervalReachesBackend: the backend is told the renew interval
+// of each call (AcquireRequest.RenewInterval), so a KeepAliver renews at
+// the cadence the caller chose, as the watchdog does for other backends.
+func TestRenewIntervalReachesBackend(t *testing.T) {
+	f := newFake()
+	var mu sync.Mutex
+	asked := map[string]time.Duration{}
+	f.acquireFn = func(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+		mu.Lock()
+		asked[req.Key] = req.RenewInterval
+		mu.Unlock()
+		return f.Backend.Acquire(ctx, req)
+	}
+	l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second, RenewInterval: 2 * time.Second})
+	defer l.Close()
+	for _, c := range []struct {
+		key  string
+		opts []fencedlock.LeaseOption
+		want time.Duration
+	}{
+		{"locker", nil, 2 * time.Second},
+		{"per-call", []fencedlock.LeaseOption{fencedlock.WithRenewInterval(500 * time.Millisecond)}, 500 * time.Millisecond},
+		{"per-call-ttl", []fencedlock.LeaseOption{fencedlock.WithTTL(600 * time.Millisecond)}, 200 * time.Millisecond},
+	} {
+		ls, err := l.Acquire(t.Context(), c.key, c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		got := asked[c.key]
+		mu.Unlock()
+		if got != c.want {
+			t.Errorf("%s: AcquireRequest.RenewInterval %v, want %v", c.key, got, c.want)
+		}
+	}
+}

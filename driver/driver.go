@@ -86,6 +86,11 @@ type AcquireRequest struct {
 	Key   string        // the lock name, validated by the Locker
 	Owner string        // a 128-bit random owner token: a secret, never printed (see Format)
 	TTL   time.Duration // the lease to apply on the server
+	// RenewInterval is how often a [KeepAliver] renews the lease it grants
+	// (and a WaitAcquirer a waiter's lease), the Locker's RenewInterval
+	// for the call, shorter than TTL. Zero means TTL/3. Backends without
+	// their own keepalive ignore it: the Locker renews their leases.
+	RenewInterval time.Duration
 }
 
 // Grant describes a lease a backend granted. The Locker passes it back
@@ -137,11 +142,13 @@ type WaitAcquirer interface {
 // of this backend; it keeps enforcing the local deadline from the Renewals
 // it receives.
 type KeepAliver interface {
-	// KeepAlive keeps g alive until ctx is done. It sends a Renewal after
-	// each renewal the server confirmed, and a Renewal whose Err wraps
-	// [ErrNotHeld] when the server reports the lease or key gone. It closes
-	// the channel when it stops; a channel closed before ctx is done means
-	// the lease can no longer be kept alive.
+	// KeepAlive keeps g alive until ctx is done, renewing it every
+	// RenewInterval of the request that granted it (TTL/3 if zero). It
+	// sends a Renewal after each renewal the server confirmed, and a
+	// Renewal whose Err wraps [ErrNotHeld] when the server reports the
+	// lease or key gone. It closes the channel when it stops; a channel
+	// closed before ctx is done means the lease can no longer be kept
+	// alive.
 	KeepAlive(ctx context.Context, g Grant) <-chan Renewal
 }
 

@@ -116,7 +116,8 @@
 //
 // The Backend implements [driver.KeepAliver]: the Locker runs no renew
 // loop of its own. Each held lease is kept alive with etcd's lease keepalive
-// RPC, one request every TTL/3 on a schedule this package owns, and every
+// RPC, one request every AcquireRequest.RenewInterval (the Locker's
+// RenewInterval; TTL/3 by default) on a schedule this package owns, and every
 // confirmed renewal is reported with the moment its request was sent, so
 // the Locker's local deadline (send time + TTL - safety margin) never lies
 // past the server's expiry.

@@ -249,11 +249,24 @@ type grant struct {
 	rev   int64            // create revision of name: the fence
 	held  int64            // revision at which we were known to hold the lock
 	ttl   time.Duration    // the TTL the server applied
+	renew time.Duration    // the keepalive interval asked for (AcquireRequest.RenewInterval); 0: ttl/3
 	secs  int64            // the TTL asked for, in seconds: the lease's pool; 0: never pooled
 
 	mu       sync.Mutex
 	lastSent time.Time // send time of the last request that set the lease's expiry
 	retired  bool      // the lease was returned to the pool or is being revoked
+}
+
+// interval is how often g's lease is kept alive: the interval asked for,
+// if it is shorter than the TTL the server applied (which may be longer
+// than the one asked for: whole seconds, etcd's minimum), else TTL/3; at
+// least 10ms.
+func (g *grant) interval() time.Duration {
+	iv := g.ttl / 3
+	if g.renew > 0 && g.renew < g.ttl {
+		iv = g.renew
+	}
+	return max(iv, 10*time.Millisecond)
 }
 
 // retire claims the end of g's lease for the caller, who then pools or
@@ -345,7 +358,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.Grant{}, fmt.Errorf("etcd: acquire: %w", held)
 	}
 	rev := resp.Header.Revision
-	g := &grant{name: name, lease: lg.id, rev: rev, held: rev, ttl: lg.ttl, secs: secs, lastSent: lg.sent}
+	g := &grant{name: name, lease: lg.id, rev: rev, held: rev, ttl: lg.ttl, renew: req.RenewInterval, secs: secs, lastSent: lg.sent}
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: g.ttl, Sent: lg.sent, Data: g}, nil
 }
 

@@ -42,9 +42,11 @@ import (
 const batchSlack = 2
 
 // KeepAlive keeps g's lease alive until ctx is done or the backend is
-// closed: one etcd keepalive every TTL/3 on one of the backend's shared
-// keepalive streams, counted from the send time of the last confirmed
-// renewal, and a subscription to the backend's shared watch of deleted
+// closed: one etcd keepalive every RenewInterval of the request that
+// granted it (TTL/3 if it asked for none, or for one not shorter than the
+// TTL the server applied) on one of the backend's shared keepalive
+// streams, counted from the send time of the last confirmed renewal (a
+// renewal due within half an interval may go early, with others due then), and a subscription to the backend's shared watch of deleted
 // keys. It sends a Renewal with the request's send time and the TTL the
 // server applied after each confirmed renewal, a Renewal whose Err is
 // transient after a failed one (retried after TTL/12), and a final Renewal
@@ -155,7 +157,7 @@ type kaSlot struct {
 // lock) and reports it; d.rev must then be set and no longer change. The
 // caller runs inside b.wg.
 func (b *Backend) startKeeper(ctx context.Context, key string, d *grant, out chan driver.Renewal, watchFrom int64) *keeper {
-	interval := max(d.ttl/3, 10*time.Millisecond)
+	interval := d.interval()
 	s := &b.ka.slots[slotOf(d.lease)]
 	k := &keeper{b: b, slot: s, key: key, d: d, out: out, interval: interval,
 		retry: max(interval/4, 5*time.Millisecond), idx: -1}

@@ -149,7 +149,7 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 		}
 		break
 	}
-	g := &grant{name: name, lease: lg.id, ttl: lg.ttl, secs: secs, lastSent: lg.sent}
+	g := &grant{name: name, lease: lg.id, ttl: lg.ttl, renew: req.RenewInterval, secs: secs, lastSent: lg.sent}
 	if !resp.Succeeded {
 		// Our name is derived from our lease, which carries no key (pool
 		// invariant): an existing entry is a bug. Nothing was put on the
