@@ -30,6 +30,7 @@ type contender struct {
 // clientConfig is what a scenario asks of a client.
 type clientConfig struct {
 	ttl    time.Duration // lease on the server
+	renew  time.Duration // fencedlock's Options.RenewInterval; 0: the default (TTL/3)
 	manual bool          // the scenario renews by hand: keep any watchdog quiet
 	// keepAlive: the scenario holds leases past their TTL (ManyLeases), so
 	// contenders without a watchdog run the renew loop a user would write.

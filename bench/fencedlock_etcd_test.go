@@ -22,7 +22,7 @@ func init() {
 			if err != nil {
 				tb.Fatalf("bench: fencedlock etcd backend: %v", err)
 			}
-			return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); _ = c.Close() }}
+			return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, RenewInterval: cfg.renew, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); _ = c.Close() }}
 		},
 	})
 }

@@ -25,7 +25,7 @@ func init() {
 			if err != nil {
 				tb.Fatalf("bench: fencedlock goredis backend: %v", err)
 			}
-			return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); c.Close() }}
+			return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, RenewInterval: cfg.renew, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); c.Close() }}
 		},
 	})
 }

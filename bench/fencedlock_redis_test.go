@@ -22,7 +22,7 @@ func init() {
 			if err != nil {
 				tb.Fatalf("bench: fencedlock redis backend: %v", err)
 			}
-			return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); c.Close() }}
+			return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, RenewInterval: cfg.renew, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); c.Close() }}
 		},
 	})
 }
@@ -43,7 +43,7 @@ func init() {
 			if err != nil {
 				tb.Fatalf("bench: fencedlock redis fair backend: %v", err)
 			}
-			return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); c.Close() }}
+			return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, RenewInterval: cfg.renew, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); c.Close() }}
 		},
 	})
 }

@@ -804,9 +804,9 @@ type manyResult struct {
 
 // runManyLeases acquires n leases on one client, holds them for hold while
 // the library renews them, and releases them.
-func runManyLeases(tb testing.TB, e *env, c contender, n int, ttl, hold time.Duration) manyResult {
+func runManyLeases(tb testing.TB, e *env, c contender, n int, ttl, renew, hold time.Duration) manyResult {
 	tb.Helper()
-	cl := c.open(tb, e, clientConfig{ttl: ttl, keepAlive: true})
+	cl := c.open(tb, e, clientConfig{ttl: ttl, renew: renew, keepAlive: true})
 	defer cl.close()
 	res := manyResult{n: n, hold: hold}
 	leases := make([]heldLock, n)
@@ -992,7 +992,9 @@ func manyParams(c contender) (all int, scale []int, scaleTTL, hold time.Duration
 
 // BenchmarkManyLeases: one process holds many leases for a fixed time
 // (-hold) while the library keeps them alive. Every contender holds
-// -leases (default 10000) at TTL 3s (sub-benchmark leases=N);
+// -leases (default 10000) at TTL 3s (sub-benchmark leases=N;
+// fencedlock-etcd also with RenewInterval TTL/2, halfrenew=N, the
+// Mutex's renewal rate);
 // fencedlock-redis and fencedlock-etcd also each -leases-scale size
 // (default 1000, 10000 and 100000) at -scale-ttl (default 10s, the
 // library's default; sub-benchmark scale=N), whose per-lease figures
@@ -1008,17 +1010,24 @@ func BenchmarkManyLeases(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Run(fmt.Sprintf("leases=%d", all), func(b *testing.B) { benchManyLeases(b, e, c, all, manyTTL, hold) })
+		b.Run(fmt.Sprintf("leases=%d", all), func(b *testing.B) { benchManyLeases(b, e, c, all, manyTTL, 0, hold) })
+		if c.name == "fencedlock-etcd" {
+			// At the renewal rate of etcd's own client (which renews
+			// TTL/3 after each answer but checks every 500 ms: about
+			// every TTL/2 at TTL 3s), to compare the cost per renewal
+			// with concurrency.Mutex's.
+			b.Run(fmt.Sprintf("halfrenew=%d", all), func(b *testing.B) { benchManyLeases(b, e, c, all, manyTTL, manyTTL/2, hold) })
+		}
 		for _, n := range scale {
-			b.Run(fmt.Sprintf("scale=%d", n), func(b *testing.B) { benchManyLeases(b, e, c, n, scaleTTL, hold) })
+			b.Run(fmt.Sprintf("scale=%d", n), func(b *testing.B) { benchManyLeases(b, e, c, n, scaleTTL, 0, hold) })
 		}
 	})
 }
 
-func benchManyLeases(b *testing.B, e *env, c contender, n int, ttl, hold time.Duration) {
-	b.Logf("%d leases held by one %s client for %v, TTL %v", n, c.name, hold, ttl)
+func benchManyLeases(b *testing.B, e *env, c contender, n int, ttl, renew, hold time.Duration) {
+	b.Logf("%d leases held by one %s client for %v, TTL %v, RenewInterval %v (0: TTL/3)", n, c.name, hold, ttl, renew)
 	b.ResetTimer()
-	r := runManyLeases(b, e, c, n, ttl, hold)
+	r := runManyLeases(b, e, c, n, ttl, renew, hold)
 	b.StopTimer()
 	if r.lost > 0 || r.releaseErr > 0 {
 		// A finding to report, not a reason to drop the row.

@@ -98,7 +98,7 @@ func TestSmoke(t *testing.T) {
 			if c.autoRenew {
 				t.Run("ManyLeases", func(t *testing.T) {
 					// Hold past one renew interval (TTL/3) so renewals run.
-					r := runManyLeases(t, e, c, 20, manyTTL, manyTTL/3+500*time.Millisecond)
+					r := runManyLeases(t, e, c, 20, manyTTL, 0, manyTTL/3+500*time.Millisecond)
 					if r.lost != 0 || r.releaseErr != 0 {
 						anomaly("%d of %d leases lost, %d releases failed", r.lost, r.n, r.releaseErr)
 					}
