@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis/rueidislock"
 )
@@ -38,11 +41,29 @@ func init() {
 
 type rueidislockClient struct{ l rueidislock.Locker }
 
+// rueidislockStuck bounds one rueidislock acquire: with client-side
+// caching (its default) a waiter waits for an invalidation with no
+// timeout, and one that misses it waits forever on a free key (seen in
+// AcquireRelease at 64 goroutines with KeyMajority 1: a goroutine parked
+// in WithContext for 9 minutes, the key free). The benchmark then fails
+// that contender's row with errRueidislockStuck instead of hanging the run.
+const rueidislockStuck = time.Minute
+
+var errRueidislockStuck = errors.New("rueidislock: acquire still waiting after a minute (a missed client-side-caching invalidation: its wait has no timeout)")
+
 func (r rueidislockClient) acquire(ctx context.Context, key string) (heldLock, error) {
-	lctx, cancel, err := r.l.WithContext(ctx, key)
+	wctx, stop := context.WithCancelCause(ctx)
+	t := time.AfterFunc(rueidislockStuck, func() { stop(errRueidislockStuck) })
+	lctx, cancel, err := r.l.WithContext(wctx, key)
+	t.Stop()
 	if err != nil {
+		if context.Cause(wctx) == errRueidislockStuck {
+			return nil, fmt.Errorf("%w: key %q", errRueidislockStuck, key)
+		}
 		return nil, err
 	}
+	// The lock's context derives from wctx, which ends only if the minute
+	// ran out in the instant WithContext returned.
 	return rueidislockLock{ctx: lctx, cancel: cancel}, nil
 }
 
