@@ -46,10 +46,12 @@ const batchSlack = 2
 // granted it (TTL/3 if it asked for none, or for one not shorter than the
 // TTL the server applied) on one of the backend's shared keepalive
 // streams, counted from the send time of the last confirmed renewal (a
-// renewal due within half an interval may go early, with others due then), and a subscription to the backend's shared watch of deleted
+// renewal due within half an interval may go early, with others due
+// then), and a subscription to the backend's shared watch of deleted
 // keys. It sends a Renewal with the request's send time and the TTL the
 // server applied after each confirmed renewal, a Renewal whose Err is
-// transient after a failed one (retried after TTL/12), and a final Renewal
+// transient after a failed one (retried after a quarter of the interval:
+// TTL/12 by default), and a final Renewal
 // wrapping [driver.ErrNotHeld] when the server answers that the lease
 // is gone or the shared watch sees g's key deleted; then it closes the
 // channel. A channel closed while ctx is not done means the lease can no
