@@ -182,3 +182,25 @@ func TestInvalidInput(t *testing.T) {
 		t.Errorf("KeepAlive of a foreign grant: %v %v", r, ok)
 	}
 }
+
+// TestGrantInterval: the keepalive interval is the one the request asked
+// for when it is shorter than the TTL the server applied, else TTL/3 (a
+// request with none, or one the rounded-up TTL makes meaningless), and
+// never below 10ms.
+func TestGrantInterval(t *testing.T) {
+	for _, c := range []struct {
+		ttl, renew, want time.Duration
+	}{
+		{3 * time.Second, 0, time.Second},
+		{3 * time.Second, 2 * time.Second, 2 * time.Second},
+		{3 * time.Second, 3 * time.Second, time.Second},
+		{3 * time.Second, 5 * time.Second, time.Second},
+		{time.Second, 100 * time.Millisecond, 100 * time.Millisecond}, // asked 300ms, applied 1s
+		{time.Second, time.Millisecond, 10 * time.Millisecond},
+	} {
+		g := &grant{ttl: c.ttl, renew: c.renew}
+		if got := g.interval(); got != c.want {
+			t.Errorf("TTL %v, asked %v: interval %v, want %v", c.ttl, c.renew, got, c.want)
+		}
+	}
+}
