@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/client/pkg/v3/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 	"google.golang.org/grpc"
@@ -63,10 +64,10 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() {
 		if t.Skipped() {
-			t.Errorf("clustertest: the etcd framework skipped %s (leaked goroutines before the test?); skipping is not allowed", t.Name())
+			t.Errorf("clustertest: the etcd framework skipped %s; skipping is not allowed", t.Name())
 		}
 	})
-	integration.BeforeTest(t)
+	beforeTest(t)
 	clus := integration.NewCluster(t, &integration.ClusterConfig{Size: 3, UseBridge: true})
 	t.Cleanup(func() { clus.Terminate(t) })
 	e := &env{t: t, clus: clus}
@@ -74,8 +75,35 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// client returns a new client connected to one member only (through its
-// bridge), closed in t.Cleanup.
+// leakWait is how long a goroutine may outlive the test that started it
+// before it counts as leaked.
+const leakWait = 5 * time.Second
+
+// beforeTest is integration.BeforeTest with the framework's leak check
+// replaced by one that waits. The framework's looks once (10 ms) before the
+// test and skips the test if any goroutine of interest runs at that instant,
+// which includes the brief goroutine of any context deadline timer firing
+// then (an etcd client's or server's request deadline outliving its
+// cluster): CI failed TestKeepAliveInterval that way, on
+// context.WithDeadlineCause.func2 with nothing leaked. Here the test fails
+// (never skips) on goroutines still running leakWait after the previous
+// test ended or after this one did.
+func beforeTest(t *testing.T) {
+	t.Helper()
+	if err := testutil.CheckAfterTest(leakWait); err != nil {
+		t.Fatalf("clustertest: before %s: an earlier test %v", t.Name(), err)
+	}
+	integration.BeforeTest(t, integration.WithoutGoLeakDetection())
+	t.Cleanup(func() {
+		if t.Failed() {
+			return // its goroutines may be why; the failure is reported already
+		}
+		if err := testutil.CheckAfterTest(leakWait); err != nil {
+			t.Errorf("clustertest: %s %v", t.Name(), err)
+		}
+	})
+}
+
 // countedBackend returns an etcd Backend on a client of its own to member,
 // dialled directly (no bridge) with extra gRPC options such as the
 // counting interceptors of the round-trip tests; both are closed in
@@ -100,6 +128,8 @@ func (e *env) countedBackend(member int, opts ...grpc.DialOption) *etcd.Backend 
 	return b
 }
 
+// client returns a new client connected to one member only (through its
+// bridge), closed in t.Cleanup.
 func (e *env) client(member int) *clientv3.Client {
 	e.t.Helper()
 	c, err := e.clus.NewClientV3(member)

@@ -26,7 +26,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 			t.Errorf("etcdtest: the etcd framework skipped %s; skipping is not allowed", t.Name())
 		}
 	})
-	integration.BeforeTest(t)
+	beforeTest(t)
 	clus := integration.NewCluster(t, &integration.ClusterConfig{
 		Size:   1,
 		UseTCP: true,
