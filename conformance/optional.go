@@ -519,10 +519,20 @@ func testKeepAliver(t *testing.T, e *env) {
 	}
 }
 
+// stopRounds is how many keepalives keepAliveStop stops. One look right
+// after stop returns catches a stop that only asks the keepalive to end
+// unless the keepalive's goroutine happens to run and close the channel
+// in between, which a loaded machine makes possible: the reference
+// KeepAliveStopAsync passed the suite once in a loaded run. Each round is
+// another chance to catch it.
+const stopRounds = 8
+
 // keepAliveStop checks a KeepAliveStopper's stop: once it has returned,
 // the channel is closed (after the Renewals already in it), stop may be
 // called again, and the key is no longer kept alive: it expires within its
 // TTL. The Locker's Release relies on it to send the release at once.
+// The first keepalive is stopped after a confirmed renewal, stopRounds-1
+// more at once, each on a key of its own released after it.
 func keepAliveStop(t *testing.T, e *env, b driver.Backend, st driver.KeepAliveStopper) {
 	t.Helper()
 	key := e.key("keepalive-stop")
@@ -541,28 +551,43 @@ func keepAliveStop(t *testing.T, e *env, b driver.Backend, st driver.KeepAliveSt
 		t.Fatalf("KeepAliveStop: no renewal within a TTL (%v)", ttl)
 	}
 	stop()
-	// Closed now: a receive never blocks, and ends within what was buffered.
-drain:
-	for n := 0; ; n++ {
-		select {
-		case _, ok := <-ch:
-			if !ok {
-				break drain
-			}
-			if n >= cap(ch) {
-				t.Fatalf("KeepAliveStop: %d Renewals received after stop returned, more than the channel holds (%d)", n+1, cap(ch))
-			}
-		default:
-			t.Fatalf("KeepAliveStop: the channel is still open when stop has returned (after %d buffered Renewals)", n)
-		}
-	}
+	stoppedClosed(t, ch, "after a renewal")
 	stop() // again: a no-op
 	stopped := time.Now()
+	for i := 1; i < stopRounds; i++ {
+		gi := e.grabTTL(t, b, e.key(fmt.Sprintf("keepalive-stop-%d", i)), e.ttl)
+		chi, stopi := st.KeepAliveStop(ctx, gi)
+		stopi()
+		stoppedClosed(t, chi, fmt.Sprintf("stopped at once (round %d of %d)", i+1, stopRounds))
+		if err := b.Release(e.ctx, gi); err != nil {
+			t.Fatalf("KeepAliveStop: Release after stop (round %d of %d): %v", i+1, stopRounds, err)
+		}
+	}
 	bound := ttl + e.cfg.ExpirySlack + e.schedAllowance()
 	for e.held(t, key) {
 		if time.Since(stopped) > bound {
 			t.Fatalf("KeepAliveStop: key still held %v after stop returned: renewals go on", bound)
 		}
 		time.Sleep(ttl / 10)
+	}
+}
+
+// stoppedClosed checks that the channel of a keepalive whose stop has
+// returned is closed: a receive never blocks, and ends within what was
+// buffered.
+func stoppedClosed(t *testing.T, ch <-chan driver.Renewal, when string) {
+	t.Helper()
+	for n := 0; ; n++ {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			if n >= cap(ch) {
+				t.Fatalf("KeepAliveStop (%s): %d Renewals received after stop returned, more than the channel holds (%d)", when, n+1, cap(ch))
+			}
+		default:
+			t.Fatalf("KeepAliveStop (%s): the channel is still open when stop has returned (after %d buffered Renewals)", when, n)
+		}
 	}
 }
