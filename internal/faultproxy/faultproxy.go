@@ -1,8 +1,11 @@
 // Package faultproxy is a small in-process TCP proxy for tests that inject
 // network faults between a client and a server on loopback: a blackhole
 // (bytes are held, nothing is delivered, connections stay open), added
-// latency per direction, and connection resets (existing connections are
-// reset, and new ones can be reset as soon as they are accepted).
+// latency (both directions, or replies only), connection resets (existing
+// connections are reset, and new ones can be reset as soon as they are
+// accepted), and lost replies (the server's next replies are dropped and
+// their connection reset, after the server has applied the request: the
+// unknown outcome of a cut reply).
 //
 // Data read from one side and not yet delivered to the other (held by a
 // blackhole or by latency) is dropped when either side closes: the proxy
@@ -27,6 +30,9 @@ type Proxy struct {
 	mu        sync.Mutex
 	closed    bool
 	latency   time.Duration
+	replyLag  time.Duration // added to latency for bytes from the server
+	cutReply  int           // server chunks still to drop, each resetting its link
+	cut       int           // server chunks dropped so far
 	blackhole bool
 	healed    chan struct{} // closed when the blackhole ends; replaced when it starts
 	refuse    bool          // reset every new connection at once
@@ -72,6 +78,33 @@ func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Unlock()
 }
 
+// SetReplyLatency delays every chunk of bytes from the server to the client
+// by d more than SetLatency's delay, so that requests reach the server on
+// time and their replies arrive late. Zero removes it.
+func (p *Proxy) SetReplyLatency(d time.Duration) {
+	p.mu.Lock()
+	p.replyLag = d
+	p.mu.Unlock()
+}
+
+// CutReplies makes the proxy drop the next n chunks of bytes it reads from
+// the server instead of delivering them, resetting the connection each came
+// on: the server has applied the request, the client sees a reset and never
+// its reply. A chunk is what one read returned, usually one reply (or
+// several pipelined ones). Zero cancels what is left of an earlier call.
+func (p *Proxy) CutReplies(n int) {
+	p.mu.Lock()
+	p.cutReply = n
+	p.mu.Unlock()
+}
+
+// RepliesCut returns how many server chunks CutReplies has dropped so far.
+func (p *Proxy) RepliesCut() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cut
+}
+
 // Blackhole starts (on) or ends (off) a blackhole: while it lasts, bytes
 // read from either side are held and nothing is delivered; connections
 // stay open and new ones are accepted but carry nothing. When it ends, the
@@ -112,10 +145,12 @@ func (p *Proxy) RefuseNew(on bool) {
 	p.mu.Unlock()
 }
 
-// Heal removes every fault: no latency, no blackhole, new connections
-// forwarded. Existing connections are kept.
+// Heal removes every fault: no latency, no blackhole, no replies left to
+// cut, new connections forwarded. Existing connections are kept.
 func (p *Proxy) Heal() {
 	p.SetLatency(0)
+	p.SetReplyLatency(0)
+	p.CutReplies(0)
 	p.Blackhole(false)
 	p.RefuseNew(false)
 }
@@ -171,8 +206,8 @@ func (p *Proxy) accept() {
 		p.conns[l] = struct{}{}
 		p.wg.Add(2)
 		p.mu.Unlock()
-		go p.pipe(l, l.client, l.server)
-		go p.pipe(l, l.server, l.client)
+		go p.pipe(l, l.client, l.server, false)
+		go p.pipe(l, l.server, l.client, true)
 	}
 }
 
@@ -197,8 +232,8 @@ type chunk struct {
 // pipe copies from src to dst through a queue: a reader goroutine stamps
 // each chunk with its due time; this goroutine waits for the due time and
 // for the blackhole to end, then writes it. Either side failing closes the
-// link and drops what is queued.
-func (p *Proxy) pipe(l *link, src, dst *net.TCPConn) {
+// link and drops what is queued. reply says src is the server.
+func (p *Proxy) pipe(l *link, src, dst *net.TCPConn, reply bool) {
 	defer p.wg.Done()
 	defer func() {
 		l.close()
@@ -216,8 +251,22 @@ func (p *Proxy) pipe(l *link, src, dst *net.TCPConn) {
 			n, err := src.Read(buf)
 			if n > 0 {
 				p.mu.Lock()
-				due := time.Now().Add(p.latency)
+				lag := p.latency
+				drop := false
+				if reply {
+					lag += p.replyLag
+					if p.cutReply > 0 {
+						p.cutReply--
+						p.cut++
+						drop = true
+					}
+				}
+				due := time.Now().Add(lag)
 				p.mu.Unlock()
+				if drop { // applied by the server, never delivered
+					l.close()
+					return
+				}
 				select {
 				case q <- chunk{b: buf[:n], due: due}:
 				case <-l.done:

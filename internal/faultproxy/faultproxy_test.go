@@ -140,3 +140,108 @@ func waitAccepted(t *testing.T, p *Proxy, n int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func TestReplyLatencyDelaysRepliesOnly(t *testing.T) {
+	srv, got := recorder(t)
+	p, err := New(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c, r := dial(t, p)
+	p.SetReplyLatency(300 * time.Millisecond)
+	t0 := time.Now()
+	if _, err := c.Write([]byte("req\n")); err != nil {
+		t.Fatal(err)
+	}
+	// The request reaches the server without the reply's delay...
+	select {
+	case line := <-got:
+		if line != "req\n" {
+			t.Fatalf("server got %q", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("request did not reach the server")
+	}
+	arrived := time.Since(t0)
+	// ...and the reply is held for it.
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := r.ReadString('\n'); err != nil || line != "req\n" {
+		t.Fatalf("reply = %q, %v", line, err)
+	}
+	if d := time.Since(t0); d < 300*time.Millisecond || arrived >= d {
+		t.Fatalf("request arrived after %v, reply after %v; want the reply delayed by 300ms, the request not", arrived, d)
+	}
+}
+
+func TestCutRepliesAppliesThenResets(t *testing.T) {
+	srv, got := recorder(t)
+	p, err := New(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	c, r := dial(t, p)
+	p.CutReplies(1)
+	if _, err := c.Write([]byte("applied\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case line := <-got:
+		if line != "applied\n" {
+			t.Fatalf("server got %q", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("request did not reach the server")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := r.ReadString('\n'); err == nil {
+		t.Fatalf("the cut reply arrived: %q", line)
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the connection was not reset: %v", err)
+	}
+	if n := p.RepliesCut(); n != 1 {
+		t.Fatalf("RepliesCut = %d, want 1", n)
+	}
+	// Only one: the next connection gets its replies.
+	c2, r2 := dial(t, p)
+	if line, err := roundTrip(t, c2, r2, "next", 5*time.Second); err != nil || line != "next\n" {
+		t.Fatalf("after the cut: %q, %v", line, err)
+	}
+	<-got
+}
+
+// recorder starts an echo server that also sends every line it reads to
+// the returned channel (buffered), so a test sees when a request arrived.
+func recorder(t *testing.T) (string, <-chan string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 16)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					got <- line
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), got
+}
