@@ -47,7 +47,7 @@ func TestRunProgressBacksOff(t *testing.T) {
 		locker := mustLocker(t, b, fencedlock.Options{TTL: 10 * time.Second})
 		defer locker.Close()
 		f := runFlags{wait: 200 * time.Second}
-		got, code := e.acquire(context.Background(), locker, b, "k", &f, make(chan os.Signal), &progress{e: e, key: "k"})
+		got, code := e.acquire(context.Background(), locker, b, "k", &f, make(chan os.Signal), &progress{e: e, key: "k"}, time.Now())
 		if got != nil || code != exitNotAcquired {
 			t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitNotAcquired, errb)
 		}

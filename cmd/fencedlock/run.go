@@ -143,13 +143,20 @@ func (e *env) run(ctx context.Context, args []string) int {
 	if err := f.backend.resolve(e.getenv); err != nil {
 		return e.usageError("run", "%v", err)
 	}
+	// From here on run's messages never block: standard error may be a
+	// pipe nobody reads, and no message may delay a signal or a
+	// deadline sent to the supervisor. COMMAND (through the supervisor)
+	// gets the real standard error.
+	q := newLogQueue(e.stderr)
+	defer q.Flush(logFlushTimeout)
+	e = &env{stdin: e.stdin, stdout: e.stdout, stderr: q, commandStderr: e.commandErr(), getenv: e.getenv, open: e.open, self: e.self}
 	var log *slog.Logger
 	if f.logFmt == logJSON {
-		// From here on every message run writes is a JSON record; the
-		// command's own output (and so the supervisor's stderr) is not.
+		// Every message run writes is a JSON record; the command's own
+		// output (and so the supervisor's stderr) is not.
 		j := newJSONLines(e.stderr, "run")
 		log = j.logger()
-		e = &env{stdin: e.stdin, stdout: e.stdout, stderr: j, commandStderr: e.commandErr(), getenv: e.getenv, open: e.open, self: e.self}
+		e.stderr = j
 	}
 
 	// Signals: caught from now on, so that an interrupt while waiting
@@ -170,25 +177,64 @@ func (e *env) run(ctx context.Context, args []string) int {
 	defer locker.Close()
 
 	p := &progress{e: e, quiet: f.quiet, key: key, log: log}
-	lease, code := e.acquire(ctx, locker, b, key, &f, sigs, p)
-	if lease == nil {
-		return code
-	}
-	select {
-	case sig := <-sigs:
-		// Interrupted while the lock was being taken: do not start.
+	waitStart := time.Now()
+	for {
+		lease, code := e.acquire(ctx, locker, b, key, &f, sigs, p, waitStart)
+		if lease == nil {
+			return code
+		}
+		select {
+		case sig := <-sigs:
+			// Interrupted while the lock was being taken: do not start.
+			e.release(lease, p)
+			fmt.Fprintf(e.stderr, "fencedlock run: interrupted by %v before %q started; released %q\n", sig, rest[0], key)
+			return exitNotAcquired
+		default:
+		}
+		late := lateGrant(lease, &f)
+		if late == nil {
+			p.acquired(lease)
+			if code, late = e.runCommand(lease, &f, rest, sigs, p); late == nil {
+				return code
+			}
+		}
+		// Granted too late for COMMAND to start: not acquired.
 		e.release(lease, p)
-		fmt.Fprintf(e.stderr, "fencedlock run: interrupted by %v before %q started; released %q\n", sig, rest[0], key)
-		return exitNotAcquired
-	default:
+		if f.try {
+			fmt.Fprintf(e.stderr, "fencedlock run: %q not acquired: %v; released it; %q did not start (--try)\n", key, late, rest[0])
+			return exitNotAcquired
+		}
+		p.printf("%q not acquired: %v; released it; waiting again", key, late)
 	}
-	p.acquired(lease)
-	return e.runCommand(lease, &f, rest, sigs, p)
 }
 
-// acquire takes the lock as the flags say. It returns the lease, or nil and
-// the exit code.
-func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b driver.Backend, key string, f *runFlags, sigs <-chan os.Signal, p *progress) (*fencedlock.Lease, int) {
+// switchLeads returns how long before the lease's local deadline the kill
+// switch sends SIGTERM (termLead, before killLead) and SIGKILL (killLead).
+func switchLeads(f *runFlags) (termLead, killLead time.Duration) {
+	return min(f.grace, f.ttl/4), max(f.ttl/10, time.Millisecond)
+}
+
+// lateGrant returns an error (wrapping errLateGrant) if the lease's local
+// deadline is less than startMargin ahead: the grant's reply came so late
+// that the kill switch would fire at once, or the server may have given
+// the key to another holder already. COMMAND must not start on it. The
+// supervisor checks again, on its own clock, as it opens the gate.
+func lateGrant(lease *fencedlock.Lease, f *runFlags) error {
+	termLead, killLead := switchLeads(f)
+	if left, least := time.Until(lease.Deadline()), startMargin(termLead, killLead); left < least {
+		return fmt.Errorf("%w: the lease's local deadline was %s when the grant arrived, less than the %v ahead the kill switch needs (--ttl/10 + min(--grace, --ttl/4))",
+			errLateGrant, aheadOrPast(left), least)
+	}
+	return nil
+}
+
+// acquire takes the lock as the flags say, --wait counting from
+// waitStart. It returns the lease, or nil and the exit code.
+func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b driver.Backend, key string, f *runFlags, sigs <-chan os.Signal, p *progress, waitStart time.Time) (*fencedlock.Lease, int) {
+	if f.wait > 0 && time.Since(waitStart) >= f.wait {
+		fmt.Fprintf(e.stderr, "fencedlock run: %q not acquired after %v: --wait %v expired\n", key, roundDuration(time.Since(waitStart)), f.wait)
+		return nil, exitNotAcquired
+	}
 	lease, err := locker.TryAcquire(ctx, key)
 	if err == nil {
 		return lease, 0
@@ -205,10 +251,9 @@ func (e *env) acquire(ctx context.Context, locker *fencedlock.Locker, b driver.B
 	defer cancel(nil)
 	if f.wait > 0 {
 		var stop context.CancelFunc
-		wctx, stop = context.WithTimeoutCause(wctx, f.wait, fmt.Errorf("--wait %v expired", f.wait))
+		wctx, stop = context.WithTimeoutCause(wctx, f.wait-time.Since(waitStart), fmt.Errorf("--wait %v expired", f.wait))
 		defer stop()
 	}
-	waitStart := time.Now()
 	type result struct {
 		lease *fencedlock.Lease
 		err   error
@@ -264,8 +309,10 @@ func (e *env) lockError(err error, f *runFlags) int {
 }
 
 // runCommand runs the command under a supervisor (see supervisorCommand)
-// while lease is held, and returns the exit code.
-func (e *env) runCommand(lease *fencedlock.Lease, f *runFlags, argv []string, sigs <-chan os.Signal, p *progress) int {
+// while lease is held, and returns the exit code; or, if the supervisor
+// did not start COMMAND because the lease's deadline was too near (see
+// startMargin), the reason, with the lease still to release.
+func (e *env) runCommand(lease *fencedlock.Lease, f *runFlags, argv []string, sigs <-chan os.Signal, p *progress) (int, error) {
 	path, err := exec.LookPath(argv[0])
 	if err == nil {
 		var self string
@@ -276,25 +323,27 @@ func (e *env) runCommand(lease *fencedlock.Lease, f *runFlags, argv []string, si
 	e.release(lease, p)
 	fmt.Fprintf(e.stderr, "fencedlock run: cannot start %q: %v\n", argv[0], err)
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		return exitNotFound
+		return exitNotFound, nil
 	}
-	return exitCannotExec
+	return exitCannotExec, nil
 }
 
 // superviseCommand starts the supervisor, which starts the command; feeds
-// it the lease's deadlines, forwards signals and reports the end.
-func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path string, argv []string, sigs <-chan os.Signal, p *progress) int {
+// it the lease's deadlines, forwards signals and reports the end. The
+// error is the supervisor's refusal to start COMMAND on a lease granted
+// too late (the lease is then not released yet).
+func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path string, argv []string, sigs <-chan os.Signal, p *progress) (int, error) {
 	key := lease.Key()
-	termLead, killLead := min(f.grace, f.ttl/4), max(f.ttl/10, time.Millisecond)
+	termLead, killLead := switchLeads(f)
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
-		return e.startError(lease, p, argv, err)
+		return e.startError(lease, p, argv, err), nil
 	}
 	defer ctlW.Close()
 	stR, stW, err := os.Pipe()
 	if err != nil {
 		ctlR.Close()
-		return e.startError(lease, p, argv, err)
+		return e.startError(lease, p, argv, err), nil
 	}
 	defer stR.Close()
 	args := []string{supervisorCommand,
@@ -320,18 +369,29 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 	if _, err := fmt.Fprintf(ctlW, "D %d\n", sharedDeadline(sent)); err != nil {
 		ctlR.Close()
 		stW.Close()
-		return e.startError(lease, p, argv, err)
+		return e.startError(lease, p, argv, err), nil
 	}
+	// A child subreaper (Linux): if the supervisor is killed, what is
+	// left of COMMAND's tree comes under fencedlock, which kills it before
+	// it releases the lock (see afterSupervisorDied).
+	setSubreaper()
 	err = sup.Start()
 	ctlR.Close()
 	stW.Close()
 	if err != nil {
-		return e.startError(lease, p, argv, err)
+		return e.startError(lease, p, argv, err), nil
 	}
 	status := make(chan supervisorMsg, 16)
 	go readMessages(stR, status)
 	exited := make(chan error, 1)
 	go func() { exited <- sup.Wait() }()
+	// send writes a message to the supervisor; a stopped supervisor whose
+	// pipe is full does not block run (a lost D is an extension missed,
+	// which errs on the safe side).
+	send := func(format string, args ...any) {
+		_ = ctlW.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = fmt.Fprintf(ctlW, format+"\n", args...)
+	}
 
 	poll := time.NewTicker(min(f.ttl/20, 50*time.Millisecond))
 	defer poll.Stop()
@@ -339,13 +399,13 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 		pgid     int
 		ws       *syscall.WaitStatus
 		startErr string
+		late     string // the supervisor did not open the gate: granted too late
 		selfTerm string // why the supervisor terminated the tree on its own
-		pending  []os.Signal
 		leaseEnd = lease.Done()
 	)
 	// note records what the supervisor reports: COMMAND's process group
-	// once it started (P: signals that came before are forwarded now),
-	// that COMMAND could not start (X), its exit status (E), why it
+	// once it started (P), that COMMAND could not start (X) or was not
+	// started on a lease granted too late (L), its exit status (E), why it
 	// terminated the tree itself (T), and the end of its messages. P is
 	// recorded also when it is read after the supervisor exited: a
 	// supervisor killed right after it started COMMAND leaves the group
@@ -356,13 +416,10 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 			status = nil
 		case m.kind == 'P':
 			pgid, _ = strconv.Atoi(m.arg)
-			for _, sig := range pending {
-				p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
-				_ = syscall.Kill(-pgid, sig.(syscall.Signal))
-			}
-			pending = nil
 		case m.kind == 'X':
 			startErr = m.arg
+		case m.kind == 'L':
+			late = m.arg
 		case m.kind == 'E':
 			n, _ := strconv.ParseUint(m.arg, 10, 32)
 			w := syscall.WaitStatus(n)
@@ -374,22 +431,21 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 	for {
 		select {
 		case sig := <-sigs:
-			if pgid == 0 {
-				pending = append(pending, sig) // forwarded once COMMAND runs
-				continue
-			}
-			p.printf("forwarding %v to %q (process group %d)", sig, argv[0], pgid)
-			_ = syscall.Kill(-pgid, sig.(syscall.Signal))
+			// The supervisor sends it to COMMAND's group once COMMAND
+			// runs, and not after COMMAND was reaped (the group's number
+			// may be reused then).
+			p.printf("forwarding %v to %q", sig, argv[0])
+			send("K %d", int(sig.(syscall.Signal)))
 		case <-poll.C:
 			if d := lease.Deadline(); d.After(sent) && lease.Err() == nil {
 				sent = d
-				_, _ = fmt.Fprintf(ctlW, "D %d\n", sharedDeadline(d))
+				send("D %d", sharedDeadline(d))
 			}
 		case <-leaseEnd:
 			leaseEnd = nil
 			if errors.Is(lease.Err(), fencedlock.ErrLeaseLost) {
+				send("T lease lost") // the signal first, the message after
 				fmt.Fprintf(e.stderr, "fencedlock run: %s\n", errText(lease.Err()))
-				_, _ = fmt.Fprintf(ctlW, "T lease lost\n")
 			}
 		case m := <-status:
 			note(m)
@@ -399,24 +455,93 @@ func (e *env) superviseCommand(lease *fencedlock.Lease, f *runFlags, self, path 
 			for status != nil {
 				note(<-status)
 			}
-			if pgid != 0 && ws == nil && startErr == "" {
-				// The supervisor was killed: what is left of the tree is
-				// not under it any more; kill the group at least.
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				fmt.Fprintf(e.stderr, "fencedlock run: the supervisor of %q died (%v); sent SIGKILL to process group %d; descendants that left it may still run; exiting %d\n",
-					argv[0], sup.ProcessState, pgid, exitLeaseLost)
-				_ = lease.Release(context.Background())
-				return exitLeaseLost
+			st, _ := sup.ProcessState.Sys().(syscall.WaitStatus)
+			if late != "" && st.Exited() {
+				return 0, errors.New(strings.TrimPrefix(late, errLateGrant.Error()+": "))
 			}
-			if st, ok := sup.ProcessState.Sys().(syscall.WaitStatus); ok && st.Signaled() && pgid == 0 && ws == nil && startErr == "" {
-				// Killed before its report: COMMAND never ran (the gate
-				// execs it only after the report; see supervisor.start).
-				fmt.Fprintf(e.stderr, "fencedlock run: the supervisor of %q died (%v) before it started it; %q did not run; exiting %d\n",
-					argv[0], sup.ProcessState, argv[0], exitLeaseLost)
-				_ = lease.Release(context.Background())
-				return exitLeaseLost
+			if st.Signaled() || (startErr == "" && ws == nil) || (st.Exited() && st.ExitStatus() != exitOK && st.ExitStatus() != exitCannotExec) {
+				// Killed (or it failed): what is left of the tree is not
+				// under it any more.
+				return e.afterSupervisorDied(lease, f, sup.ProcessState, argv, pgid, ws, sigs, p), nil
 			}
-			return e.commandEnded(lease, f, argv, ws, startErr, selfTerm, p)
+			return e.commandEnded(lease, f, argv, ws, startErr, selfTerm, p), nil
+		}
+	}
+}
+
+// afterSupervisorDied kills what is left of COMMAND's tree after its
+// supervisor died (killed by pid, the OOM killer, or by COMMAND itself),
+// and releases the lock only once no process of the tree is left. On
+// Linux fencedlock is a child subreaper, so the orphans of the tree (a
+// setsid grandchild, a double-forked daemon) come under it and /proc shows
+// them; COMMAND's process group is killed too while COMMAND is not reaped.
+// Where it cannot prove the tree gone (a process refuses SIGKILL: EPERM,
+// another user's; or survives the kills), the lock is kept, and renewed
+// by the lease's watchdog, while SIGKILL is retried every stuckRetry: it
+// is released once the tree is gone. Where the tree cannot be seen
+// (systems without /proc) the lock is not released: it expires on its
+// own. It returns run's exit code, 76 in every case.
+func (e *env) afterSupervisorDied(lease *fencedlock.Lease, f *runFlags, ps *os.ProcessState, argv []string, pgid int, ws *syscall.WaitStatus, sigs <-chan os.Signal, p *progress) int {
+	key := lease.Key()
+	if pgid != 0 && ws == nil {
+		// The supervisor did not reap COMMAND: its zombie (ours now)
+		// keeps the group's number from reuse.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	k := newTreeKiller(os.Getpid(), argv[0], e.stderr)
+	defer k.close()
+	n, denied := k.signal(syscall.SIGKILL)
+	what := fmt.Sprintf("its tree: SIGKILL sent to process group %d and %d processes", pgid, n)
+	if pgid == 0 {
+		// The gate execs COMMAND only after the P report (see
+		// supervisor.start): COMMAND never ran.
+		what = fmt.Sprintf("it before it started it (%q did not run); SIGKILL sent to %d processes left", argv[0], n)
+	}
+	fmt.Fprintf(e.stderr, "fencedlock run: the supervisor of %q died (%v); killing what is left of %s\n", argv[0], ps, what)
+	if !subreaper && pgid != 0 {
+		fmt.Fprintf(e.stderr, "fencedlock run: descendants of %q that left its process group cannot be found here; %q is not released: it expires on its own within %v; exiting %d\n",
+			argv[0], key, roundDuration(time.Until(lease.Deadline())+lease.TTL()/10), exitLeaseLost)
+		return exitLeaseLost
+	}
+	told := false
+	for round := 0; ; round++ {
+		reapChildren()
+		if n == 0 {
+			e.release(lease, p)
+			fmt.Fprintf(e.stderr, "fencedlock run: no process of %q's tree is left; released %q; exiting %d\n", argv[0], key, exitLeaseLost)
+			return exitLeaseLost
+		}
+		wait := 5 * time.Millisecond
+		if n == denied || round >= 200 {
+			wait = stuckRetry
+			if !told {
+				told = true
+				fmt.Fprintf(e.stderr, "fencedlock run: %d processes of %q's tree still run (%d refuse SIGKILL); %q is kept, and renewed, until none is left; SIGKILL retried every %v\n",
+					n, argv[0], denied, key, stuckRetry)
+			}
+		}
+		select {
+		case <-lease.Done():
+			fmt.Fprintf(e.stderr, "fencedlock run: %s, while %d processes of %q's tree may still run; exiting %d\n", errText(lease.Err()), n, argv[0], exitLeaseLost)
+			return exitLeaseLost
+		case sig := <-sigs:
+			fmt.Fprintf(e.stderr, "fencedlock run: interrupted by %v while %d processes of %q's tree may still run: %q is not released, it expires on its own within %v; exiting %d\n",
+				sig, n, argv[0], key, roundDuration(time.Until(lease.Deadline())+lease.TTL()/10), exitLeaseLost)
+			return exitLeaseLost
+		case <-time.After(wait):
+		}
+		n, denied = k.signal(syscall.SIGKILL)
+	}
+}
+
+// reapChildren collects the exited children of fencedlock (the orphans of
+// a dead supervisor's tree) without blocking. Only called once the
+// supervisor itself was reaped: fencedlock has no other child.
+func reapChildren() {
+	for i := 0; i < 10000; i++ {
+		var ws syscall.WaitStatus
+		if pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); pid <= 0 || err != nil {
+			return
 		}
 	}
 }

@@ -49,6 +49,9 @@ import (
 //
 //	D <ns>      the lease's local deadline, in nanoseconds of sharedNow's clock
 //	T <reason>  the lease is lost: terminate now
+//	K <signal>  a signal run got (SIGINT, SIGTERM, SIGHUP, SIGQUIT): send
+//	            it to COMMAND's process group while COMMAND has not been
+//	            reaped (its zombie keeps the group's number from reuse)
 //
 // On fd 4, supervisor to run:
 //
@@ -56,6 +59,9 @@ import (
 //	            COMMAND itself is exec'd in it only after this report
 //	            (see supervisor.start), so run can always kill what runs
 //	X <msg>     COMMAND could not be started
+//	L <reason>  COMMAND was not started: the lease's local deadline was
+//	            not far enough ahead when the gate was to open (a grant
+//	            whose reply came late); the gate exits without running it
 //	E <status>  COMMAND exited with this wait status
 //	T <reason>  the supervisor began terminating the tree on its own
 const supervisorCommand = "__fencedlock_supervisor"
@@ -99,8 +105,22 @@ type supervisor struct {
 	terming   bool  // SIGTERM sent to the tree
 	termStart int64
 	killSent  bool
-	termed    []int // the tree when SIGTERM was sent
+	// stuck: only processes that refuse signals (EPERM) are left; the
+	// kill is retried every stuckRetry instead of at once.
+	stuck  bool
+	killer *treeKiller
 }
+
+// stuckRetry is how often the supervisor and run retry a SIGKILL that
+// was refused (EPERM).
+const stuckRetry = 250 * time.Millisecond
+
+// startMargin is the least time between opening the gate (starting
+// COMMAND) and the lease's local deadline: the kill switch's own leads,
+// so that the switch has not fired already when COMMAND starts. A grant
+// whose reply came later than that (a slow network, a stopped process)
+// is refused: COMMAND does not start on it.
+func startMargin(termLead, killLead time.Duration) time.Duration { return termLead + killLead }
 
 // supervise is the supervisor's main; see the comment on supervisorCommand.
 func (e *env) supervise(args []string) int {
@@ -118,10 +138,15 @@ func (e *env) supervise(args []string) int {
 		fmt.Fprintf(e.stderr, "fencedlock: %s is run by fencedlock run, not by hand\n", supervisorCommand)
 		return exitUsage
 	}
+	// Its own messages never block (COMMAND inherits the real stderr).
+	q := newLogQueue(e.stderr)
+	defer q.Flush(logFlushTimeout)
+	s.stderr = q
 	if *logFmt == logJSON {
-		// Its own messages only; COMMAND inherits the real stderr.
-		s.stderr = newJSONLines(e.stderr, "run")
+		s.stderr = newJSONLines(q, "run")
 	}
+	s.killer = newTreeKiller(os.Getpid(), s.name, s.stderr)
+	defer s.killer.close()
 	path, argv := fs.Arg(0), fs.Args()[1:]
 
 	// Caught, not ignored: an ignored signal stays ignored in COMMAND.
@@ -150,7 +175,11 @@ func (e *env) supervise(args []string) int {
 		return exitFailure
 	}
 	if _, err := s.start(path, argv, append(os.Environ(), envs...)); err != nil {
-		s.report("X %v", err)
+		if errors.Is(err, errLateGrant) {
+			s.report("L %v", err)
+		} else {
+			s.report("X %v", err)
+		}
 		s.reapAll()
 		return exitCannotExec
 	}
@@ -175,6 +204,9 @@ func (e *env) supervise(args []string) int {
 		}
 		if s.killSent {
 			wait = 5 * time.Millisecond
+			if s.stuck {
+				wait = stuckRetry
+			}
 		}
 		// Bounded, so that the clock is read again: on Linux it counts
 		// time suspended, which timers do not.
@@ -190,6 +222,12 @@ func (e *env) supervise(args []string) int {
 				s.setDeadline(m.arg)
 			case m.kind == 'T':
 				s.terminate(m.arg, false)
+			case m.kind == 'K':
+				if n, err := strconv.Atoi(m.arg); err == nil && !s.exited {
+					// Not reaped yet: the group's number is still
+					// COMMAND's (see the K message).
+					_ = syscall.Kill(-s.pid, syscall.Signal(n))
+				}
 			}
 		case sig := <-sigs:
 			if sig == syscall.SIGTERM {
@@ -241,6 +279,13 @@ func (s *supervisor) start(path string, argv, env []string) (int, error) {
 		stopSelf()
 	}
 	s.report("P %d", pid)
+	// The gate opens only if the lease has time left: the deadline came
+	// with the grant, which may have arrived late.
+	if left, least := time.Duration(s.deadline-sharedNow()), startMargin(s.termLead, s.killLead); left < least {
+		goW.Close() // the gate exits without running COMMAND
+		return pid, fmt.Errorf("%w: the lease's local deadline was %s when %s was to start, less than the %v ahead the kill switch needs (--ttl/10 + min(--grace, --ttl/4))",
+			errLateGrant, aheadOrPast(left), path, least)
+	}
 	if _, err := goW.Write([]byte{1}); err != nil {
 		return pid, fmt.Errorf("starting %s: the gate: %w", path, err)
 	}
@@ -251,6 +296,10 @@ func (s *supervisor) start(path string, argv, env []string) (int, error) {
 	}
 	return pid, nil
 }
+
+// errLateGrant says COMMAND was not started: the lease's local deadline
+// was too near (see startMargin).
+var errLateGrant = errors.New("granted too late")
 
 // gateCommand is the hidden command of this binary that the supervisor
 // starts as COMMAND's process (see supervisor.start): it waits for one
@@ -312,52 +361,53 @@ func (s *supervisor) terminate(why string, own bool) {
 	}
 	s.terming, s.termStart = true, sharedNow()
 	killAt := min(s.termStart+int64(s.grace), s.deadline-int64(s.killLead))
+	// Signals first, the messages after.
+	n := s.signal(syscall.SIGTERM)
 	if own {
 		s.report("T %s", why)
 	}
-	pids := s.tree()
-	s.termed = pids
 	what := strconv.Quote(s.name)
 	if s.exited {
 		what = "what " + what + " left running"
 	}
-	fmt.Fprintf(s.stderr, "fencedlock run: %s: sending SIGTERM to %d processes of %s (process group %d and its descendants), SIGKILL in %v\n",
-		why, len(pids), what, s.pid, roundDuration(time.Duration(killAt-s.termStart)))
-	s.signal(pids, syscall.SIGTERM)
+	fmt.Fprintf(s.stderr, "fencedlock run: %s: sent SIGTERM to %d processes of %s (process group %d and its descendants), SIGKILL in %v\n",
+		why, n, what, s.pid, roundDuration(time.Duration(killAt-s.termStart)))
 }
 
 // kill sends SIGKILL to the tree until none of it is left, a bounded
-// number of rounds (a process forking while the tree is killed adds one).
+// number of rounds (a process forking while the tree is killed adds one),
+// or until only processes that refuse it (EPERM) are left: those are
+// retried every stuckRetry, not at once.
 func (s *supervisor) kill() {
-	// The group and the processes known from SIGTERM first, at once;
-	// then whatever a fresh look at /proc finds.
-	pids := s.termed
-	if !s.killSent {
-		s.killSent = true
-		s.signal(pids, syscall.SIGKILL)
+	first := !s.killSent
+	s.killSent = true
+	n := s.signal(syscall.SIGKILL)
+	if first {
 		left := time.Duration(s.deadline - sharedNow())
-		pids = s.tree()
-		fmt.Fprintf(s.stderr, "fencedlock run: sending SIGKILL to %q and its descendants, %s the local deadline %s; %d processes left to kill\n",
-			s.name, beforeAfter(left), wallClock(s.deadline), len(pids))
+		fmt.Fprintf(s.stderr, "fencedlock run: sent SIGKILL to %d processes of %q and its descendants, %s the local deadline %s\n",
+			n, s.name, beforeAfter(left), wallClock(s.deadline))
 	}
-	for i := 0; i < 100; i++ {
-		s.signal(pids, syscall.SIGKILL)
-		if pids = s.tree(); len(pids) == 0 {
+	for i := 0; i < 100 && n > 0; i++ {
+		var denied int
+		n, denied = s.killer.signal(syscall.SIGKILL)
+		if s.stuck = n > 0 && n == denied; s.stuck {
 			return
 		}
 	}
 }
 
-func (s *supervisor) signal(pids []int, sig syscall.Signal) {
-	_ = syscall.Kill(-s.pid, sig)
-	for _, p := range pids {
-		_ = syscall.Kill(p, sig)
+// signal sends sig to COMMAND's process group, while COMMAND is not
+// reaped (its zombie keeps the group's number from reuse; on Linux every
+// member of the group is also a descendant, found below), and to every
+// process of the tree through its handle. It returns how many processes
+// of the tree it found.
+func (s *supervisor) signal(sig syscall.Signal) int {
+	if !s.exited || !subreaper {
+		_ = syscall.Kill(-s.pid, sig)
 	}
+	n, _ := s.killer.signal(sig)
+	return n
 }
-
-// tree returns the live processes descending from the supervisor (none
-// where the system cannot show them; signal covers COMMAND's group too).
-func (s *supervisor) tree() []int { return descendants(os.Getpid()) }
 
 // hasTree reports whether a process of the tree may be alive, given
 // whether the supervisor has no child left. As a subreaper (Linux), no
@@ -409,6 +459,14 @@ func beforeAfter(left time.Duration) string {
 		return roundDuration(left).String() + " before"
 	}
 	return roundDuration(-left).String() + " after"
+}
+
+// aheadOrPast says "120ms ahead" for left > 0, "3ms past" otherwise.
+func aheadOrPast(left time.Duration) string {
+	if left > 0 {
+		return roundDuration(left).String() + " ahead"
+	}
+	return roundDuration(-left).String() + " past"
 }
 
 // wallClock formats an instant of sharedNow's clock as wall-clock time.

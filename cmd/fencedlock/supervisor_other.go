@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"syscall"
 	"time"
@@ -22,6 +23,26 @@ func sharedNow() int64 { return time.Now().UnixNano() }
 // descendants finds nothing without /proc: the supervisor signals
 // COMMAND's process group only.
 func descendants(root int) []int { return nil }
+
+// listTree finds nothing without /proc.
+func listTree(root int) []procInfo { return nil }
+
+// procUID is unknown without /proc.
+func procUID(pid int) int { return -1 }
+
+// openProc returns a handle that signals by pid: there are no pidfds here.
+// (listTree finds nothing, so it is not called.)
+func openProc(p procInfo) (procHandle, error) { return procHandle{info: p, fd: -1}, nil }
+
+func (h *procHandle) signal(sig syscall.Signal) error {
+	err := syscall.Kill(h.info.pid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return errProcGone
+	}
+	return err
+}
+
+func (h *procHandle) close() {}
 
 // stopSelf stops the process (SIGSTOP); another thread may run on
 // briefly.
