@@ -370,7 +370,7 @@ func (s *supervisor) terminate(why string, own bool) {
 	if s.exited {
 		what = "what " + what + " left running"
 	}
-	fmt.Fprintf(s.stderr, "fencedlock run: %s: sent SIGTERM to %d processes of %s (process group %d and its descendants), SIGKILL in %v\n",
+	fmt.Fprintf(s.stderr, "fencedlock run: %s: sending SIGTERM to %d processes of %s (process group %d and its descendants), SIGKILL in %v\n",
 		why, n, what, s.pid, roundDuration(time.Duration(killAt-s.termStart)))
 }
 
@@ -384,8 +384,8 @@ func (s *supervisor) kill() {
 	n := s.signal(syscall.SIGKILL)
 	if first {
 		left := time.Duration(s.deadline - sharedNow())
-		fmt.Fprintf(s.stderr, "fencedlock run: sent SIGKILL to %d processes of %q and its descendants, %s the local deadline %s\n",
-			n, s.name, beforeAfter(left), wallClock(s.deadline))
+		fmt.Fprintf(s.stderr, "fencedlock run: sending SIGKILL to %q and its descendants, %s the local deadline %s; %d processes left to kill\n",
+			s.name, beforeAfter(left), wallClock(s.deadline), n)
 	}
 	for i := 0; i < 100 && n > 0; i++ {
 		var denied int
@@ -402,10 +402,10 @@ func (s *supervisor) kill() {
 // process of the tree through its handle. It returns how many processes
 // of the tree it found.
 func (s *supervisor) signal(sig syscall.Signal) int {
+	n, _ := s.killer.signal(sig)
 	if !s.exited || !subreaper {
 		_ = syscall.Kill(-s.pid, sig)
 	}
-	n, _ := s.killer.signal(sig)
 	return n
 }
 
