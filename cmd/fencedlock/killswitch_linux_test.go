@@ -110,17 +110,36 @@ func (r *switchRun) stderrText() string {
 	return r.stderr.String()
 }
 
-// waitLines waits at most 10s until path holds n lines.
-func waitLines(t *testing.T, path string, n int) {
+// waitLines waits at most 10s until path, written by COMMAND of run,
+// holds n lines, and returns true; false if run exited first with 76 (on
+// a loaded machine the switch may fire by itself: the tree was killed,
+// which the caller still checks, but the event it was to cause did not
+// happen).
+func waitLines(t *testing.T, run *switchRun, path string, n int) bool {
 	t.Helper()
 	for i := 0; i < 2000; i++ {
 		b, _ := os.ReadFile(path)
 		if strings.Count(string(b), "\n") >= n {
-			return
+			return true
+		}
+		select {
+		case <-run.done:
+			if run.cmd.ProcessState.ExitCode() == exitLeaseLost {
+				t.Logf("%s: fencedlock exited 76 before COMMAND wrote %d lines (the switch fired by itself); stderr:\n%s", path, n, run.stderrText())
+				return false
+			}
+		default:
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("%s: fewer than %d lines after 10s", path, n)
+	state := "still running"
+	select {
+	case <-run.done:
+		state = "exited: " + run.cmd.ProcessState.String()
+	default:
+	}
+	t.Fatalf("%s: fewer than %d lines after 10s; fencedlock %s; stderr:\n%s", path, n, state, run.stderrText())
+	return false
 }
 
 // acquireAfter makes the poller try KEY every 5ms from start on, 15s at
@@ -143,24 +162,53 @@ func (r *switchRig) acquireAfter(t *testing.T, key string, start time.Time) (tim
 	return time.Time{}, nil
 }
 
+// switchFigures sums up the runs of one case: the largest overlap (a
+// process of the first tree alive after the second holder's successful
+// attempt began), when the first tree's last process was first seen dead
+// relative to the event (a forced release, a kill), and the gap from then
+// to the second holder's attempt.
+type switchFigures struct {
+	n, early                           int // early: the switch fired before the event
+	overlap                            time.Duration
+	deathMin, deathMax, gapMin, gapMax time.Duration
+}
+
+func (f *switchFigures) add(overlap time.Duration, event, dead, acq time.Time) {
+	death, gap := dead.Sub(event), acq.Sub(dead)
+	if f.n == 0 {
+		f.deathMin, f.deathMax, f.gapMin, f.gapMax = death, death, gap, gap
+	}
+	f.n++
+	f.overlap = max(f.overlap, overlap)
+	f.deathMin, f.deathMax = min(f.deathMin, death), max(f.deathMax, death)
+	f.gapMin, f.gapMax = min(f.gapMin, gap), max(f.gapMax, gap)
+}
+
+func (f *switchFigures) String() string {
+	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("%d runs (%d ended by the switch before the event): largest time a process of the first tree was alive after a second holder acquired: %v; its last process died %v to %v after the event; the second holder acquired %v to %v after that",
+		f.n, f.early, f.overlap, r(f.deathMin), r(f.deathMax), r(f.gapMin), r(f.gapMax))
+}
+
 // checkNoOverlap fails the test if a process of the first tree (watched
 // by w) was alive when the poller's successful attempt began, or at any
 // time after it (the watcher looks for 200ms more). It returns how long a
-// process was seen alive after that (0: none).
-func checkNoOverlap(t *testing.T, w *treeWatch, run *switchRun, what string, acq time.Time) time.Duration {
+// process was seen alive after that (0: none), and when the tree's last
+// process was first seen dead.
+func checkNoOverlap(t *testing.T, w *treeWatch, run *switchRun, what string, acq time.Time) (time.Duration, time.Time) {
 	t.Helper()
 	time.Sleep(200 * time.Millisecond)
 	w.close()
-	seen, alive, lastAlive, _ := w.state()
+	seen, alive, lastAlive, deadAt := w.state()
 	if seen == 0 {
 		t.Fatalf("%s: no process of the first tree was seen", what)
 	}
 	if alive > 0 || lastAlive.After(acq) {
 		t.Errorf("%s: %d processes of the first tree alive when a second holder acquired (seen alive %v after its attempt began); first run's stderr:\n%s",
 			what, alive, lastAlive.Sub(acq).Round(time.Millisecond), run.stderrText())
-		return max(lastAlive.Sub(acq), time.Nanosecond)
+		return max(lastAlive.Sub(acq), time.Nanosecond), deadAt
 	}
-	return 0
+	return 0, deadAt
 }
 
 // writerLoop is a shell loop appending the date to path every 100ms.
@@ -182,7 +230,7 @@ func TestKillSwitchUndrainedStderr(t *testing.T) {
 	const ttl, grace = 2 * time.Second, 300 * time.Millisecond
 	for _, mode := range []string{"forced release", "fencedlock SIGKILLed"} {
 		t.Run(mode, func(t *testing.T) {
-			var worst time.Duration
+			var fig switchFigures
 			for i := 0; i < *switchRuns && !t.Failed(); i++ {
 				key := fmt.Sprintf("stderr-%s-%d", strings.Fields(mode)[1], i)
 				dir := t.TempDir()
@@ -191,9 +239,13 @@ func TestKillSwitchUndrainedStderr(t *testing.T) {
 					bin.Path, "run", "--ttl", ttl.String(), "--grace", grace.String(), key, "--", "/bin/sh", "-c",
 					`(`+writerLoop(dir+"/f")+`) & head -c 300000 /dev/zero >&2; wait`)
 				t.Cleanup(w.killAll)
-				waitLines(t, dir+"/f", 3)
+				early := !waitLines(t, run, dir+"/f", 3)
 				var start time.Time
-				if mode == "forced release" {
+				event := time.Now()
+				switch {
+				case early:
+					fig.early++
+				case mode == "forced release":
 					code, p := bin.Run(t, []string{"FENCEDLOCK_REDIS=" + rig.url}, "release", "--force", key)
 					if code != exitOK {
 						t.Fatalf("release --force: exit %d; stderr:\n%s", code, p.Stderr)
@@ -201,16 +253,17 @@ func TestKillSwitchUndrainedStderr(t *testing.T) {
 					// The first lease's local deadline is at most the
 					// force + TTL: its last renewal came before.
 					start = time.Now().Add(ttl)
-				} else {
+				default:
 					if err := run.cmd.Process.Kill(); err != nil {
 						t.Fatal(err)
 					}
 				}
 				acq, lease := rig.acquireAfter(t, key, start)
-				worst = max(worst, checkNoOverlap(t, w, run, fmt.Sprintf("run %d (%s)", i, mode), acq))
+				overlap, dead := checkNoOverlap(t, w, run, fmt.Sprintf("run %d (%s)", i, mode), acq)
+				fig.add(overlap, event, dead, acq)
 				_ = lease.Release(context.Background())
 			}
-			t.Logf("%s, %d runs: largest time a process of the first tree was alive after a second holder acquired: %v", mode, *switchRuns, worst)
+			t.Logf("%s, %s", mode, &fig)
 		})
 	}
 }
@@ -223,7 +276,7 @@ func TestKillSwitchUndrainedStderr(t *testing.T) {
 // of the first tree may be alive.
 func TestKillSwitchSupervisorKilled(t *testing.T) {
 	rig := newSwitchRig(t)
-	var worst time.Duration
+	var fig switchFigures
 	for i := 0; i < *switchRuns && !t.Failed(); i++ {
 		key := fmt.Sprintf("supkill-setsid-%d", i)
 		dir := t.TempDir()
@@ -232,9 +285,13 @@ func TestKillSwitchSupervisorKilled(t *testing.T) {
 			bin.Path, "run", "--ttl", "2s", "--grace", "300ms", key, "--", "/bin/sh", "-c",
 			`setsid /bin/sh -c '`+writerLoop(dir+"/f")+`' & while [ ! -s `+dir+`/f ]; do sleep 0.01; done; kill -9 $PPID; wait`)
 		t.Cleanup(w.killAll)
-		waitLines(t, dir+"/f", 1)
-		acq, lease := rig.acquireAfter(t, key, time.Now())
-		worst = max(worst, checkNoOverlap(t, w, run, fmt.Sprintf("run %d", i), acq))
+		if !waitLines(t, run, dir+"/f", 1) {
+			fig.early++
+		}
+		event := time.Now() // COMMAND kills the supervisor right after the first write
+		acq, lease := rig.acquireAfter(t, key, event)
+		overlap, dead := checkNoOverlap(t, w, run, fmt.Sprintf("run %d", i), acq)
+		fig.add(overlap, event, dead, acq)
 		_ = lease.Release(context.Background())
 		select {
 		case <-run.done:
@@ -245,7 +302,7 @@ func TestKillSwitchSupervisorKilled(t *testing.T) {
 			t.Errorf("run %d: fencedlock still running 10s after the second holder acquired; stderr:\n%s", i, run.stderrText())
 		}
 	}
-	t.Logf("%d runs: largest time a process of the first tree was alive after a second holder acquired: %v", *switchRuns, worst)
+	t.Logf("%s", &fig)
 }
 
 // TestKillSwitchUnsignallable (issue 27 item 3): a descendant of COMMAND
@@ -285,7 +342,7 @@ func TestKillSwitchUnsignallable(t *testing.T) {
 		"--inh-caps=+setuid,+setgid", "--ambient-caps=+setuid,+setgid", self}
 	for _, mode := range []string{"supervisor killed", "COMMAND exits"} {
 		t.Run(mode, func(t *testing.T) {
-			var worst time.Duration
+			var fig switchFigures
 			for i := 0; i < *switchRuns && !t.Failed(); i++ {
 				key := fmt.Sprintf("eperm-%s-%d", strings.Fields(mode)[1], i)
 				dir, err := os.MkdirTemp(pub, "run")
@@ -305,9 +362,13 @@ func TestKillSwitchUnsignallable(t *testing.T) {
 						`setpriv --reuid=65534 --regid=65534 --clear-groups /bin/sh -c 'i=0; while [ $i -lt 30 ]; do date +%s%N >> `+dir+`/f; sleep 0.1; i=$((i+1)); done' &
 						while [ ! -s `+dir+`/f ]; do sleep 0.01; done; `+end)...)
 				t.Cleanup(w.killAll)
-				waitLines(t, dir+"/f", 1)
-				acq, lease := rig.acquireAfter(t, key, time.Now())
-				worst = max(worst, checkNoOverlap(t, w, run, fmt.Sprintf("run %d (%s)", i, mode), acq))
+				if !waitLines(t, run, dir+"/f", 1) {
+					fig.early++
+				}
+				event := time.Now() // the writer's first write; it writes for about 3s
+				acq, lease := rig.acquireAfter(t, key, event)
+				overlap, dead := checkNoOverlap(t, w, run, fmt.Sprintf("run %d (%s)", i, mode), acq)
+				fig.add(overlap, event, dead, acq)
 				_ = lease.Release(context.Background())
 				select {
 				case <-run.done:
@@ -321,7 +382,7 @@ func TestKillSwitchUnsignallable(t *testing.T) {
 					t.Errorf("run %d (%s): the kill that failed (EPERM) is not reported; stderr:\n%s", i, mode, run.stderrText())
 				}
 			}
-			t.Logf("%s, %d runs: largest time a process of the first tree was alive after a second holder acquired: %v", mode, *switchRuns, worst)
+			t.Logf("%s, %s", mode, &fig)
 		})
 	}
 }

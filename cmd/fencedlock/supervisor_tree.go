@@ -35,18 +35,19 @@ var errProcGone = errors.New("fencedlock: process gone")
 // process it signalled, and signals that process again through it, never
 // by a pid number that may have been reused since. A signal refused with
 // EPERM (a descendant running as another user, through sudo, su or
-// setpriv) is reported once, and such a process counts as alive: the tree
-// is not proven gone while it runs.
+// setpriv) is reported (once per user id: a shell loop of another user
+// starts a new process every turn), and such a process counts as alive:
+// the tree is not proven gone while it runs.
 type treeKiller struct {
 	root   int
 	name   string    // COMMAND, for messages
 	stderr io.Writer // never blocks (a logQueue)
 	procs  map[procInfo]*procHandle
-	denied map[procInfo]bool // reported, the signal refused
+	told   map[int]bool // user ids whose refusal was reported
 }
 
 func newTreeKiller(root int, name string, stderr io.Writer) *treeKiller {
-	return &treeKiller{root: root, name: name, stderr: stderr, procs: map[procInfo]*procHandle{}, denied: map[procInfo]bool{}}
+	return &treeKiller{root: root, name: name, stderr: stderr, procs: map[procInfo]*procHandle{}, told: map[int]bool{}}
 }
 
 // signal sends sig to every live process of the tree, found by a fresh
@@ -82,14 +83,14 @@ func (k *treeKiller) signal(sig syscall.Signal) (alive, denied int) {
 		default:
 			alive++
 			denied++
-			if !k.denied[p] {
-				k.denied[p] = true
+			if u := procUID(p.pid); !k.told[u] {
+				k.told[u] = true
 				uid := "uid unknown"
-				if u := procUID(p.pid); u >= 0 {
+				if u >= 0 {
 					uid = "uid " + strconv.Itoa(u)
 				}
-				fmt.Fprintf(k.stderr, "fencedlock run: cannot send %v to process %d (%s) of %q's tree: %v; it may still run, so the lock is kept while it does (see docs/cli-run.md)\n",
-					sig, p.pid, uid, k.name, err)
+				fmt.Fprintf(k.stderr, "fencedlock run: cannot send %s to process %d (%s) of %q's tree: %v; the tree is not gone while it runs, so the lock is kept (refusals by other processes of %s are not reported again)\n",
+					sigName(sig), p.pid, uid, k.name, err, uid)
 			}
 		}
 	}
@@ -102,4 +103,16 @@ func (k *treeKiller) close() {
 		h.close()
 		delete(k.procs, p)
 	}
+}
+
+// sigName is "SIGKILL" for syscall.SIGKILL, and so on for the signals the
+// kill switch sends.
+func sigName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	}
+	return sig.String()
 }
