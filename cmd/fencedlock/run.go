@@ -59,14 +59,23 @@ read from the terminal; a terminal's Ctrl-C reaches it through fencedlock,
 and Ctrl-Z stops fencedlock only, so the lease runs out and COMMAND is
 terminated as above.
 
+COMMAND starts only if the lease's local deadline is at least
+--ttl/10 + min(--grace, --ttl/4) ahead: a grant whose reply came later is
+released and counts as not acquired (--try exits 75). If the supervisor is
+killed, fencedlock (on Linux a child subreaper too) kills what is left of
+the tree and releases the lock only once none of it runs. A process that
+refuses signals (another user's, through sudo or su) is reported, and the
+lock is kept and renewed while it runs. Messages never delay a signal: a
+standard error nobody reads drops them (and counts them). Processes are
+signalled through pidfds on Linux, never by a pid that may have been reused.
+
 What still escapes: work handed to a process outside the tree (a daemon
 asked over a socket: systemd-run, at, docker run, a tmux or screen server,
-ssh to another machine); descendants that left COMMAND's process group, if
-the supervisor itself is killed by pid (COMMAND gets SIGKILL as its parent
-dies, and fencedlock kills the process group and exits 76); and on systems
-other than Linux, a descendant that left COMMAND's process group
-(no subreaper, no /proc), with the deadline read from the wall clock. The
-timing needs the supervisor to get the CPU within --ttl/10 of its timer.
+ssh to another machine); the supervisor and fencedlock both killed; a
+process of another user when the lease is lost; and on systems other than
+Linux, a descendant that left COMMAND's process group (no subreaper, no
+/proc), with the deadline read from the wall clock. The timing needs the
+supervisor to get the CPU within --ttl/10 of its timer. See docs/cli-run.md.
 A resource that must never see a stale write should check FENCEDLOCK_FENCE.
 `
 
