@@ -322,6 +322,9 @@ func TestKillSwitchUnsignallable(t *testing.T) {
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Fatalf("setpriv (util-linux) is needed to run a process as another user: %v", err)
 	}
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test runs fencedlock and a descendant as two other users: it must run as root (euid %d)", os.Geteuid())
+	}
 	rig := newSwitchRig(t)
 	// A copy of the binary and a work directory that uid 1000 and nobody
 	// can reach (the test's own temporary directories are root's, 0700).
