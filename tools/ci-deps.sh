@@ -13,6 +13,7 @@ command -v redis-server   >/dev/null || need+=(redis-server)
 command -v redis-cli      >/dev/null || need+=(redis-tools)
 command -v redis-sentinel >/dev/null || need+=(redis-sentinel)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+command -v setpriv        >/dev/null || need+=(util-linux) # cmd/fencedlock TestKillSwitchUnsignallable
 
 if [ ${#need[@]} -gt 0 ]; then
 	SUDO=""
