@@ -97,8 +97,8 @@ func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wa
 
 // attempt makes one attempt to take req.Key. sent is when it was sent,
 // the start of the lease the server grants.
-func (l *Locker) attempt(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, sent time.Time, err error) {
-	sent = time.Now()
+func (l *Locker) attempt(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, sent stamp, err error) {
+	sent = l.clk.now()
 	g, err = l.b.Acquire(ctx, req)
 	return g, sent, err
 }
@@ -157,7 +157,7 @@ func (l *Locker) queue(ctx, wctx context.Context, req driver.AcquireRequest, lt 
 		var (
 			g    driver.Grant
 			err  error
-			sent = time.Now()
+			sent = l.clk.now()
 		)
 		switch {
 		case first == nil:
@@ -214,7 +214,7 @@ func (l *Locker) poll(ctx context.Context, req driver.AcquireRequest, lt leaseTi
 	for err = first; ; err = nil {
 		if err == nil {
 			var g driver.Grant
-			var sent time.Time
+			var sent stamp
 			if g, sent, err = l.attempt(ctx, req); err == nil {
 				ls, err = l.start(ctx, g, sent, lt)
 				if !errors.Is(err, ErrLateGrant) {

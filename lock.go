@@ -33,6 +33,7 @@ type Locker struct {
 	policy waitPolicy // how a waiting Acquire sleeps between attempts
 
 	relClock releaseClock // the bounds of Lease.Release (releasectx.go)
+	clk      *clock       // the clocks of validity (clock.go)
 
 	obs     Observer // Options.Observer; nil: nothing observed
 	backend string   // the backend's name in events (set with obs only)
@@ -56,7 +57,7 @@ func New(b driver.Backend, opts Options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Locker{b: b, opts: o, log: o.Logger, closeCh: make(chan struct{}), leases: make(map[*Lease]struct{})}
+	l := &Locker{b: b, opts: o, log: o.Logger, closeCh: make(chan struct{}), leases: make(map[*Lease]struct{}), clk: newClock(bootClock, monoClock, unixNano)}
 	l.notify, _ = b.(driver.Notifier)
 	l.waitq, _ = b.(driver.WaitAcquirer)
 	l.first, _ = b.(driver.TryFirstWaiter)
@@ -91,23 +92,25 @@ func (l *Locker) check(key string) error {
 // is released (owner-checked, bounded by Options.ReleaseTimeout, detached
 // from ctx's cancellation) and the error wraps ErrNotAcquired and
 // ErrLateGrant. No other path makes a Lease.
-func (l *Locker) start(ctx context.Context, g driver.Grant, sent time.Time, lt leaseTiming) (*Lease, error) {
+func (l *Locker) start(ctx context.Context, g driver.Grant, sent stamp, lt leaseTiming) (*Lease, error) {
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = lt.ttl
 	}
 	if !g.Sent.IsZero() {
-		sent = g.Sent
+		sent = l.clk.at(g.Sent)
 	}
-	deadline := sent.Add(ttl - lt.margin)
-	now := time.Now()
-	if left := deadline.Sub(now); left < minLeft(lt) {
-		return nil, l.refuseLate(ctx, g, now.Sub(sent), left, minLeft(lt))
+	life := ttl - lt.margin
+	deadline, bootDeadline := sent.mono.Add(life), sent.boot+int64(life)
+	now := l.clk.exact() // exact: the hand-out decides
+	if left := untilDeadline(now, deadline, bootDeadline); left < minLeft(lt) {
+		took := max(now.mono.Sub(sent.mono), time.Duration(now.boot-sent.boot))
+		return nil, l.refuseLate(ctx, g, took, left, minLeft(lt))
 	}
 	ls := &Lease{l: l, grant: g, lt: lt}
 	ls.observeStart() // observe: the lease's start (before Close can see it)
-	ls.deadline = deadline
-	ls.next = sent.Add(lt.renew)
+	ls.deadline, ls.bootDeadline = deadline, bootDeadline
+	ls.next = sent.mono.Add(lt.renew)
 	ls.keepalive = ls.keptAlive()
 
 	l.mu.Lock()
