@@ -21,6 +21,13 @@ func newOwner() string { return rand.Text() }
 // TryAcquire deletes what it may have taken (owner-checked) before it
 // returns.
 //
+// A Lease is handed out only with at least its safety margin left before
+// its local deadline (the send time of the request + TTL - margin; see
+// [Lease.Deadline]): a grant whose reply came back later than that (a slow
+// link, a paused process) is released (owner-checked, bounded by
+// Options.ReleaseTimeout) and TryAcquire returns an error wrapping
+// [ErrNotAcquired] and [ErrLateGrant] that says how late it came.
+//
 // opts set this lease's TTL, renewal and safety margin in place of the
 // Locker's (see [LeaseOption]).
 func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
@@ -44,9 +51,13 @@ func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...LeaseOption
 // reported it. Whichever way Acquire fails, no lock of its attempts is
 // left on the server: an attempt whose outcome is unknown is followed by
 // an owner-checked release (bounded by Options.ReleaseTimeout) before
-// Acquire returns. ctx bounds only the wait: the returned Lease lives until
-// released or lost. opts set this lease's TTL, renewal and safety margin in
-// place of the Locker's (see [LeaseOption]).
+// Acquire returns. A grant that came back with less than its safety
+// margin left before its local deadline (see [Locker.TryAcquire]) is
+// released and counts as not acquired: Acquire keeps waiting within ctx,
+// and if ctx ends first its error also wraps [ErrLateGrant] when the last
+// attempt was refused so. ctx bounds only the wait: the returned Lease
+// lives until released or lost. opts set this lease's TTL, renewal and
+// safety margin in place of the Locker's (see [LeaseOption]).
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...LeaseOption) (*Lease, error) {
 	return l.acquire(ctx, key, opts, true)
 }
@@ -70,7 +81,10 @@ func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wa
 	}
 	g, sent, err := l.attempt(ctx, req)
 	if err == nil {
-		return l.start(g, sent, lt)
+		ls, err = l.start(ctx, g, sent, lt)
+		if !wait || !errors.Is(err, ErrLateGrant) {
+			return ls, err
+		}
 	}
 	if wait {
 		return l.wait(ctx, req, lt, err)
@@ -83,8 +97,8 @@ func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wa
 
 // attempt makes one attempt to take req.Key. sent is when it was sent,
 // the start of the lease the server grants.
-func (l *Locker) attempt(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, sent time.Time, err error) {
-	sent = time.Now()
+func (l *Locker) attempt(ctx context.Context, req driver.AcquireRequest) (g driver.Grant, sent stamp, err error) {
+	sent = l.clk.now()
 	g, err = l.b.Acquire(ctx, req)
 	return g, sent, err
 }
@@ -138,30 +152,42 @@ func (l *Locker) wait(ctx context.Context, req driver.AcquireRequest, lt leaseTi
 // wait can fix, or wctx's end, stops it after the first attempt as in
 // poll, with the cleanup release if that attempt may have been applied.
 func (l *Locker) queue(ctx, wctx context.Context, req driver.AcquireRequest, lt leaseTiming, first error) (*Lease, error) {
-	var (
-		g    driver.Grant
-		err  error
-		sent = time.Now()
-	)
-	switch {
-	case first == nil:
-		g, err = l.waitq.AcquireWait(wctx, req)
-	case (errors.Is(first, ErrNotAcquired) || !permanent(first)) && wctx.Err() == nil:
-		l.observeWait(wctx, first) // observe: the first attempt found the key held (or failed)
-		g, err = l.first.AcquireWaitHeld(wctx, req)
-	default:
-		if mayHaveApplied(first) {
-			l.cleanup(ctx, req)
+	var late error // the last grant refused as late (see Locker.start)
+	for {
+		var (
+			g    driver.Grant
+			err  error
+			sent = l.clk.now()
+		)
+		switch {
+		case first == nil:
+			g, err = l.waitq.AcquireWait(wctx, req)
+		case (errors.Is(first, ErrNotAcquired) || !permanent(first)) && wctx.Err() == nil:
+			l.observeWait(wctx, first) // observe: the first attempt found the key held (or failed)
+			g, err = l.first.AcquireWaitHeld(wctx, req)
+		default:
+			if mayHaveApplied(first) {
+				l.cleanup(ctx, req)
+			}
+			if errors.Is(first, ErrNotAcquired) && !errors.Is(first, ErrLateGrant) {
+				first = nil // ctx ended: waitErr says so
+			}
+			return nil, l.waitErr(wctx, req.Key, first)
 		}
-		if errors.Is(first, ErrNotAcquired) {
-			first = nil // ctx ended: waitErr says so
+		if err != nil {
+			if late != nil && wctx.Err() != nil {
+				err = late // the wait ended with ctx: say why no grant was taken
+			}
+			return nil, l.waitErr(wctx, req.Key, err)
 		}
-		return nil, l.waitErr(wctx, req.Key, first)
+		ls, err := l.start(ctx, g, sent, lt)
+		if !errors.Is(err, ErrLateGrant) {
+			return ls, err
+		}
+		// Refused and released: queue again, within ctx.
+		late, first = err, nil
+		l.observeWait(wctx, err) // observe: a wait (the grant came back too late)
 	}
-	if err != nil {
-		return nil, l.waitErr(wctx, req.Key, err)
-	}
-	return l.start(g, sent, lt)
 }
 
 // poll repeats the attempt (after first, the failure of the one made
@@ -188,17 +214,23 @@ func (l *Locker) poll(ctx context.Context, req driver.AcquireRequest, lt leaseTi
 	for err = first; ; err = nil {
 		if err == nil {
 			var g driver.Grant
-			var sent time.Time
+			var sent stamp
 			if g, sent, err = l.attempt(ctx, req); err == nil {
-				ls, err = l.start(g, sent, lt)
-				return ls, unknown, err
+				ls, err = l.start(ctx, g, sent, lt)
+				if !errors.Is(err, ErrLateGrant) {
+					return ls, unknown, err
+				}
+				// Refused and released: wait and try again, as if held.
 			}
 		}
 		held := errors.Is(err, ErrNotAcquired)
 		l.observeWait(ctx, err) // observe: a wait (held, or a failed attempt)
-		if held {
+		switch {
+		case errors.Is(err, ErrLateGrant):
+			last = err // kept: it says why the wait got no lease
+		case held:
 			last = nil
-		} else {
+		default:
 			last = err
 			unknown = unknown || mayHaveApplied(err)
 		}

@@ -23,9 +23,39 @@
 // written against [Locker] and [Lease].
 //
 // Errors are values checked with [errors.Is]: [ErrNotAcquired] (held by
-// another owner; a cancelled wait is also ctx.Err()), [ErrLeaseLost],
-// [ErrReleased], [ErrNotHeld], [ErrClosed], [ErrInvalid] and
-// [ErrPermanent] (the store refuses for a reason no retry can fix).
+// another owner; a cancelled wait is also ctx.Err(); a grant that came
+// back too late also [ErrLateGrant]), [ErrLeaseLost], [ErrReleased],
+// [ErrNotHeld], [ErrClosed], [ErrInvalid] and [ErrPermanent] (the store
+// refuses for a reason no retry can fix).
+//
+// # Suspend
+//
+// The server's TTL runs on while the holder's machine is suspended; Go's
+// monotonic clock, which the local deadline is measured on, may not. On
+// Linux it is CLOCK_MONOTONIC, which stops during a suspend, so the
+// Locker also keeps each deadline on CLOCK_BOOTTIME, which counts the
+// suspended time: after a suspend longer than a lease's remaining time,
+// [Lease.Err] reports it lost at once, and a grant whose reply spanned a
+// suspend is refused as late. Go's timers stop too, so the watchdog
+// (and [Lease.Done]) ends such a lease at its first tick after the
+// resume, which comes when the next renewal falls due (or, for a lease
+// renewed by hand, at its deadline as Go's clock counts it), unless Err
+// or [Lease.Deadline] saw it first. Err reads CLOCK_BOOTTIME only when
+// the wall clock moved against Go's monotonic clock (a suspend moves it);
+// the watchdog reads it at every tick, so a suspend hidden from Err by a
+// wall-clock step back is still seen at the next tick.
+//
+// Elsewhere no clock that counts suspended time is read, and the local
+// deadline is only as good as Go's monotonic clock. Go's time package
+// says that on some systems the monotonic clock stops while the computer
+// sleeps; on macOS it does (golang/go#66870, "macOS monotonic time paused
+// during sleep": Go's runtime reads mach_absolute_time there, which does
+// not advance during sleep). A proposal to use CLOCK_BOOTTIME for Go's
+// own clock on Linux (golang/go#24595) was not adopted: Go 1.26's runtime
+// still reads CLOCK_MONOTONIC. On Windows and the BSDs this package
+// makes no claim. Where the clock stops, a lease can look held after a
+// sleep longer than its remaining time: the fence still rejects the
+// holder's late writes.
 //
 // The caller who creates a [driver.Backend] closes it, after the Lockers on it:
 // [Locker.Close] releases the Locker's leases and leaves the Backend open.

@@ -36,6 +36,12 @@ var (
 	// returns such an error at once instead of retrying it, and a renewal
 	// failing with it reports the lease lost at once.
 	ErrPermanent = driver.ErrPermanent
+	// ErrLateGrant means the server granted the key but the grant came
+	// back too late to be handed out: less than the lease's safety margin
+	// was left before its local deadline (see [Locker.TryAcquire]). The
+	// grant was released (owner-checked). Errors that wrap it also wrap
+	// [ErrNotAcquired].
+	ErrLateGrant = errors.New("fencedlock: grant came back too late")
 )
 
 // HeldError is returned by a backend's Acquire when another owner holds the

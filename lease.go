@@ -46,9 +46,12 @@ type Lease struct {
 	stopped   chan struct{} // made by a waitStopped; closed at done
 	kaStop    func()        // stops a KeepAliveStopper's keepalive at once; nil otherwise
 	deadline  time.Time     // local deadline (monotonic)
-	next      time.Time     // next renewal due (watchdog renewals only)
-	lastErr   error         // last renewal failure
-	released  bool          // Release was called
+	// bootDeadline is the local deadline on the boot clock, which counts
+	// suspended time (clock.go): the lease is valid only before both.
+	bootDeadline int64
+	next         time.Time // next renewal due (watchdog renewals only)
+	lastErr      error     // last renewal failure
+	released     bool      // Release was called
 
 	since time.Duration // when the lease was granted, after obsEpoch (observed leases only)
 
@@ -98,19 +101,22 @@ func (ls *Lease) context() context.Context {
 // Err returns nil while the lease is held, then an error wrapping
 // [ErrLeaseLost] (and the reason) or [ErrReleased]. It reads the clock
 // itself: past the local deadline it reports the loss even if the watchdog
-// has not run yet (a descheduled process, a late timer).
-func (ls *Lease) Err() error { return ls.errAt(time.Time{}) }
+// has not run yet (a descheduled process, a late timer, a system suspend:
+// on Linux the deadline is also kept on CLOCK_BOOTTIME, which counts the
+// time the system was suspended, as the server's TTL does; see the
+// package documentation for other platforms).
+func (ls *Lease) Err() error { return ls.errAt(stamp{}) }
 
-// errAt is Err with the clock read at now (zero: read when needed, only
+// errAt is Err with the clocks read at now (zero: read when needed, only
 // while the lease is held).
-func (ls *Lease) errAt(now time.Time) error {
+func (ls *Lease) errAt(now stamp) error {
 	ls.mu.Lock()
-	err, deadline, lastErr := ls.err, ls.deadline, ls.lastErr
+	err, deadline, bootDeadline, lastErr := ls.err, ls.deadline, ls.bootDeadline, ls.lastErr
 	ls.mu.Unlock()
-	if err == nil && now.IsZero() {
-		now = time.Now()
+	if err == nil && now.mono.IsZero() {
+		now = ls.l.clk.now()
 	}
-	if err == nil && !now.Before(deadline) {
+	if err == nil && untilDeadline(now, deadline, bootDeadline) <= 0 {
 		ls.lose(deadlineReason(lastErr))
 		ls.mu.Lock()
 		err = ls.err
@@ -122,11 +128,14 @@ func (ls *Lease) errAt(now time.Time) error {
 // Deadline returns the local deadline: the moment the lease is reported
 // lost unless a renewal succeeds first. It lies at least the safety margin
 // before the earliest moment the server could grant the key to another
-// owner (measured from when the last successful request was sent).
+// owner (measured from when the last successful request was sent). Time
+// the system spent suspended since then (seen on Linux, see [Lease.Err])
+// brings it closer.
 func (ls *Lease) Deadline() time.Time {
+	now := ls.l.clk.now()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	return ls.deadline
+	return now.mono.Add(untilDeadline(now, ls.deadline, ls.bootDeadline))
 }
 
 // endedErr is the error of an operation on a lease that ended: it wraps
@@ -150,7 +159,7 @@ func (ls *Lease) Renew(ctx context.Context) error {
 	// One clock reading for both: the deadline check and the renewal's
 	// send time (taken a little before the request leaves: the new
 	// deadline, counted from it, errs early).
-	sent := time.Now()
+	sent := ls.l.clk.now()
 	if err := ls.errAt(sent); err != nil {
 		return ls.endedErr("renew", err)
 	}
@@ -159,9 +168,9 @@ func (ls *Lease) Renew(ctx context.Context) error {
 
 // renew sends one renewal (the watchdog's or a manual one) and applies
 // its result. sent is the clock read just before.
-func (ls *Lease) renew(ctx context.Context, sent time.Time) error {
+func (ls *Lease) renew(ctx context.Context, sent stamp) error {
 	ttl, err := ls.l.b.Renew(ctx, ls.grant, ls.lt.ttl)
-	ls.observeRenew(ctx, sent, false, err) // observe: a renewal
+	ls.observeRenew(ctx, sent.mono, false, err) // observe: a renewal
 	if err == nil && ttl <= 0 {
 		ttl = ls.lt.ttl
 	}

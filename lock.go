@@ -33,6 +33,7 @@ type Locker struct {
 	policy waitPolicy // how a waiting Acquire sleeps between attempts
 
 	relClock releaseClock // the bounds of Lease.Release (releasectx.go)
+	clk      *clock       // the clocks of validity (clock.go)
 
 	obs     Observer // Options.Observer; nil: nothing observed
 	backend string   // the backend's name in events (set with obs only)
@@ -56,7 +57,7 @@ func New(b driver.Backend, opts Options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Locker{b: b, opts: o, log: o.Logger, closeCh: make(chan struct{}), leases: make(map[*Lease]struct{})}
+	l := &Locker{b: b, opts: o, log: o.Logger, closeCh: make(chan struct{}), leases: make(map[*Lease]struct{}), clk: newClock(bootClock, monoClock, unixNano)}
 	l.notify, _ = b.(driver.Notifier)
 	l.waitq, _ = b.(driver.WaitAcquirer)
 	l.first, _ = b.(driver.TryFirstWaiter)
@@ -85,18 +86,31 @@ func (l *Locker) check(key string) error {
 	return nil
 }
 
-func (l *Locker) start(g driver.Grant, sent time.Time, lt leaseTiming) (*Lease, error) {
-	ls := &Lease{l: l, grant: g, lt: lt}
-	ls.observeStart() // observe: the lease's start (before Close can see it)
+// start hands out the lease of g, granted by a request sent at sent
+// (or g.Sent), and starts its watchdog; or, if the grant came back with
+// less than the minimum validity left (see minLeft), refuses it: the grant
+// is released (owner-checked, bounded by Options.ReleaseTimeout, detached
+// from ctx's cancellation) and the error wraps ErrNotAcquired and
+// ErrLateGrant. No other path makes a Lease.
+func (l *Locker) start(ctx context.Context, g driver.Grant, sent stamp, lt leaseTiming) (*Lease, error) {
 	ttl := g.TTL
 	if ttl <= 0 {
 		ttl = lt.ttl
 	}
 	if !g.Sent.IsZero() {
-		sent = g.Sent
+		sent = l.clk.at(g.Sent)
 	}
-	ls.deadline = sent.Add(ttl - lt.margin)
-	ls.next = sent.Add(lt.renew)
+	life := ttl - lt.margin
+	deadline, bootDeadline := sent.mono.Add(life), sent.boot+int64(life)
+	now := l.clk.exact() // exact: the hand-out decides
+	if left := untilDeadline(now, deadline, bootDeadline); left < minLeft(lt) {
+		took := max(now.mono.Sub(sent.mono), time.Duration(now.boot-sent.boot))
+		return nil, l.refuseLate(ctx, g, took, left, minLeft(lt))
+	}
+	ls := &Lease{l: l, grant: g, lt: lt}
+	ls.observeStart() // observe: the lease's start (before Close can see it)
+	ls.deadline, ls.bootDeadline = deadline, bootDeadline
+	ls.next = sent.mono.Add(lt.renew)
 	ls.keepalive = ls.keptAlive()
 
 	l.mu.Lock()
@@ -118,10 +132,41 @@ func (l *Locker) start(g driver.Grant, sent time.Time, lt leaseTiming) (*Lease, 
 	return ls, nil
 }
 
+// minLeft is the least time a lease must have left before its local
+// deadline when it is handed out: its safety margin. A grant whose reply
+// took longer than TTL - 2*margin (measured from the send of the request
+// that set the lease's expiry on the server) is refused: the server's
+// expiry is then less than two margins away, too close for the first
+// renewal's round trip, which likely takes as long as the late reply.
+func minLeft(lt leaseTiming) time.Duration { return lt.margin }
+
+// refuseLate releases a grant that came back too late to be handed out
+// (took after its request was sent, left before its local deadline, less
+// than min) and returns the error of the refused attempt: ErrNotAcquired
+// and ErrLateGrant. The release is owner-checked, so it deletes nothing if
+// the key already expired and another owner took it.
+func (l *Locker) refuseLate(ctx context.Context, g driver.Grant, took, left, min time.Duration) error {
+	rctx, cancel := context.WithTimeout(detached(ctx), l.opts.ReleaseTimeout)
+	rerr := l.release(rctx, &g)
+	cancel()
+	if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+		l.log.Warn("fencedlock: could not release a grant that came back too late; it expires with its TTL",
+			"key", g.Key, "fence", g.Fence, "err", rerr)
+	}
+	when := fmt.Sprintf("%v before", left.Round(time.Microsecond))
+	if left < 0 {
+		when = fmt.Sprintf("%v after", -left.Round(time.Microsecond))
+	}
+	return fmt.Errorf("fencedlock: acquire %q: %w (%w): the grant came back %v after its request, %s its local deadline (the minimum left is %v); it was released",
+		g.Key, ErrNotAcquired, ErrLateGrant, took.Round(time.Microsecond), when, min)
+}
+
 // Do acquires key (waiting as [Locker.Acquire] does), runs fn while holding
 // it and releases it. fn's context is cancelled when ctx is done or when the
 // lease ends early (lost, or released by the Locker's Close); fn should
-// stop and not write after that. If the lease was
+// stop and not write after that. fn runs only on a lease with at least
+// its safety margin left (a grant that came back later is refused and
+// waited past, as in Acquire). If the lease was
 // lost before fn returned (or before the release), Do's error wraps
 // [ErrLeaseLost] whatever fn returned, joined with fn's error if any: the
 // work may have run unprotected. Otherwise Do returns fn's error, or the

@@ -47,7 +47,9 @@ import (
 //     is still armed), or until a Stop that reports it stopped. A tick
 //     clears armed first.
 //  5. The deadline only moves later: it is sent + TTL - margin of the
-//     latest successful renewal (sent: when its request was sent).
+//     latest successful renewal (sent: when its request was sent), kept on
+//     both timebases of clock.go (bootDeadline counts suspended time); the
+//     lease is held only while both are ahead.
 //  6. done is reached once: when the state is releasing or lost and
 //     !armed && !renewing && !keepalive.
 type leaseState uint8
@@ -78,7 +80,7 @@ func (ls *Lease) startWatchdog() {
 	}
 	ls.mu.Lock()
 	if ls.state == held { // Close may have ended it already
-		ls.timer = time.AfterFunc(ls.wakeLocked(time.Now()), ls.tick)
+		ls.timer = time.AfterFunc(ls.wakeLocked(ls.l.clk.now()), ls.tick)
 		ls.armed = true
 	}
 	ls.mu.Unlock()
@@ -95,8 +97,8 @@ func (ls *Lease) tick() {
 		ls.mu.Unlock()
 		return
 	}
-	now := time.Now()
-	if !now.Before(ls.deadline) {
+	now := ls.l.clk.exact() // exact: the backstop of a suspend Err did not see
+	if untilDeadline(now, ls.deadline, ls.bootDeadline) <= 0 {
 		reason := deadlineReason(ls.lastErr)
 		ls.mu.Unlock()
 		ls.lose(reason)
@@ -108,7 +110,7 @@ func (ls *Lease) tick() {
 		ls.mu.Unlock()
 		return
 	}
-	if !ls.renews() || now.Before(ls.next) {
+	if !ls.renews() || now.mono.Before(ls.next) {
 		ls.rearmLocked(now)
 		ls.mu.Unlock()
 		return
@@ -120,12 +122,12 @@ func (ls *Lease) tick() {
 	// cancellation, so Release could not abort the request. The renewal
 	// runs on the lease's context: the end of the lease cancels it.
 	ls.renewing = true
-	ls.timer.Reset(ls.deadline.Sub(now))
+	ls.timer.Reset(untilDeadline(now, ls.deadline, ls.bootDeadline))
 	ls.armed = true
 	ls.mu.Unlock()
 
 	ctx := ls.context()
-	err := ls.renew(ctx, time.Now())
+	err := ls.renew(ctx, ls.l.clk.now())
 	interval := ls.lt.renew
 	if err != nil {
 		if ctx.Err() == nil && !errors.Is(err, ErrNotHeld) && ls.l.debug() {
@@ -137,8 +139,8 @@ func (ls *Lease) tick() {
 
 	ls.mu.Lock()
 	ls.renewing = false
-	now = time.Now()
-	ls.next = now.Add(interval)
+	now = ls.l.clk.now()
+	ls.next = now.mono.Add(interval)
 	if ls.state == held {
 		ls.rearmLocked(now)
 	} else {
@@ -150,7 +152,7 @@ func (ls *Lease) tick() {
 // rearmLocked sets the timer to wake at the next renewal or the local
 // deadline. If the timer has fired and its tick is about to run, that
 // tick re-arms it instead. ls.mu must be held.
-func (ls *Lease) rearmLocked(now time.Time) {
+func (ls *Lease) rearmLocked(now stamp) {
 	if ls.armed && !ls.timer.Stop() {
 		return // fired: its tick, waiting for ls.mu, re-arms
 	}
@@ -160,13 +162,21 @@ func (ls *Lease) rearmLocked(now time.Time) {
 
 // wakeLocked returns how long the watchdog timer should sleep from now:
 // until the next renewal or the local deadline, whichever comes first.
-// ls.mu must be held.
-func (ls *Lease) wakeLocked(now time.Time) time.Duration {
-	wake := ls.deadline
-	if ls.renews() && ls.next.Before(wake) {
-		wake = ls.next
+// (A suspend stops the timer too, on Linux: its tick, late by the suspend,
+// then finds the boot deadline passed.) ls.mu must be held.
+func (ls *Lease) wakeLocked(now stamp) time.Duration {
+	wake := untilDeadline(now, ls.deadline, ls.bootDeadline)
+	if ls.renews() {
+		wake = min(wake, ls.next.Sub(now.mono))
 	}
-	return max(wake.Sub(now), 0)
+	return max(wake, 0)
+}
+
+// untilDeadline is the time left at now before a local deadline kept on
+// both clocks (deadline on the monotonic one, boot on the boot clock):
+// the lesser of the two.
+func untilDeadline(now stamp, deadline time.Time, boot int64) time.Duration {
+	return min(deadline.Sub(now.mono), time.Duration(boot-now.boot))
 }
 
 // renews reports whether the watchdog itself sends renewals (no
@@ -232,7 +242,7 @@ func (ls *Lease) settleLocked() {
 // failure is kept as the last error. It is the one place a renewal's
 // result lands. If the lease had already ended, it changes nothing and
 // returns the end's cause.
-func (ls *Lease) renewed(sent time.Time, ttl time.Duration, err error) (ended error) {
+func (ls *Lease) renewed(sent stamp, ttl time.Duration, err error) (ended error) {
 	ls.mu.Lock()
 	if ls.state != held {
 		ended = ls.err
@@ -245,10 +255,13 @@ func (ls *Lease) renewed(sent time.Time, ttl time.Duration, err error) (ended er
 		// nobody has declared the lease lost yet (Err, the watchdog),
 		// still proves the key was ours without a gap: the server
 		// renewed it, and it renews only a key this owner holds.
-		if d := sent.Add(ttl - ls.lt.margin); d.After(ls.deadline) {
+		if d := sent.mono.Add(ttl - ls.lt.margin); d.After(ls.deadline) {
 			ls.deadline = d
 			// The timer sleeps until the old deadline at most; it
 			// re-arms for the new one when it fires.
+		}
+		if d := sent.boot + int64(ttl-ls.lt.margin); d > ls.bootDeadline {
+			ls.bootDeadline = d
 		}
 		ls.lastErr = nil
 	case errors.Is(err, ErrNotHeld) || permanent(err):
@@ -279,7 +292,11 @@ func deadlineReason(lastErr error) error {
 func (ls *Lease) readKeepAlive(kc <-chan driver.Renewal) {
 	for r := range kc {
 		ls.observeRenew(context.Background(), r.Sent, true, r.Err) // observe: a KeepAliver's renewal
-		ls.renewed(r.Sent, r.TTL, r.Err)
+		// r.Sent is on the monotonic clock only: clk.at adds the
+		// suspended time seen no later than it. The reading here sees a
+		// suspend before this receipt, for the renewals sent after it.
+		ls.l.clk.exact()
+		ls.renewed(ls.l.clk.at(r.Sent), r.TTL, r.Err)
 	}
 	ls.mu.Lock()
 	stoppedEarly := ls.state == held
