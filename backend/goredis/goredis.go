@@ -198,31 +198,57 @@ func concat(buf []byte, parts ...string) string {
 // nil, nil, numkeys, keys..., args... (one slice, so that a call
 // allocates it once).
 func (b *Backend) run(ctx context.Context, s script, cmd []any) *redis.Cmd {
-	return runAs(ctx, b, s, cmd, redis.NewCmd)
+	return runAs(ctx, b, s, cmd, redis.NewCmd, onceOf)
 }
 
 // runInt is run for a script that replies with an integer, read as an
 // int64: a *redis.Cmd boxes it into an any, which allocates from 256 up
 // (fences, for a start).
 func (b *Backend) runInt(ctx context.Context, s script, cmd []any) (int64, error) {
-	return runAs(ctx, b, s, cmd, redis.NewIntCmd).Result()
+	return runAs(ctx, b, s, cmd, redis.NewIntCmd, onceIntOf).Result()
 }
 
-func runAs[C redis.Cmder](ctx context.Context, b *Backend, s script, cmd []any, newCmd func(context.Context, ...any) C) C {
+// runAs sends the script as run does, each command as once(command): go-redis
+// does not send it again after a failure.
+func runAs[C redis.Cmder](ctx context.Context, b *Backend, s script, cmd []any, newCmd func(context.Context, ...any) C, once func(C) redis.Cmder) C {
 	cmd[0], cmd[1] = "evalsha", s.sha
 	r := newCmd(ctx, cmd...)
-	if err := b.process(ctx, r); err != nil {
+	if err := b.process(ctx, once(r)); err != nil {
 		return abandoned(ctx, err, newCmd)
 	}
 	if isNoScript(r.Err()) {
 		cmd[0], cmd[1] = "eval", s.lua
 		r = newCmd(ctx, cmd...)
-		if err := b.process(ctx, r); err != nil {
+		if err := b.process(ctx, once(r)); err != nil {
 			return abandoned(ctx, err, newCmd)
 		}
 	}
 	return r
 }
+
+// onceCmd and onceIntCmd are script commands that go-redis must send at most
+// once (their NoRetry is true). go-redis sends a command again after a
+// network error (up to the client's MaxRetries), also when the command was
+// written and only its reply was lost: the server may then have run the
+// script already. A release sent again finds the lock it deleted gone and
+// replies "not held", which would tell the caller that it lost the lease it
+// released. So the first attempt's error is returned instead, an unknown
+// outcome (the Locker cleans up after an acquire whose outcome it cannot
+// know). go-redis still replays a command that never reached the wire, and
+// follows MOVED and ASK (the server did not run it).
+type (
+	onceCmd    struct{ *redis.Cmd }
+	onceIntCmd struct{ *redis.IntCmd }
+)
+
+// NoRetry implements redis.Cmder: the command is not sent again.
+func (onceCmd) NoRetry() bool { return true }
+
+// NoRetry implements redis.Cmder: the command is not sent again.
+func (onceIntCmd) NoRetry() bool { return true }
+
+func onceOf(c *redis.Cmd) redis.Cmder       { return onceCmd{c} }
+func onceIntOf(c *redis.IntCmd) redis.Cmder { return onceIntCmd{c} }
 
 // abandoned returns a command failed with err, the error of ctx, in place
 // of the one process gave up on, which the autopipeliner may still write
@@ -524,7 +550,8 @@ func (b *Backend) execWait(ctx context.Context, s script, key string, cmd []any)
 		} else {
 			cmd[0], cmd[1] = "evalsha", s.sha
 		}
-		sc := p.Do(ctx, cmd...)
+		sc := redis.NewCmd(ctx, cmd...)
+		_ = p.Process(ctx, onceCmd{sc}) // go-redis sends no pipeline with it again (see onceCmd)
 		wc := p.Do(ctx, "wait", b.opts.WaitReplicas, waitMs)
 		_, _ = p.Exec(ctx) // the errors are read from each command
 		return sc, wc

@@ -28,3 +28,7 @@ func edgeDial(t testing.TB, addr, user, password string) driver.Backend {
 // TestEdgeACLDenials: every permission error a lock script meets is
 // permanent (internal/redisedge.ACLDenials).
 func TestEdgeACLDenials(t *testing.T) { redisedge.ACLDenials(t, edgeDial) }
+
+// TestEdgeLostReply: a lock script whose reply is lost runs once and is not
+// reported as not held (internal/redisedge.LostReply).
+func TestEdgeLostReply(t *testing.T) { redisedge.LostReply(t, edgeDial) }
