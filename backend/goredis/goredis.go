@@ -23,6 +23,17 @@
 // run, and the Locker's clean-up after an outcome it cannot know (a
 // release with the abandon mark) makes a late acquire take nothing.
 //
+// Every call ends when its context does, whatever the client's options,
+// so that the Locker's ReleaseTimeout bounds Release and Close: a client
+// without ContextTimeoutEnabled (go-redis's default) ends a command at its
+// own timeouts only (ReadTimeout, WriteTimeout, retries; 5 s to a stopped
+// server), so with a context that can end each command waits on a
+// goroutine of its own (two allocations more per command) and the call
+// returns the context's error if it ends first, the command left to finish
+// alone. Script commands are sent at most once: go-redis's retries
+// (MaxRetries) are turned off for them, since a script whose reply was lost
+// may have run (see docs/redis-safety.md).
+//
 // Release wake-ups use go-redis Pub/Sub (SUBSCRIBE, or SSUBSCRIBE with
 // [Options.ShardedPubSub]). This package imports neither rueidis nor etcd.
 package goredis
@@ -277,7 +288,50 @@ func abandoned[C redis.Cmder](ctx context.Context, err error, newCmd func(contex
 // commands) gets the deferred one (AsyncAutoPipeline) instead, whose wait
 // ends with ctx. process then returns ctx's error, and c, still queued or
 // in flight, must be left alone: it may still be written and run.
+//
+// A client without ContextTimeoutEnabled (go-redis's default) bounds a
+// command by its own timeouts only (ReadTimeout, WriteTimeout, retries),
+// not by ctx: a Release to a stopped server took 5 s whatever the Locker's
+// ReleaseTimeout. process then sends c on another goroutine and returns
+// ctx's error when ctx ends first (see bounded), c left alone as above.
 func (b *Backend) process(ctx context.Context, c redis.Cmder) error {
+	if b.ctxTimeouts || ctx.Done() == nil {
+		return b.send(ctx, c)
+	}
+	return b.bounded(ctx, func() { _ = b.send(ctx, c) })
+}
+
+// bounded runs send, which a client without ContextTimeoutEnabled does not
+// end when ctx ends, and returns when send does (nil) or when ctx ends
+// first (ctx's error): send then goes on alone, and what it writes must
+// not be read. A ctx that cannot end costs nothing: send runs on the
+// caller's goroutine; one that can costs a goroutine per call.
+func (b *Backend) bounded(ctx context.Context, send func()) error {
+	if ctx.Done() == nil {
+		send()
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		send()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done: // both: the reply is there
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// send is process for a client whose commands end with their ctx, or on
+// the goroutine of bounded.
+func (b *Backend) send(ctx context.Context, c redis.Cmder) error {
 	defer b.inflight.Add(-1)
 	if b.inflight.Add(1) > b.direct {
 		if ap := b.pipeliner(); ap != nil {
@@ -556,9 +610,19 @@ func (b *Backend) execWait(ctx context.Context, s script, key string, cmd []any)
 		_, _ = p.Exec(ctx) // the errors are read from each command
 		return sc, wc
 	}
-	sc, wc := run(false)
-	if isNoScript(sc.Err()) {
-		sc, wc = run(true)
+	var sc, wc *redis.Cmd
+	// Exec does not end with ctx on a client without ContextTimeoutEnabled
+	// (see process).
+	send := func() {
+		sc, wc = run(false)
+		if isNoScript(sc.Err()) {
+			sc, wc = run(true)
+		}
+	}
+	if b.ctxTimeouts {
+		send()
+	} else if err := b.bounded(ctx, send); err != nil {
+		return 0, 0, err // sc and wc are send's: left alone
 	}
 	if n, err = sc.Int64(); err != nil {
 		return 0, 0, err

@@ -32,3 +32,7 @@ func TestEdgeACLDenials(t *testing.T) { redisedge.ACLDenials(t, edgeDial) }
 // TestEdgeLostReply: a lock script whose reply is lost runs once and is not
 // reported as not held (internal/redisedge.LostReply).
 func TestEdgeLostReply(t *testing.T) { redisedge.LostReply(t, edgeDial) }
+
+// TestEdgePausedRelease: Release and Close are bounded by ReleaseTimeout
+// with the client's default options (internal/redisedge.PausedRelease).
+func TestEdgePausedRelease(t *testing.T) { redisedge.PausedRelease(t, edgeDial) }

@@ -104,7 +104,7 @@ func LostReply(t *testing.T, dial Dial) {
 		unknown(t, "renew", err)
 		// Set to 10 s above, renewed to 30 s: more than 20 s shows the renewal.
 		if pttl, _ := strconv.Atoi(cli(t, srv, "PTTL", "fencedlock:{"+r.Key+"}")); pttl <= 20000 {
-			t.Fatalf("the renewal was not applied: PTTL %s", pttl)
+			t.Fatalf("the renewal was not applied: PTTL %d", pttl)
 		}
 	})
 	t.Run("release", func(t *testing.T) {

@@ -1,0 +1,78 @@
+package redisedge
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/redistest"
+)
+
+// PausedReleaseTimeout is the Locker's ReleaseTimeout in PausedRelease.
+const PausedReleaseTimeout = 500 * time.Millisecond
+
+// pausedLimit is what PausedRelease allows a release or a close to take:
+// a client's default read timeout (go-redis: 3 s), well above
+// PausedReleaseTimeout (measured: 501 ms to 0.52 s, also with the machine
+// loaded). A call that ends only at the client's own timeouts (go-redis
+// with its defaults: 5.0 s) fails it, and its error does not wrap the
+// context's.
+const pausedLimit = 3 * time.Second
+
+// PausedRelease checks that Release and Close are bounded by the Locker's
+// ReleaseTimeout whatever the client's options (dial uses its defaults):
+// with redis-server stopped (SIGSTOP), a Lease's Release and then the
+// Locker's Close (which releases the other lease) return with their
+// context's error (context.DeadlineExceeded) within pausedLimit, while the
+// server is still stopped.
+func PausedRelease(t *testing.T, dial Dial) {
+	srv := redistest.Start(t, redistest.WithUser(Admin, AdminPassword))
+	b := dial(t, srv.Addr, Admin, AdminPassword)
+	l, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second, ReleaseTimeout: PausedReleaseTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	ls, err := l.TryAcquire(ctx, "paused-release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := l.TryAcquire(ctx, "paused-close")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			srv.Resume()
+		}
+	}
+	defer resume()
+	bounded := func(what string, call func() error) {
+		t.Helper()
+		start := time.Now()
+		err := call()
+		took := time.Since(start)
+		t.Logf("%s with the server stopped: %v after %v", what, err, took.Round(time.Millisecond))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: %v, want its ReleaseTimeout's context.DeadlineExceeded", what, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "did not return when its context ended") {
+			t.Errorf("%s: %v: the backend's call went on past its context", what, err)
+		}
+		if took > pausedLimit {
+			t.Errorf("%s took %v with ReleaseTimeout %v: not bounded by it", what, took, PausedReleaseTimeout)
+		}
+	}
+	bounded("Release", func() error { return ls.Release(context.Background()) })
+	bounded("Close", l.Close) // releases other
+	resume()
+	if err := other.Release(ctx); !errors.Is(err, fencedlock.ErrReleased) {
+		t.Errorf("Release after Close: %v, want ErrReleased (Close released it)", err)
+	}
+}
