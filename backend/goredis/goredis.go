@@ -28,7 +28,7 @@
 // without ContextTimeoutEnabled (go-redis's default) ends a command at its
 // own timeouts only (ReadTimeout, WriteTimeout, retries; 5 s to a stopped
 // server), so with a context that can end each command waits on a
-// goroutine of its own (two allocations more per command) and the call
+// goroutine of its own (two allocations more per command: the goroutine and its channel) and the call
 // returns the context's error if it ends first, the command left to finish
 // alone. Script commands are sent at most once: go-redis's retries
 // (MaxRetries) are turned off for them, since a script whose reply was lost
@@ -292,30 +292,26 @@ func abandoned[C redis.Cmder](ctx context.Context, err error, newCmd func(contex
 // A client without ContextTimeoutEnabled (go-redis's default) bounds a
 // command by its own timeouts only (ReadTimeout, WriteTimeout, retries),
 // not by ctx: a Release to a stopped server took 5 s whatever the Locker's
-// ReleaseTimeout. process then sends c on another goroutine and returns
-// ctx's error when ctx ends first (see bounded), c left alone as above.
+// ReleaseTimeout. With a ctx that can end, process then sends c on a
+// goroutine of its own and returns ctx's error when ctx ends first (see
+// untilDone), c left alone as above.
 func (b *Backend) process(ctx context.Context, c redis.Cmder) error {
 	if b.ctxTimeouts || ctx.Done() == nil {
 		return b.send(ctx, c)
 	}
-	return b.bounded(ctx, func() { _ = b.send(ctx, c) })
-}
-
-// bounded runs send, which a client without ContextTimeoutEnabled does not
-// end when ctx ends, and returns when send does (nil) or when ctx ends
-// first (ctx's error): send then goes on alone, and what it writes must
-// not be read. A ctx that cannot end costs nothing: send runs on the
-// caller's goroutine; one that can costs a goroutine per call.
-func (b *Backend) bounded(ctx context.Context, send func()) error {
-	if ctx.Done() == nil {
-		send()
-		return nil
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		send()
+		_ = b.send(ctx, c)
 	}()
+	return untilDone(ctx, done)
+}
+
+// untilDone waits until done is closed (nil) or ctx ends first (ctx's
+// error): the goroutine that closes done, sending a command on a client
+// whose commands do not end with ctx, then goes on alone, and what it
+// writes must not be read.
+func untilDone(ctx context.Context, done <-chan struct{}) error {
 	select {
 	case <-done:
 		return nil
@@ -329,8 +325,9 @@ func (b *Backend) bounded(ctx context.Context, send func()) error {
 	}
 }
 
-// send is process for a client whose commands end with their ctx, or on
-// the goroutine of bounded.
+// send sends c as process describes, on the caller's goroutine when the
+// client's commands end with their ctx (or ctx cannot end), else on the
+// goroutine process starts for it.
 func (b *Backend) send(ctx context.Context, c redis.Cmder) error {
 	defer b.inflight.Add(-1)
 	if b.inflight.Add(1) > b.direct {
@@ -619,10 +616,17 @@ func (b *Backend) execWait(ctx context.Context, s script, key string, cmd []any)
 			sc, wc = run(true)
 		}
 	}
-	if b.ctxTimeouts {
+	if b.ctxTimeouts || ctx.Done() == nil {
 		send()
-	} else if err := b.bounded(ctx, send); err != nil {
-		return 0, 0, err // sc and wc are send's: left alone
+	} else {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			send()
+		}()
+		if err := untilDone(ctx, done); err != nil {
+			return 0, 0, err // sc and wc are send's: left alone
+		}
 	}
 	if n, err = sc.Int64(); err != nil {
 		return 0, 0, err
