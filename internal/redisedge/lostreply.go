@@ -54,12 +54,12 @@ func LostReply(t *testing.T, dial Dial) {
 	if err := b.Release(ctx, g); err != nil {
 		t.Fatalf("warm-up release: %v", err)
 	}
-	// cut runs op with the next reply cut and returns op's error and how
-	// many scripts the server ran meanwhile. The proxy cuts the next reply
+	// cut runs op with the next reply cut and returns how many scripts
+	// the server ran meanwhile and op's error. The proxy cuts the next reply
 	// of any connection of the client: one of the client's own (a health
 	// check's PONG) can come first and fail op before the server ran it
 	// (0 scripts), which tells nothing; try calls setup and cut again then.
-	cut := func(t *testing.T, op func() error) (error, int64) {
+	cut := func(t *testing.T, op func() error) (int64, error) {
 		t.Helper()
 		before, cuts := scriptCalls(t, srv), p.RepliesCut()
 		p.CutReplies(1)
@@ -68,7 +68,7 @@ func LostReply(t *testing.T, dial Dial) {
 		if p.RepliesCut() != cuts+1 {
 			t.Fatalf("the proxy cut %d replies, want 1 (err %v)", p.RepliesCut()-cuts, err)
 		}
-		return err, scriptCalls(t, srv) - before
+		return scriptCalls(t, srv) - before, err
 	}
 	// try runs setup and then op with its reply cut, until the server ran
 	// op's script (at most 5 times), and checks that it ran it once and
@@ -77,7 +77,7 @@ func LostReply(t *testing.T, dial Dial) {
 		t.Helper()
 		for range 5 {
 			key := setup()
-			err, ran := cut(t, func() error { return op(key) })
+			ran, err := cut(t, func() error { return op(key) })
 			if ran == 0 {
 				t.Logf("%s: the cut reply was another one (the script did not run): %v; again", name, err)
 				continue
