@@ -67,5 +67,10 @@
 //	|                             | Locker.Close's)               |                                                                           |
 //
 // A span whose operation failed (outcome error) has status Error, the
-// error recorded as an exception event and error.type set.
+// error recorded as an exception event and error.type set. The lock key is
+// off by default because it may name a business object, and the errors
+// name it (redis: acquire "payroll/employee-4711": dial tcp ...): without
+// [WithKeyAttribute] the recorded exception.message has the key replaced
+// by [RedactedKey] (redis: acquire "[key]": dial tcp ...), so that no span
+// and no metric carries it.
 package otelfencedlock

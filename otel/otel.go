@@ -3,12 +3,16 @@ package otelfencedlock
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencedlock/fencedlock"
@@ -178,10 +182,51 @@ func ErrorType(err error) string {
 	return "_OTHER"
 }
 
-func fail(span trace.Span, err error) {
-	span.RecordError(err)
+// fail records err on span (the event "exception", as span.RecordError
+// does) and marks the span failed. Without WithKeyAttribute the recorded
+// message has key replaced (see withoutKey): the errors of fencedlock and
+// of its backends name the key, and of a function Do ran may too.
+func (o *Observer) fail(span trace.Span, key string, err error) {
+	if o.withKey {
+		span.RecordError(err)
+	} else if span.IsRecording() {
+		span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+			semconv.ExceptionType(errorTypeName(err)),
+			semconv.ExceptionMessage(withoutKey(err.Error(), key)),
+		))
+	}
 	span.SetStatus(codes.Error, ErrorType(err))
 	span.SetAttributes(AttrErrorType.String(ErrorType(err)))
+}
+
+// RedactedKey replaces the lock key in the error messages spans record
+// without WithKeyAttribute.
+const RedactedKey = "[key]"
+
+// withoutKey returns msg with key replaced by RedactedKey: quoted as
+// fencedlock's errors print it (%q), with Go's escapes inside quotes as
+// %q writes them, and as it is (an etcd key path, a Redis key name).
+func withoutKey(msg, key string) string {
+	if key == "" {
+		return msg
+	}
+	quoted := strconv.Quote(key)
+	msg = strings.ReplaceAll(msg, quoted, strconv.Quote(RedactedKey))
+	if inner := quoted[1 : len(quoted)-1]; inner != key {
+		msg = strings.ReplaceAll(msg, inner, RedactedKey)
+	}
+	return strings.ReplaceAll(msg, key, RedactedKey)
+}
+
+// errorTypeName is the exception.type of err, as span.RecordError writes
+// it: the package path and name of its type, or the type as Go prints it
+// (a pointer, such as *fmt.wrapError).
+func errorTypeName(err error) string {
+	t := reflect.TypeOf(err)
+	if t.PkgPath() == "" && t.Name() == "" {
+		return t.String()
+	}
+	return t.PkgPath() + "." + t.Name()
 }
 
 // AcquireStart starts the span fencedlock.acquire.
@@ -231,7 +276,7 @@ func (o *Observer) AcquireEnd(ctx context.Context, e fencedlock.AcquireEndEvent)
 	case fencedlock.Acquired:
 		span.SetAttributes(append(leaseAttrs(e.LeaseInfo), AttrHandOff.Bool(e.HandOff))...)
 	case fencedlock.AcquireErr:
-		fail(span, e.Err)
+		o.fail(span, e.Key, e.Err)
 	}
 	span.End()
 }
@@ -275,7 +320,7 @@ func (o *Observer) CriticalEnd(ctx context.Context, e fencedlock.CriticalEndEven
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(AttrLeaseLost.Bool(e.Lost))
 	if e.Err != nil {
-		fail(span, e.Err)
+		o.fail(span, e.Key, e.Err)
 	} else if e.Lost {
 		span.SetStatus(codes.Error, "lease lost")
 	}
@@ -299,7 +344,7 @@ func (o *Observer) ReleaseEnd(ctx context.Context, e fencedlock.ReleaseEndEvent)
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(AttrReleaseResult.String(string(e.Outcome)))
 	if e.Outcome == fencedlock.ReleaseErr {
-		fail(span, e.Err)
+		o.fail(span, e.Key, e.Err)
 	}
 	span.End()
 }

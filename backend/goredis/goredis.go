@@ -23,6 +23,17 @@
 // run, and the Locker's clean-up after an outcome it cannot know (a
 // release with the abandon mark) makes a late acquire take nothing.
 //
+// Every call ends when its context does, whatever the client's options,
+// so that the Locker's ReleaseTimeout bounds Release and Close: a client
+// without ContextTimeoutEnabled (go-redis's default) ends a command at its
+// own timeouts only (ReadTimeout, WriteTimeout, retries; 5 s to a stopped
+// server), so with a context that can end each command waits on a
+// goroutine of its own (two allocations more per command: the goroutine and its channel) and the call
+// returns the context's error if it ends first, the command left to finish
+// alone. Script commands are sent at most once: go-redis's retries
+// (MaxRetries) are turned off for them, since a script whose reply was lost
+// may have run (see docs/redis-safety.md).
+//
 // Release wake-ups use go-redis Pub/Sub (SUBSCRIBE, or SSUBSCRIBE with
 // [Options.ShardedPubSub]). This package imports neither rueidis nor etcd.
 package goredis
@@ -74,8 +85,9 @@ var (
 	// value fencedlock did not write (WRONGTYPE, a fence counter that is
 	// not a decimal counter, a lock without a TTL). Nothing was changed.
 	// The errors of Acquire, Renew and Release that wrap it also wrap
-	// [driver.ErrPermanent], as do ACL and authentication refusals
-	// (NOPERM, NOAUTH, WRONGPASS).
+	// [driver.ErrPermanent], as do ACL and authentication refusals, of
+	// the request (NOPERM, NOAUTH, WRONGPASS) or of a command, key or
+	// channel inside a script (see docs/redis-acl.md).
 	ErrCorrupt = redisscript.ErrCorrupt
 	// ErrReplication is wrapped by the error of an Acquire or Renew
 	// acknowledged by fewer than Options.WaitReplicas replicas within
@@ -197,31 +209,57 @@ func concat(buf []byte, parts ...string) string {
 // nil, nil, numkeys, keys..., args... (one slice, so that a call
 // allocates it once).
 func (b *Backend) run(ctx context.Context, s script, cmd []any) *redis.Cmd {
-	return runAs(ctx, b, s, cmd, redis.NewCmd)
+	return runAs(ctx, b, s, cmd, redis.NewCmd, onceOf)
 }
 
 // runInt is run for a script that replies with an integer, read as an
 // int64: a *redis.Cmd boxes it into an any, which allocates from 256 up
 // (fences, for a start).
 func (b *Backend) runInt(ctx context.Context, s script, cmd []any) (int64, error) {
-	return runAs(ctx, b, s, cmd, redis.NewIntCmd).Result()
+	return runAs(ctx, b, s, cmd, redis.NewIntCmd, onceIntOf).Result()
 }
 
-func runAs[C redis.Cmder](ctx context.Context, b *Backend, s script, cmd []any, newCmd func(context.Context, ...any) C) C {
+// runAs sends the script as run does, each command as once(command): go-redis
+// does not send it again after a failure.
+func runAs[C redis.Cmder](ctx context.Context, b *Backend, s script, cmd []any, newCmd func(context.Context, ...any) C, once func(C) redis.Cmder) C {
 	cmd[0], cmd[1] = "evalsha", s.sha
 	r := newCmd(ctx, cmd...)
-	if err := b.process(ctx, r); err != nil {
+	if err := b.process(ctx, once(r)); err != nil {
 		return abandoned(ctx, err, newCmd)
 	}
 	if isNoScript(r.Err()) {
 		cmd[0], cmd[1] = "eval", s.lua
 		r = newCmd(ctx, cmd...)
-		if err := b.process(ctx, r); err != nil {
+		if err := b.process(ctx, once(r)); err != nil {
 			return abandoned(ctx, err, newCmd)
 		}
 	}
 	return r
 }
+
+// onceCmd and onceIntCmd are script commands that go-redis must send at most
+// once (their NoRetry is true). go-redis sends a command again after a
+// network error (up to the client's MaxRetries), also when the command was
+// written and only its reply was lost: the server may then have run the
+// script already. A release sent again finds the lock it deleted gone and
+// replies "not held", which would tell the caller that it lost the lease it
+// released. So the first attempt's error is returned instead, an unknown
+// outcome (the Locker cleans up after an acquire whose outcome it cannot
+// know). go-redis still replays a command that never reached the wire, and
+// follows MOVED and ASK (the server did not run it).
+type (
+	onceCmd    struct{ *redis.Cmd }
+	onceIntCmd struct{ *redis.IntCmd }
+)
+
+// NoRetry implements redis.Cmder: the command is not sent again.
+func (onceCmd) NoRetry() bool { return true }
+
+// NoRetry implements redis.Cmder: the command is not sent again.
+func (onceIntCmd) NoRetry() bool { return true }
+
+func onceOf(c *redis.Cmd) redis.Cmder       { return onceCmd{c} }
+func onceIntOf(c *redis.IntCmd) redis.Cmder { return onceIntCmd{c} }
 
 // abandoned returns a command failed with err, the error of ctx, in place
 // of the one process gave up on, which the autopipeliner may still write
@@ -250,7 +288,47 @@ func abandoned[C redis.Cmder](ctx context.Context, err error, newCmd func(contex
 // commands) gets the deferred one (AsyncAutoPipeline) instead, whose wait
 // ends with ctx. process then returns ctx's error, and c, still queued or
 // in flight, must be left alone: it may still be written and run.
+//
+// A client without ContextTimeoutEnabled (go-redis's default) bounds a
+// command by its own timeouts only (ReadTimeout, WriteTimeout, retries),
+// not by ctx: a Release to a stopped server took 5 s whatever the Locker's
+// ReleaseTimeout. With a ctx that can end, process then sends c on a
+// goroutine of its own and returns ctx's error when ctx ends first (see
+// untilDone), c left alone as above.
 func (b *Backend) process(ctx context.Context, c redis.Cmder) error {
+	if b.ctxTimeouts || ctx.Done() == nil {
+		return b.send(ctx, c)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = b.send(ctx, c)
+	}()
+	return untilDone(ctx, done)
+}
+
+// untilDone waits until done is closed (nil) or ctx ends first (ctx's
+// error): the goroutine that closes done, sending a command on a client
+// whose commands do not end with ctx, then goes on alone, and what it
+// writes must not be read.
+func untilDone(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		select {
+		case <-done: // both: the reply is there
+			return nil
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// send sends c as process describes, on the caller's goroutine when the
+// client's commands end with their ctx (or ctx cannot end), else on the
+// goroutine process starts for it.
+func (b *Backend) send(ctx context.Context, c redis.Cmder) error {
 	defer b.inflight.Add(-1)
 	if b.inflight.Add(1) > b.direct {
 		if ap := b.pipeliner(); ap != nil {
@@ -523,14 +601,32 @@ func (b *Backend) execWait(ctx context.Context, s script, key string, cmd []any)
 		} else {
 			cmd[0], cmd[1] = "evalsha", s.sha
 		}
-		sc := p.Do(ctx, cmd...)
+		sc := redis.NewCmd(ctx, cmd...)
+		_ = p.Process(ctx, onceCmd{sc}) // go-redis sends no pipeline with it again (see onceCmd)
 		wc := p.Do(ctx, "wait", b.opts.WaitReplicas, waitMs)
 		_, _ = p.Exec(ctx) // the errors are read from each command
 		return sc, wc
 	}
-	sc, wc := run(false)
-	if isNoScript(sc.Err()) {
-		sc, wc = run(true)
+	var sc, wc *redis.Cmd
+	// Exec does not end with ctx on a client without ContextTimeoutEnabled
+	// (see process).
+	send := func() {
+		sc, wc = run(false)
+		if isNoScript(sc.Err()) {
+			sc, wc = run(true)
+		}
+	}
+	if b.ctxTimeouts || ctx.Done() == nil {
+		send()
+	} else {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			send()
+		}()
+		if err := untilDone(ctx, done); err != nil {
+			return 0, 0, err // sc and wc are send's: left alone
+		}
 	}
 	if n, err = sc.Int64(); err != nil {
 		return 0, 0, err

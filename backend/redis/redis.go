@@ -37,7 +37,9 @@ var (
 	// counter that is not a decimal counter, a lock without a TTL. Nothing
 	// was changed on the server. The errors of Acquire, Renew and Release
 	// that wrap it also wrap [driver.ErrPermanent], as do ACL and
-	// authentication refusals (NOPERM, NOAUTH, WRONGPASS).
+	// authentication refusals, of the request (NOPERM, NOAUTH, WRONGPASS)
+	// or of a command, key or channel inside a script (see
+	// docs/redis-acl.md).
 	ErrCorrupt = redisscript.ErrCorrupt
 	// ErrReplication is wrapped by the error of an Acquire whose lock was
 	// acknowledged by fewer than Options.WaitReplicas replicas within

@@ -170,11 +170,10 @@ func Wrap(op, key string, err error, clientClosed, reply bool) error {
 		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, CorruptCode) {
 			return permanentError{fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)}
 		}
-		// ACL and authentication refusals last until an operator acts.
-		for _, code := range []string{"NOPERM", "NOAUTH", "WRONGPASS"} {
-			if strings.Contains(msg, code) {
-				return permanentError{fmt.Errorf("redis: %s %q: %w", op, key, err)}
-			}
+		// ACL and authentication refusals, of the request or inside a
+		// script, last until an operator acts.
+		if PermissionDenied(msg) {
+			return permanentError{fmt.Errorf("redis: %s %q: %w", op, key, err)}
 		}
 	}
 	return fmt.Errorf("redis: %s %q: %w", op, key, err)
