@@ -41,6 +41,7 @@ type Locker struct {
 	closed  bool
 	closeCh chan struct{}
 	leases  map[*Lease]struct{}
+	held    map[string]*Lease // the held lease of each key (reentry.go)
 	wg      sync.WaitGroup
 }
 
@@ -108,6 +109,7 @@ func (l *Locker) start(g driver.Grant, sent time.Time, lt leaseTiming) (*Lease, 
 		return nil, fmt.Errorf("fencedlock: locker: %w", ErrClosed)
 	}
 	l.leases[ls] = struct{}{}
+	l.holdLocked(ls)
 	l.wg.Add(1) // the lease's watchdog: Done when it settles
 	l.mu.Unlock()
 
@@ -133,7 +135,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 		return err
 	}
 	octx, ostart := l.observeCritical(ctx, ls) // observe: the critical section's start
-	fctx, cancel := context.WithCancelCause(octx)
+	fctx, cancel := context.WithCancelCause(withLease(octx, ls))
 	defer cancel(nil)
 	stop := context.AfterFunc(ls.Context(), func() { cancel(context.Cause(ls.Context())) })
 	defer stop()
@@ -226,6 +228,7 @@ const closeGrace = 20 * time.Millisecond
 func (l *Locker) forget(ls *Lease) {
 	l.mu.Lock()
 	delete(l.leases, ls)
+	l.unholdLocked(ls) // reentry.go
 	l.mu.Unlock()
 }
 
