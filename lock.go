@@ -148,7 +148,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 	}
 	switch {
 	case lost != nil && ferr != nil && !errors.Is(ferr, ErrLeaseLost):
-		return errors.Join(ferr, lost)
+		return &lostWhileError{fn: ferr, lost: lost}
 	case ferr != nil:
 		return ferr
 	case lost != nil:
