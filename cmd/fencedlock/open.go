@@ -16,7 +16,6 @@ import (
 
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
@@ -129,7 +128,7 @@ func dialEtcd(ctx context.Context, c backendConfig) (*clientv3.Client, *etcdb.Ba
 		return nil, nil, err
 	}
 	cfg.TLS = tlsCfg
-	cfg.Logger = zap.NewNop() // its retry warnings would drown our one clear error
+	cfg.Logger = etcdLogger(c.flags) // expected outcomes demoted, the rest through the command's log (etcdlog.go)
 	client, err := clientv3.New(cfg)
 	if err != nil {
 		// With a user, New authenticates at once.
