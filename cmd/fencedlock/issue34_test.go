@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -181,4 +183,41 @@ func TestJSONLinesLevels(t *testing.T) {
 			t.Errorf("record %d: %s (%v), want level %s msg %q", i, lines[i], err, want.level, want.msg)
 		}
 	}
+}
+
+// TestVersionFromCheckoutBuild: a binary built in a git checkout with VCS
+// stamping prints the checkout's revision. The build runs in a shallow
+// clone of this checkout's HEAD: this machine's GOFLAGS has
+// -buildvcs=false (the test asks for stamping), and Go stamps nothing in a
+// git worktree, whose .git is a file.
+func TestVersionFromCheckoutBuild(t *testing.T) {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse (the test needs the git checkout it runs in): %v", err)
+	}
+	clone := filepath.Join(t.TempDir(), "src")
+	if out, err := exec.Command("git", "clone", "--quiet", "--depth", "1", "file://"+strings.TrimSpace(string(top)), clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	rev, err := exec.Command("git", "-C", clone, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(t.TempDir(), "fencedlock")
+	build := exec.Command("go", "build", "-buildvcs=true", "-o", exe, "./cmd/fencedlock")
+	build.Dir = clone
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	}
+	out, err := exec.Command(exe, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Go 1.24 and later also make the main module's version a
+	// pseudo-version from the revision (v0.0.0-time-revision).
+	want := " revision " + strings.TrimSpace(string(rev))[:12] + ", "
+	if !strings.HasPrefix(string(out), "fencedlock ") || !strings.Contains(string(out), want) {
+		t.Fatalf("--version: %q, want fencedlock VERSION%s...", out, want)
+	}
+	t.Logf("--version: %s", strings.TrimSpace(string(out)))
 }
