@@ -71,6 +71,9 @@ func (l *Locker) acquire(ctx context.Context, key string, opts []LeaseOption, wa
 	if err := l.check(key); err != nil {
 		return nil, err
 	}
+	if err := l.reentry(ctx, key, wait); err != nil { // reentry.go
+		return nil, err
+	}
 	lt, err := l.timing(opts)
 	if err != nil {
 		return nil, err

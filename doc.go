@@ -57,6 +57,15 @@
 // sleep longer than its remaining time: the fence still rejects the
 // holder's late writes.
 //
+// A Locker is not reentrant: the [Lease] is the handle to a held key, so
+// code that needs the key while holding it is given the Lease (or the
+// context [Locker.Do] passed it), not a second acquire. A TryAcquire of a
+// key the Locker holds, and an Acquire or Do on a context that comes from
+// the lease holding the key (a nested Do), fail at once with an error
+// wrapping [ErrHeldByLocker] and [ErrNotAcquired]; once the lease has
+// ended the key can be taken again. Goroutines that share a Locker and
+// Acquire one key on contexts of their own take turns, as any contenders.
+//
 // The caller who creates a [driver.Backend] closes it, after the Lockers on it:
 // [Locker.Close] releases the Locker's leases and leaves the Backend open.
 //

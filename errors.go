@@ -86,6 +86,16 @@ func (e *lostError) Error() string {
 
 func (e *lostError) Unwrap() []error { return []error{ErrLeaseLost, e.reason} }
 
+// lostWhileError is Do's error when fn failed and the lease was lost: both
+// errors, for errors.Is and errors.As, printed on one line ("fn's error;
+// the loss") where errors.Join would print two, which breaks one-line log
+// parsing.
+type lostWhileError struct{ fn, lost error }
+
+func (e *lostWhileError) Error() string { return e.fn.Error() + "; " + e.lost.Error() }
+
+func (e *lostWhileError) Unwrap() []error { return []error{e.fn, e.lost} }
+
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("fencedlock: "+format+": %w", append(args, ErrInvalid)...)
 }

@@ -90,7 +90,7 @@ func (ls *Lease) context() context.Context {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.ctx == nil {
-		ls.ctx, ls.cancel = context.WithCancelCause(context.Background())
+		ls.ctx, ls.cancel = context.WithCancelCause(withLease(context.Background(), ls)) // reentry.go
 		if ls.state != held {
 			ls.cancel(ls.err)
 		}

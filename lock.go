@@ -42,6 +42,7 @@ type Locker struct {
 	closed  bool
 	closeCh chan struct{}
 	leases  map[*Lease]struct{}
+	held    map[string]*Lease // the held lease of each key (reentry.go)
 	wg      sync.WaitGroup
 }
 
@@ -122,6 +123,7 @@ func (l *Locker) start(ctx context.Context, g driver.Grant, sent stamp, lt lease
 		return nil, fmt.Errorf("fencedlock: locker: %w", ErrClosed)
 	}
 	l.leases[ls] = struct{}{}
+	l.holdLocked(ls)
 	l.wg.Add(1) // the lease's watchdog: Done when it settles
 	l.mu.Unlock()
 
@@ -178,7 +180,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 		return err
 	}
 	octx, ostart := l.observeCritical(ctx, ls) // observe: the critical section's start
-	fctx, cancel := context.WithCancelCause(octx)
+	fctx, cancel := context.WithCancelCause(withLease(octx, ls))
 	defer cancel(nil)
 	stop := context.AfterFunc(ls.Context(), func() { cancel(context.Cause(ls.Context())) })
 	defer stop()
@@ -191,7 +193,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(context.Context, *L
 	}
 	switch {
 	case lost != nil && ferr != nil && !errors.Is(ferr, ErrLeaseLost):
-		return errors.Join(ferr, lost)
+		return &lostWhileError{fn: ferr, lost: lost}
 	case ferr != nil:
 		return ferr
 	case lost != nil:
@@ -271,6 +273,7 @@ const closeGrace = 20 * time.Millisecond
 func (l *Locker) forget(ls *Lease) {
 	l.mu.Lock()
 	delete(l.leases, ls)
+	l.unholdLocked(ls) // reentry.go
 	l.mu.Unlock()
 }
 

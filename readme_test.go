@@ -1,12 +1,21 @@
 package fencedlock_test
 
 import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // TestReadmeSnippetsCompile extracts every Go code block of README.md and
@@ -72,4 +81,122 @@ func TestReadmeSnippetsCompile(t *testing.T) {
 		}
 	}
 	t.Logf("%d README Go blocks type-checked, %d of them run as tests", len(dirs), len(tests))
+}
+
+// TestReadmeQuickStart holds the README's first screen to what works on a
+// fresh machine: a quick start of three lines; the module go get names is
+// this one; what go install names is a command of this module (a package
+// main without replace directives in its module, so that @latest works);
+// and the local etcd it offers starts, serves a Put and a Get, and stops
+// on SIGINT.
+func TestReadmeQuickStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the development etcd; not in -short")
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(readme), "## Quick start\n\n```sh\n")
+	if !ok {
+		t.Fatal("README.md has no '## Quick start' section opening with a sh block")
+	}
+	block, _, _ := strings.Cut(after, "```")
+	lines := strings.Split(strings.TrimSpace(block), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("the quick start is %d lines, want 3:\n%s", len(lines), block)
+	}
+	if head := strings.Join(strings.Split(string(readme), "\n")[:40], "\n"); !strings.Contains(head, "## Quick start") {
+		t.Error("the quick start is not on the README's first screen (40 lines)")
+	}
+	mod, err := exec.Command("go", "list", "-m").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	module := strings.TrimSpace(string(mod))
+	if f := strings.Fields(lines[0]); len(f) < 3 || f[0] != "go" || f[1] != "get" || f[2] != module+"@latest" {
+		t.Errorf("line 1 %q: want go get %s@latest", lines[0], module)
+	}
+	f := strings.Fields(lines[1])
+	if len(f) < 3 || f[0] != "go" || f[1] != "install" || !strings.HasSuffix(f[2], "@latest") {
+		t.Fatalf("line 2 %q: want go install PKG@latest", lines[1])
+	}
+	pkg := strings.TrimSuffix(f[2], "@latest")
+	out, err := exec.Command("go", "list", "-f", "{{.Name}} {{.Module.Path}} {{.Module.GoMod}}", pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+	}
+	var name, modPath, gomod string
+	fmt.Sscan(string(out), &name, &modPath, &gomod)
+	if name != "main" || modPath != module {
+		t.Errorf("%s is package %s of module %s, want a command of %s", pkg, name, modPath, module)
+	}
+	if data, err := os.ReadFile(gomod); err != nil || strings.Contains(string(data), "\nreplace") {
+		t.Errorf("%s has replace directives (go install @latest would refuse it) or cannot be read: %v", gomod, err)
+	}
+	if !strings.Contains(lines[2], "redis-server") || !strings.Contains(lines[2], "(cd bench && go run ./cmd/devetcd)") {
+		t.Fatalf("line 3 %q: want a local redis-server and the development etcd (cd bench && go run ./cmd/devetcd)", lines[2])
+	}
+
+	// The development etcd: built as the README runs it, on a free port.
+	exe := filepath.Join(t.TempDir(), "devetcd")
+	build := exec.Command("go", "build", "-o", exe, "./cmd/devetcd")
+	build.Dir = "bench"
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building bench/cmd/devetcd: %v\n%s", err, out)
+	}
+	cmd := exec.Command(exe, "-listen", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	first := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		first <- line
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	var ready string
+	select {
+	case ready = <-first:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("devetcd not ready after 60s; stderr:\n%s", stderr.String())
+	}
+	ep := regexp.MustCompile(`http://127\.0\.0\.1:\d+`).FindString(ready)
+	if ep == "" {
+		t.Fatalf("devetcd said %q; stderr:\n%s", ready, stderr.String())
+	}
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := client.Put(ctx, "readme", "ok"); err != nil {
+		t.Fatalf("Put on devetcd: %v", err)
+	}
+	resp, err := client.Get(ctx, "readme")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "ok" {
+		t.Fatalf("Get on devetcd: %v, %v", resp, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("devetcd after SIGINT: %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("devetcd did not stop within 30s of SIGINT")
+	}
 }

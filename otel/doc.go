@@ -20,11 +20,10 @@
 //	| fencedlock.acquire.duration          | Histogram     | s         | fencedlock.acquire.blocking, fencedlock.acquire.outcome, error.type |
 //	| fencedlock.acquire.wait.duration     | Histogram     | s         | fencedlock.acquire.outcome (blocking acquires only; 0 if no wait)  |
 //	| fencedlock.acquire.handoffs          | Counter       | {handoff} |                                                                    |
-//	| fencedlock.leases.active             | UpDownCounter | {lease}   |                                                                    |
+//	| fencedlock.lease.active              | UpDownCounter | {lease}   |                                                                    |
 //	| fencedlock.lease.held.duration       | Histogram     | s         | fencedlock.lease.end.cause                                         |
 //	| fencedlock.lease.lost                | Counter       | {lease}   | fencedlock.lease.end.cause                                         |
 //	| fencedlock.renew.duration            | Histogram     | s         | fencedlock.renew.keepalive, error.type (failures only)             |
-//	| fencedlock.renew.failures            | Counter       | {renewal} | error.type                                                         |
 //	| fencedlock.release.duration          | Histogram     | s         | fencedlock.release.outcome, error.type (errors only)               |
 //	| fencedlock.critical_section.duration | Histogram     | s         | fencedlock.lease.lost                                              |
 //

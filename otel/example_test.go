@@ -66,7 +66,7 @@ func Example_prometheus() {
 	// fencedlock_acquire_duration_seconds_count{fencedlock_acquire_blocking="true",fencedlock_acquire_outcome="acquired",fencedlock_backend="memory"} 1
 	// fencedlock_acquire_wait_duration_seconds_count{fencedlock_acquire_outcome="acquired",fencedlock_backend="memory"} 1
 	// fencedlock_critical_section_duration_seconds_count{fencedlock_backend="memory",fencedlock_lease_lost="false"} 1
+	// fencedlock_lease_active{fencedlock_backend="memory"} 0
 	// fencedlock_lease_held_duration_seconds_count{fencedlock_backend="memory",fencedlock_lease_end_cause="released"} 1
-	// fencedlock_leases_active{fencedlock_backend="memory"} 0
 	// fencedlock_release_duration_seconds_count{fencedlock_backend="memory",fencedlock_release_outcome="released"} 1
 }

@@ -2,7 +2,6 @@ package otelfencedlock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -265,5 +264,3 @@ type store struct {
 	waitsBefore int                               // waits of waitKind after which a release is announced
 	ttl         time.Duration
 }
-
-var errTest = errors.New("test: work failed")

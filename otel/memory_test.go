@@ -14,6 +14,8 @@ import (
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
 
+var errTest = errors.New("test: work failed")
+
 func memoryStore(*testing.T) store {
 	s := memory.NewStore()
 	return store{

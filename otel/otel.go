@@ -82,7 +82,6 @@ type Observer struct {
 	heldDur     metric.Float64Histogram
 	lost        metric.Int64Counter
 	renewDur    metric.Float64Histogram
-	renewFails  metric.Int64Counter
 	releaseDur  metric.Float64Histogram
 	criticalDur metric.Float64Histogram
 }
@@ -124,13 +123,12 @@ func New(opts ...Option) (*Observer, error) {
 	o.acquireDur = hist("fencedlock.acquire.duration", "Duration of Acquire, TryAcquire and Do's acquire, by outcome.", longBuckets)
 	o.waitDur = hist("fencedlock.acquire.wait.duration", "Time a blocking Acquire waited for another holder (0 if it did not).", longBuckets)
 	o.handoffs = counter("fencedlock.acquire.handoffs", "{handoff}", "Blocking Acquires satisfied after a release notification or a server queue.")
-	active, err := m.Int64UpDownCounter("fencedlock.leases.active", metric.WithUnit("{lease}"), metric.WithDescription("Leases held now."))
+	active, err := m.Int64UpDownCounter("fencedlock.lease.active", metric.WithUnit("{lease}"), metric.WithDescription("Leases held now."))
 	errs = append(errs, err)
 	o.active = active
 	o.heldDur = hist("fencedlock.lease.held.duration", "How long leases were held, by how they ended.", longBuckets)
 	o.lost = counter("fencedlock.lease.lost", "{lease}", "Leases lost, by cause.")
 	o.renewDur = hist("fencedlock.renew.duration", "Round trip of lease renewals (error.type set on failures).", shortBuckets)
-	o.renewFails = counter("fencedlock.renew.failures", "{renewal}", "Failed lease renewals, by error.type.")
 	o.releaseDur = hist("fencedlock.release.duration", "Duration of releases, by outcome.", shortBuckets)
 	o.criticalDur = hist("fencedlock.critical_section.duration", "Duration of Do's function.", longBuckets)
 	if err := errors.Join(errs...); err != nil {
@@ -281,15 +279,15 @@ func (o *Observer) AcquireEnd(ctx context.Context, e fencedlock.AcquireEndEvent)
 	span.End()
 }
 
-// Renewed records the renewal metrics.
+// Renewed records the renewal metrics: one renew.duration point per
+// renewal, with error.type when it failed (the count of failures is that
+// histogram's count with error.type; no second instrument repeats it).
 func (o *Observer) Renewed(ctx context.Context, e fencedlock.RenewEvent) {
 	extra := []attribute.KeyValue{AttrKeepAlive.Bool(e.KeepAlive)}
 	if e.Err != nil {
-		et := AttrErrorType.String(ErrorType(e.Err))
-		extra = append(extra, et)
-		o.renewFails.Add(ctx, 1, metric.WithAttributes(o.attrs(e.Backend, e.Key, et)...))
+		extra = append(extra, AttrErrorType.String(ErrorType(e.Err)))
 	}
-	if e.Duration > 0 {
+	if e.Duration > 0 || e.Err != nil {
 		o.renewDur.Record(ctx, seconds(e.Duration), metric.WithAttributes(o.attrs(e.Backend, e.Key, extra...)...))
 	}
 }

@@ -74,8 +74,8 @@ func handOff(t *testing.T, st store) {
 	}
 
 	ms := tm.metrics(t)
-	if n := sum(t, ms, "fencedlock.leases.active", backend); n != 1 {
-		t.Fatalf("leases.active %d while B holds, want 1", n)
+	if n := sum(t, ms, "fencedlock.lease.active", backend); n != 1 {
+		t.Fatalf("lease.active %d while B holds, want 1", n)
 	}
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -91,8 +91,8 @@ func handOff(t *testing.T, st store) {
 	if n := sum(t, ms, "fencedlock.acquire.handoffs", backend); n != 1 {
 		t.Fatalf("acquire.handoffs %d, want 1", n)
 	}
-	if n := sum(t, ms, "fencedlock.leases.active", backend); n != 0 {
-		t.Fatalf("leases.active %d after both releases, want 0", n)
+	if n := sum(t, ms, "fencedlock.lease.active", backend); n != 0 {
+		t.Fatalf("lease.active %d after both releases, want 0", n)
 	}
 	if n, _, most := hist(t, ms, "fencedlock.lease.held.duration", backend, causeReleased); n != 2 || most < minWait.Seconds() {
 		t.Fatalf("lease.held.duration count %d max %.3fs, want 2 leases, A's held at least %v", n, most, minWait)
@@ -151,8 +151,8 @@ func lostByDel(t *testing.T, st store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := sum(t, tm.metrics(t), "fencedlock.leases.active", backend, key); n != 1 {
-		t.Fatalf("leases.active %d, want 1", n)
+	if n := sum(t, tm.metrics(t), "fencedlock.lease.active", backend, key); n != 1 {
+		t.Fatalf("lease.active %d, want 1", n)
 	}
 	st.del(t, "orders")
 	select {
@@ -174,14 +174,21 @@ func lostByDel(t *testing.T, st store) {
 	if n := sum(t, ms, "fencedlock.lease.lost", backend); n != 1 {
 		t.Fatalf("lease.lost %d, want 1", n)
 	}
-	if n := sum(t, ms, "fencedlock.leases.active", backend, key); n != 0 {
-		t.Fatalf("leases.active %d, want 0", n)
+	if n := sum(t, ms, "fencedlock.lease.active", backend, key); n != 0 {
+		t.Fatalf("lease.active %d, want 0", n)
 	}
 	if n, _, _ := hist(t, ms, "fencedlock.lease.held.duration", backend, key, causeNotHeld); n != 1 {
 		t.Fatalf("lease.held.duration{not_held} count %d, want 1", n)
 	}
-	if n := sum(t, ms, "fencedlock.renew.failures", backend, key, otelfencedlock.AttrErrorType.String("not_held")); n != 1 {
-		t.Fatalf("renew.failures{not_held} %d, want 1", n)
+	// A failed renewal is counted once, by renew.duration with error.type:
+	// no second instrument repeats it.
+	if n, _, _ := hist(t, ms, "fencedlock.renew.duration", backend, key, otelfencedlock.AttrErrorType.String("not_held")); n != 1 {
+		t.Fatalf("renew.duration{error.type=not_held} count %d, want 1", n)
+	}
+	for _, gone := range []string{"fencedlock.renew.failures", "fencedlock.leases.active"} {
+		if _, ok := ms[gone]; ok {
+			t.Fatalf("metric %s is still exported (see the names in doc.go)", gone)
+		}
 	}
 	if n, _, _ := hist(t, ms, "fencedlock.release.duration", backend, key, releaseNotHeld); n != 1 {
 		t.Fatalf("release.duration{not_held} count %d, want 1", n)

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -25,37 +27,100 @@ type backendConfig struct {
 	// allowEvicting accepts a Redis whose maxmemory-policy may evict lock
 	// keys and fence counters (redis.Options.AllowEvictingPolicy).
 	allowEvicting bool
+	// flags is the command's flag set (set by addBackendFlags): the etcd
+	// client's log records follow its --log-format, on its output
+	// (etcdlog.go).
+	flags *flag.FlagSet
 }
 
-const backendHelp = `
-Backends (flags win over the environment):
-  Redis:  --redis URL, or $FENCEDLOCK_REDIS
-            redis://[user:password@]host:port[/db]       plain TCP; user/password for ACL or requirepass
-            rediss://[user:password@]host:port[/db]      TLS, verified against the system's CAs; for a private CA
-                                                         set SSL_CERT_FILE=ca.pem (?skip_verify=true: testing only)
-            unix://[user:password@]/run/redis/redis.sock a Unix socket
-            redis://sentinel1:26379?addr=sentinel2:26379&master_set=mymaster
-                                                         Sentinel: the addresses are sentinels, master_set the
-                                                         monitored primary; user:password are the primary's
-            redis://node1:7000?addr=node2:7000&addr=node3:7000
-                                                         Cluster: detected from the first node that answers
-  etcd:   --etcd ENDPOINTS, or $FENCEDLOCK_ETCD            comma-separated, e.g. https://10.0.0.1:2379,https://10.0.0.2:2379
-            --cacert, --cert, --key (or $FENCEDLOCK_ETCD_CACERT, _CERT, _KEY) for TLS
-            --user, --password (or $FENCEDLOCK_ETCD_USER, _PASSWORD) for etcd authentication
-  A password in a URL or flag is visible to other users in the process list: prefer the environment.
+// backendsHelp is the page of `fencedlock help backends`: how every
+// command names its server. The commands' own pages point to it
+// (backendPointer) instead of repeating it.
+const backendsHelp = `Backends: every command but demo needs a server, named by a flag or the
+environment (a flag wins; a backend named by flag excludes the other one's
+variable). demo uses its embedded Redis unless a flag names a server: it
+reads none of these variables.
+
+Redis:  --redis URL, or $FENCEDLOCK_REDIS
+  redis://[user:password@]host:port[/db]        plain TCP; user/password for ACL or requirepass
+  rediss://[user:password@]host:port[/db]       TLS, verified against the system's CAs; for a private CA
+                                                set SSL_CERT_FILE=ca.pem (?skip_verify=true: testing only)
+  unix://[user:password@]/run/redis/redis.sock  a Unix socket
+  redis://sentinel1:26379?addr=sentinel2:26379&master_set=mymaster
+                                                Sentinel: the addresses are sentinels, master_set the
+                                                monitored primary; user:password are the primary's
+  redis://node1:7000?addr=node2:7000&addr=node3:7000
+                                                Cluster: detected from the first node that answers
+
+etcd:   --etcd ENDPOINTS, or $FENCEDLOCK_ETCD    comma-separated, e.g. https://10.0.0.1:2379,https://10.0.0.2:2379
+  --tls-ca FILE      or $FENCEDLOCK_ETCD_CACERT    CA certificate to verify the servers (https:// endpoints
+                                                   without it are verified against the system's CAs)
+  --tls-cert FILE    or $FENCEDLOCK_ETCD_CERT      client certificate, with --tls-key
+  --tls-key FILE     or $FENCEDLOCK_ETCD_KEY       the client certificate's private key
+  --user NAME        or $FENCEDLOCK_ETCD_USER      etcd authentication
+  --password PW      or $FENCEDLOCK_ETCD_PASSWORD
+  (--cacert, --cert and --key were renamed --tls-ca, --tls-cert and --tls-key: --key read like
+  the lock's KEY. The old names are refused.)
+
+Both:
+  --key-prefix P     or $FENCEDLOCK_KEY_PREFIX     prefix of every lock key on the server
+                                                   (default "fencedlock:" on Redis, "fencedlock/" on etcd)
+  --allow-evicting-policy                          Redis: run even if maxmemory-policy may evict locks
+
+A password in a URL or flag is visible to other users in the process list: prefer the environment.
+`
+
+// backendPointer ends the backend part of a command's page.
+const backendPointer = `
+Backends: --redis URL or --etcd ENDPOINTS (or $FENCEDLOCK_REDIS, $FENCEDLOCK_ETCD); the URL forms,
+TLS and credentials: fencedlock help backends.
 `
 
 // addBackendFlags registers the backend flags on fs.
 func addBackendFlags(fs *flag.FlagSet, c *backendConfig) {
-	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL` (or $FENCEDLOCK_REDIS); see Backends below")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL` (or $FENCEDLOCK_REDIS)")
 	fs.StringVar(&c.etcd, "etcd", "", "etcd `ENDPOINTS`, comma-separated (or $FENCEDLOCK_ETCD)")
-	fs.StringVar(&c.cacert, "cacert", "", "etcd: CA certificate `file` to verify the servers (or $FENCEDLOCK_ETCD_CACERT)")
-	fs.StringVar(&c.cert, "cert", "", "etcd: client certificate `file` (or $FENCEDLOCK_ETCD_CERT)")
-	fs.StringVar(&c.key, "key", "", "etcd: client private key `file` (or $FENCEDLOCK_ETCD_KEY)")
-	fs.StringVar(&c.user, "user", "", "etcd: user `name` (or $FENCEDLOCK_ETCD_USER)")
-	fs.StringVar(&c.password, "password", "", "etcd: `password` (or $FENCEDLOCK_ETCD_PASSWORD)")
-	fs.StringVar(&c.keyPrefix, "key-prefix", "", "`prefix` added to every lock key on the server (or $FENCEDLOCK_KEY_PREFIX)")
-	fs.BoolVar(&c.allowEvicting, "allow-evicting-policy", false, "Redis: run even if the server's maxmemory-policy may evict lock keys and fence counters\n(two holders at once, fences restarting at 1); without it such a server is refused")
+	fs.StringVar(&c.cacert, "tls-ca", "", "etcd: CA certificate `file`")
+	fs.StringVar(&c.cert, "tls-cert", "", "etcd: client certificate `file`")
+	fs.StringVar(&c.key, "tls-key", "", "etcd: client certificate's private key `file`")
+	fs.StringVar(&c.user, "user", "", "etcd: user `name`")
+	fs.StringVar(&c.password, "password", "", "etcd: `password` (prefer $FENCEDLOCK_ETCD_PASSWORD)")
+	fs.StringVar(&c.keyPrefix, "key-prefix", "", "`prefix` of every lock key on the server")
+	fs.BoolVar(&c.allowEvicting, "allow-evicting-policy", false, "Redis: run even if maxmemory-policy may evict locks and fence counters")
+	c.flags = fs
+}
+
+// renamedFlags are the backend flags renamed in v0.1.0: --key read like
+// the lock's KEY (`run --redis URL --key orders -- true` took "orders" as
+// a key file and "--" as KEY). The old names are refused with the new one.
+var renamedFlags = map[string]string{"cacert": "tls-ca", "cert": "tls-cert", "key": "tls-key"}
+
+// renamedFlag returns the hint for the first renamed flag among the flags
+// of args (up to the first argument that is not a flag, or --), or "".
+// Values of fs's flags are skipped, so `--key-prefix --key` is a prefix.
+func renamedFlag(fs *flag.FlagSet, args []string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			return ""
+		}
+		name := strings.TrimLeft(a, "-")
+		name, _, hasValue := strings.Cut(name, "=")
+		if to, ok := renamedFlags[name]; ok && fs.Lookup(name) == nil && fs.Lookup(to) != nil {
+			what := map[string]string{"tls-ca": "the etcd servers' CA certificate", "tls-cert": "the etcd client certificate", "tls-key": "the etcd client certificate's private key"}[to]
+			hint := fmt.Sprintf("--%s is now --%s (%s file)", name, to, what)
+			if name == "key" {
+				hint += "; the lock's name is KEY, the first argument after the flags"
+			}
+			return hint
+		}
+		if f := fs.Lookup(name); f != nil && !hasValue {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				i++ // the flag's value
+			}
+		}
+	}
+	return ""
 }
 
 var errNoBackend = errors.New("no backend")
@@ -91,14 +156,47 @@ func (c *backendConfig) resolve(getenv func(string) string) error {
 			return err
 		}
 	}
+	for _, ep := range c.endpoints() {
+		if err := checkPort("--etcd", ep); err != nil {
+			return err
+		}
+	}
 	if c.redisURL != "" && (c.cacert != "" || c.cert != "" || c.key != "" || c.user != "" || c.password != "") {
-		return fmt.Errorf("--cacert, --cert, --key, --user and --password are for etcd; for Redis put credentials in the URL (redis://user:password@host:port, rediss:// for TLS)")
+		return fmt.Errorf("--tls-ca, --tls-cert, --tls-key, --user and --password are for etcd; for Redis put credentials in the URL (redis://user:password@host:port, rediss:// for TLS)")
 	}
 	if (c.cert == "") != (c.key == "") {
-		return fmt.Errorf("--cert and --key go together: give both or neither")
+		return fmt.Errorf("--tls-cert and --tls-key go together: give both or neither")
 	}
 	if c.user == "" && c.password != "" {
 		return fmt.Errorf("--password needs --user")
+	}
+	return nil
+}
+
+// checkPort refuses an address (host:port, or scheme://host:port/...)
+// whose port is not a number from 1 to 65535: a malformed address is a
+// usage error (64), found before any connection, not an unreachable
+// server (69). An address without a port, or a unix:// one, passes.
+func checkPort(flagName, addr string) error {
+	hostport := addr
+	if scheme, rest, ok := strings.Cut(addr, "://"); ok {
+		if strings.HasPrefix(scheme, "unix") {
+			return nil
+		}
+		hostport = rest
+	}
+	if i := strings.IndexAny(hostport, "/?#"); i >= 0 {
+		hostport = hostport[:i]
+	}
+	if i := strings.LastIndex(hostport, "@"); i >= 0 {
+		hostport = hostport[i+1:]
+	}
+	_, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return nil // no port: the client's default, or its own error
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%s %s: port %q is not a number from 1 to 65535", flagName, redactURL(addr), port)
 	}
 	return nil
 }

@@ -46,7 +46,11 @@ HSET (Redis) or Put (etcd), which ignores fences, so A's late write
 overwrites B's: the unsafe outcome, exit 1.
 `
 
-const demoFooter = backendHelp + `
+const demoFooter = `
+Backends: the embedded Redis, unless --redis URL or --etcd ENDPOINTS names a server. demo reads
+no FENCEDLOCK_REDIS or FENCEDLOCK_ETCD (nor the other backend variables): a variable set for the
+other commands does not point the demo at that server. URL forms, TLS: fencedlock help backends.
+` + `
 Examples:
   go run ./cmd/fencedlock demo
   go run ./cmd/fencedlock demo --no-fencing    # the same pause without fencing: corrupted, exit 1
@@ -94,7 +98,7 @@ func (e *env) demo(ctx context.Context, args []string) int {
 	c := f.backend
 	embedded := c.redisURL == "" && c.etcd == ""
 	if embedded && (c.cacert != "" || c.cert != "" || c.key != "" || c.user != "" || c.password != "") {
-		return e.usageError("demo", "--cacert, --cert, --key, --user and --password need --etcd ENDPOINTS")
+		return e.usageError("demo", "--tls-ca, --tls-cert, --tls-key, --user and --password need --etcd ENDPOINTS")
 	}
 	code, err := demo.Run(ctx, demo.Config{
 		TTL:      f.ttl,

@@ -25,7 +25,7 @@ changes: taken, released or expired, taken over by another holder (a new
 fence). It reads the state every --interval; a renewal is not a change.
 `
 
-const inspectFooter = backendHelp + `
+const inspectFooter = backendPointer + `
 Examples:
   fencedlock inspect --redis redis://localhost:6379 nightly-report
   FENCEDLOCK_ETCD=http://127.0.0.1:2379 fencedlock inspect --json orders | jq .held

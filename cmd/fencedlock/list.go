@@ -39,7 +39,7 @@ It stops after --max locks (saying so on standard error and exiting 1) or
 when it was inspected.
 `
 
-const listFooter = backendHelp + `
+const listFooter = backendPointer + `
 Examples:
   fencedlock list --redis redis://localhost:6379 nightly/
   FENCEDLOCK_ETCD=http://127.0.0.1:2379 fencedlock list --json | jq 'select(.held)'

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -36,9 +37,13 @@ func checkLogFormat(v string) error {
 
 // jsonLines turns each line written to it into one slog JSON record on
 // the underlying writer: msg is the line without its "fencedlock ...: "
-// prefix, at level WARN (the lines written unstructured are the unusual
-// paths: errors, a lost lease, a terminated command). Structured messages
-// (progress) go through [jsonLines.logger] at INFO.
+// prefix; a line that starts with "(" continues the line before it (an
+// error and its hint, written together) and joins its record. The lines
+// written unstructured are the unusual paths, and most of them end the
+// command with an error (no backend, a lost lease, a command that could
+// not start): they are ERROR records. The few that report an outcome the
+// user asked for, or a retry, are WARN (see lineLevel). Structured
+// messages (progress) go through [jsonLines.logger] at INFO.
 type jsonLines struct {
 	mu  sync.Mutex
 	buf []byte
@@ -63,11 +68,40 @@ func (j *jsonLines) Write(p []byte) (int, error) {
 		}
 		line := string(j.buf[:i])
 		j.buf = j.buf[i+1:]
+		// Continuation lines already written join this record.
+		for bytes.HasPrefix(j.buf, []byte("(")) {
+			k := bytes.IndexByte(j.buf, '\n')
+			if k < 0 {
+				break
+			}
+			line += " " + string(j.buf[:k])
+			j.buf = j.buf[k+1:]
+		}
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
-		j.log.Warn(stripPrefix(line))
+		msg := stripPrefix(line)
+		j.log.Log(context.Background(), lineLevel(msg), msg)
 	}
+}
+
+// notErrors are the unstructured messages that do not end the command
+// with an error: outcomes the user asked for (--try on a held key, --wait
+// expired, an interrupt before COMMAND started), a release that failed
+// while the lock expires on its own, and inspect --watch retrying.
+var notErrors = []string{
+	"is held", "not acquired after", "interrupted by", "expires on its own", "retrying every", "again",
+}
+
+// lineLevel is the level of an unstructured message: ERROR unless it is
+// one of notErrors (WARN).
+func lineLevel(msg string) slog.Level {
+	for _, s := range notErrors {
+		if strings.Contains(msg, s) {
+			return slog.LevelWarn
+		}
+	}
+	return slog.LevelError
 }
 
 // stripPrefix removes "fencedlock: " or "fencedlock CMD: " from a line.

@@ -62,7 +62,8 @@
 //
 // # Backends
 //
-// Every command except demo needs a server, given by flag or environment:
+// Every command except demo needs a server, given by flag or environment
+// ("fencedlock help backends" prints this part):
 //
 //	--redis URL        or FENCEDLOCK_REDIS    redis://[user:password@]host:port[/db]
 //	                                          rediss://... (TLS; a private CA via SSL_CERT_FILE=ca.pem)
@@ -70,7 +71,7 @@
 //	                                          Sentinel: redis://sentinel1:26379?addr=sentinel2:26379&master_set=mymaster
 //	                                          Cluster:  redis://node1:7000?addr=node2:7000&addr=node3:7000 (detected)
 //	--etcd ENDPOINTS   or FENCEDLOCK_ETCD     comma-separated, e.g. https://10.0.0.1:2379,https://10.0.0.2:2379
-//	                                          with --cacert, --cert, --key, --user, --password
+//	                                          with --tls-ca, --tls-cert, --tls-key, --user, --password
 //	                                          (or FENCEDLOCK_ETCD_CACERT, _CERT, _KEY, _USER, _PASSWORD)
 //	--key-prefix P     or FENCEDLOCK_KEY_PREFIX   prefix of every key on the server (defaults:
 //	                                          "fencedlock:" on Redis, "fencedlock/" on etcd)
@@ -169,13 +170,13 @@ Usage:
   fencedlock inspect [flags] KEY                is KEY held (exit 0) or free (1), by which holder, for how long, its last fence
   fencedlock list [flags] [PREFIX]              the locks under PREFIX: held, holder, remaining lease, last fence (SCAN, paced)
   fencedlock release --force [flags] KEY        break KEY whoever holds it, fenced, with an audit line (operators)
-  fencedlock --version                          the module version of this binary
+  fencedlock --version                          the module version and VCS revision of this binary
+  fencedlock help backends                      how to name the server: URL forms, TLS, credentials
 
 Run "fencedlock COMMAND -help" for the flags and examples of a command.
 
-Backends (every command but demo needs one):
-  --redis URL        or $FENCEDLOCK_REDIS   redis://, rediss://, unix://, user:password@, Sentinel, Cluster
-  --etcd ENDPOINTS   or $FENCEDLOCK_ETCD    comma-separated endpoints; --cacert/--cert/--key, --user/--password
+Backends (every command but demo needs one): --redis URL or --etcd ENDPOINTS
+(or $FENCEDLOCK_REDIS, $FENCEDLOCK_ETCD); the forms, TLS, credentials: fencedlock help backends.
 
 `
 
@@ -238,9 +239,13 @@ func (e *env) main(ctx context.Context, args []string) int {
 	case gateCommand:
 		return gate(args[1:])
 	case "--version", "-version", "version":
-		fmt.Fprintf(e.stdout, "fencedlock %s\n", version())
+		fmt.Fprintln(e.stdout, version())
 		return exitOK
 	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[1] == "backends" {
+			fmt.Fprint(e.stdout, backendsHelp)
+			return exitOK
+		}
 		if len(args) > 1 {
 			return e.main(ctx, []string{args[1], "-help"})
 		}
@@ -251,34 +256,50 @@ func (e *env) main(ctx context.Context, args []string) int {
 	return exitUsage
 }
 
-// version is the module version of this binary from its build
-// information: a release tag when installed with go install
-// module@version, "(devel)" in a build from a checkout, with the VCS
-// revision when the build recorded it.
+// version is what --version prints: see versionString.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "(unknown)"
+		return "fencedlock (no build information)"
 	}
+	return versionString(bi)
+}
+
+// versionString formats the build information of this binary: the module
+// version (a release tag, or a pseudo-version, when installed with go
+// install github.com/fencedlock/fencedlock/cmd/fencedlock@version;
+// "(devel)" when built in a checkout), then for a checkout the VCS
+// revision, its time and "+modified" if the tree had uncommitted changes
+// (recorded by go build unless -buildvcs=false), then the Go version.
+func versionString(bi *debug.BuildInfo) string {
 	v := bi.Main.Version
 	if v == "" {
 		v = "(devel)"
 	}
-	var rev, dirty string
+	var rev, at, modified string
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
 			rev = s.Value
+		case "vcs.time":
+			at = s.Value
 		case "vcs.modified":
 			if s.Value == "true" {
-				dirty = "+dirty"
+				modified = "+modified"
 			}
 		}
 	}
-	if rev != "" {
-		v += " (" + rev[:min(12, len(rev))] + dirty + ")"
+	out := "fencedlock " + v
+	switch {
+	case rev != "":
+		out += " revision " + rev[:min(12, len(rev))] + modified
+		if at != "" {
+			out += ", " + at
+		}
+	case v == "(devel)":
+		out += ", no VCS revision recorded"
 	}
-	return v + " " + bi.GoVersion
+	return out + " (" + bi.GoVersion + ")"
 }
 
 // newFlagSet returns a flag set that prints usage (header, flags, then
@@ -308,6 +329,9 @@ func (e *env) parse(fs *flag.FlagSet, args []string) (int, bool) {
 			fs.Usage()
 			return exitOK, true
 		}
+	}
+	if hint := renamedFlag(fs, args); hint != "" {
+		return e.usageError(fs.Name(), "%s", hint), true
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
@@ -34,7 +33,7 @@ func openBackend(ctx context.Context, c backendConfig) (driver.Backend, func(), 
 	return openEtcd(ctx, c)
 }
 
-// redisOptions turns a URL into rueidis options (see backendHelp for the
+// redisOptions turns a URL into rueidis options (see backendsHelp for the
 // forms).
 func redisOptions(raw string) (rueidis.ClientOption, error) {
 	const want = "want redis://[user:password@]host:port[/db], rediss://..., or unix:///path; percent-encode / ? # @ in a password"
@@ -46,6 +45,14 @@ func redisOptions(raw string) (rueidis.ClientOption, error) {
 	}
 	if u.User == nil && strings.Contains(raw, "@") {
 		return rueidis.ClientOption{}, fmt.Errorf("--redis %s: malformed URL: \"@\" outside user:password@ (%s)", redactURL(raw), want)
+	}
+	if err := checkPort("--redis", raw); err != nil {
+		return rueidis.ClientOption{}, err
+	}
+	for _, a := range u.Query()["addr"] {
+		if err := checkPort("--redis", a); err != nil {
+			return rueidis.ClientOption{}, err
+		}
 	}
 	opt, err := rueidis.ParseURL(raw)
 	if err != nil {
@@ -121,7 +128,7 @@ func dialEtcd(ctx context.Context, c backendConfig) (*clientv3.Client, *etcdb.Ba
 		return nil, nil, err
 	}
 	cfg.TLS = tlsCfg
-	cfg.Logger = zap.NewNop() // its retry warnings would drown our one clear error
+	cfg.Logger = etcdLogger(c.flags) // expected outcomes demoted, the rest through the command's log (etcdlog.go)
 	client, err := clientv3.New(cfg)
 	if err != nil {
 		// With a user, New authenticates at once.
@@ -161,18 +168,18 @@ func etcdTLS(c backendConfig, eps []string) (*tls.Config, error) {
 	if c.cacert != "" {
 		pem, err := os.ReadFile(c.cacert)
 		if err != nil {
-			return nil, fmt.Errorf("--cacert: %w", err)
+			return nil, fmt.Errorf("--tls-ca: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--cacert %s: no PEM certificate in the file", c.cacert)
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in the file", c.cacert)
 		}
 		cfg.RootCAs = pool
 	}
 	if c.cert != "" {
 		pair, err := tls.LoadX509KeyPair(c.cert, c.key)
 		if err != nil {
-			return nil, fmt.Errorf("--cert/--key: %w", err)
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}

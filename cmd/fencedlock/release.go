@@ -38,7 +38,7 @@ required: a normal release belongs to the holder (fencedlock run releases
 on its own when its command ends).
 `
 
-const releaseFooter = backendHelp + `
+const releaseFooter = backendPointer + `
 Examples:
   fencedlock release --force --redis redis://localhost:6379 --resource orders:table nightly-report
   FENCEDLOCK_ETCD=http://127.0.0.1:2379 fencedlock release --force --json orders

@@ -21,12 +21,11 @@ import (
 
 const runHeader = `Usage: fencedlock run [flags] KEY -- COMMAND [ARGS...]
 
-Acquire the lock KEY, run COMMAND while holding it, release it when COMMAND
-and every process it started have ended, and exit with COMMAND's exit code.
-The -- between KEY and COMMAND is required. The lease is renewed in the
-background while COMMAND runs. COMMAND runs in its own process group with
-these variables added to its environment (and FENCEDLOCK_REDIS, _ETCD and
-_ETCD_* removed from it: they may hold credentials):
+Acquire the lock KEY, run COMMAND while holding it (renewing the lease),
+release it when COMMAND and every process it started have ended, and exit
+with COMMAND's exit code. Flags come before KEY; the -- is required.
+COMMAND runs in its own process group, with FENCEDLOCK_REDIS, _ETCD and
+_ETCD_* removed from its environment (they may hold credentials) and:
 
   FENCEDLOCK_KEY     the lock name
   FENCEDLOCK_FENCE   the fencing token: pass it to the resource you write, which
@@ -34,52 +33,25 @@ _ETCD_* removed from it: they may hold credentials):
   FENCEDLOCK_HOLDER  the holder id (not secret; the owner token is never exposed)
 
 The guarantee: no process of COMMAND's tree runs after the lease's local
-deadline (which lies --ttl/10 before the server can give KEY to another
-holder), whatever happens to the fencedlock process: SIGKILL, the OOM
-killer, SIGSTOP, Ctrl-Z, a hung network. A small supervisor (this binary,
-re-executed in a process group of its own, with no network) sits between
-fencedlock and COMMAND; on Linux it is a child subreaper, so every orphaned
-descendant (setsid, a double fork) stays under it. fencedlock sends it the
-new deadline after every renewal; it acts on its own clock:
+deadline (--ttl/10 before the server can give KEY to another holder),
+whatever happens to fencedlock (SIGKILL, OOM, SIGSTOP, Ctrl-Z, a hung
+network). A supervisor (this binary, re-executed; a child subreaper on
+Linux) holds a dead man's switch: without a renewal it sends the tree
+SIGTERM min(--grace, --ttl/4) + --ttl/10 before the deadline and SIGKILL
+--ttl/10 before it; a lost lease or a dead fencedlock start the same at
+once (exit 76). Processes COMMAND leaves behind get SIGTERM, then SIGKILL
+after --grace, before the lock is released. SIGINT, SIGTERM, SIGHUP and
+SIGQUIT are forwarded to COMMAND's process group.
 
-  - no extension arrives (fencedlock stopped or its renewals fail): every
-    process of the tree gets SIGTERM min(--grace, --ttl/4) + --ttl/10 before
-    the deadline, and SIGKILL --ttl/10 before it;
-  - the lease is lost (key deleted or taken), or fencedlock dies: SIGTERM
-    at once, SIGKILL after --grace or --ttl/10 before the deadline,
-    whichever comes first;
-  - COMMAND exits while processes it started still run (sh -c 'job &'):
-    those get SIGTERM, then SIGKILL after --grace, before the lock is
-    released.
-
-In the first two cases fencedlock exits 76. SIGINT, SIGTERM, SIGHUP and
-SIGQUIT sent to fencedlock are forwarded to COMMAND's process group. Flags
-must come before KEY. Because COMMAND has its own process group, it cannot
-read from the terminal; a terminal's Ctrl-C reaches it through fencedlock,
-and Ctrl-Z stops fencedlock only, so the lease runs out and COMMAND is
-terminated as above.
-
-COMMAND starts only if the lease's local deadline is at least
---ttl/10 + min(--grace, --ttl/4) ahead: a grant whose reply came later is
-released and counts as not acquired (--try exits 75). If the supervisor is
-killed, fencedlock (on Linux a child subreaper too) kills what is left of
-the tree and releases the lock only once none of it runs. A process that
-refuses signals (another user's, through sudo or su) is reported, and the
-lock is kept and renewed while it runs. Messages never delay a signal: a
-standard error nobody reads drops them (and counts them). Processes are
-signalled through pidfds on Linux, never by a pid that may have been reused.
-
-What still escapes: work handed to a process outside the tree (a daemon
-asked over a socket: systemd-run, at, docker run, a tmux or screen server,
-ssh to another machine); the supervisor and fencedlock both killed; a
-process of another user when the lease is lost; and on systems other than
-Linux, a descendant that left COMMAND's process group (no subreaper, no
-/proc), with the deadline read from the wall clock. The timing needs the
-supervisor to get the CPU within --ttl/10 of its timer. See docs/cli-run.md.
+COMMAND starts only on a lease with --ttl/10 + min(--grace, --ttl/4) left
+(a later grant is released: --try exits 75). A killed supervisor's tree is
+killed by fencedlock before the release; a process that refuses signals
+keeps the lock renewed while it runs. Messages never delay a signal; Linux
+signals go through pidfds. What still escapes: docs/cli-run.md.
 A resource that must never see a stale write should check FENCEDLOCK_FENCE.
 `
 
-const runFooter = backendHelp + `
+const runFooter = backendPointer + `
 Examples:
   # A nightly job that must run on at most one machine at a time (crontab):
   0 3 * * *  FENCEDLOCK_REDIS=redis://lock.internal:6379 fencedlock run -q --try nightly-report -- /usr/local/bin/report.sh
@@ -88,7 +60,7 @@ Examples:
   fencedlock run --redis rediss://deploy:secret@redis.internal:6380 --wait 10m --ttl 30s migrate -- ./migrate up
 
   # On etcd with TLS; the command sees its fencing token:
-  fencedlock run --etcd https://10.0.0.1:2379 --cacert ca.pem --cert me.pem --key me-key.pem \
+  fencedlock run --etcd https://10.0.0.1:2379 --tls-ca ca.pem --tls-cert me.pem --tls-key me-key.pem \
       orders -- sh -c 'echo "fence $FENCEDLOCK_FENCE"; ./process-orders --fence "$FENCEDLOCK_FENCE"'
 
 ` + runExitCodes

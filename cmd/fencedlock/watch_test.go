@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,10 +107,11 @@ func TestInspectWatch(t *testing.T) {
 		}
 	}
 
-	// --log-format json: the errors on stderr are JSON records.
+	// --log-format json: the errors on stderr are JSON records; the one
+	// that ends the command is an ERROR.
 	code, p := bin.Run(t, []string{"FENCEDLOCK_REDIS=redis://127.0.0.1:1"}, "inspect", "--log-format", "json", "k")
 	var rec map[string]any
-	if code != exitBackend || json.Unmarshal([]byte(strings.Split(p.Stderr.String(), "\n")[0]), &rec) != nil || rec["level"] != "WARN" || rec["cmd"] != "inspect" {
+	if code != exitBackend || json.Unmarshal([]byte(strings.Split(p.Stderr.String(), "\n")[0]), &rec) != nil || rec["level"] != "ERROR" || rec["cmd"] != "inspect" || !strings.Contains(fmt.Sprint(rec["msg"]), "is the server running") {
 		t.Errorf("inspect --log-format json on a dead server: exit %d, stderr %q", code, p.Stderr)
 	}
 }

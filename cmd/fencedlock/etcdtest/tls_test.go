@@ -15,7 +15,7 @@ import (
 )
 
 // TestEtcdTLSAndAuth: the binary reaches a cluster that requires client
-// certificates and etcd authentication, with --cacert/--cert/--key and
+// certificates and etcd authentication, with --tls-ca/--tls-cert/--tls-key and
 // --user/--password or their environment variables, and fails with the
 // backend exit code and a hint when one of them is missing or wrong.
 func TestEtcdTLSAndAuth(t *testing.T) {
@@ -68,7 +68,7 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 		}
 	}
 
-	tlsFlags := []string{"--etcd", ep, "--cacert", files.CA, "--cert", files.ClientCert, "--key", files.ClientKey}
+	tlsFlags := []string{"--etcd", ep, "--tls-ca", files.CA, "--tls-cert", files.ClientCert, "--tls-key", files.ClientKey}
 	args := append(append([]string{"run"}, tlsFlags...), "--user", "locker", "--password", "lockpw", "job", "--", "/bin/sh", "-c", `test -n "$FENCEDLOCK_FENCE"`)
 	if code, p := bin.Run(t, nil, args...); code != 0 {
 		t.Fatalf("run with TLS and auth flags: exit %d, stderr:\n%s", code, p.Stderr)
@@ -92,9 +92,9 @@ func TestEtcdTLSAndAuth(t *testing.T) {
 		want string
 	}{
 		{"wrong password", append(append([]string{"inspect"}, tlsFlags...), "--user", "locker", "--password", "nope", "job"), "credentials"},
-		{"no client certificate", []string{"inspect", "--etcd", ep, "--cacert", files.CA, "--user", "locker", "--password", "lockpw", "job"}, "certificates"},
-		{"unknown CA", append([]string{"inspect", "--etcd", ep, "--cert", files.ClientCert, "--key", files.ClientKey, "--user", "locker", "--password", "lockpw"}, "job"), "certificates"},
-		{"missing CA file", []string{"inspect", "--etcd", ep, "--cacert", filepath.Join(dir, "nope.pem"), "job"}, "--cacert"},
+		{"no client certificate", []string{"inspect", "--etcd", ep, "--tls-ca", files.CA, "--user", "locker", "--password", "lockpw", "job"}, "certificates"},
+		{"unknown CA", append([]string{"inspect", "--etcd", ep, "--tls-cert", files.ClientCert, "--tls-key", files.ClientKey, "--user", "locker", "--password", "lockpw"}, "job"), "certificates"},
+		{"missing CA file", []string{"inspect", "--etcd", ep, "--tls-ca", filepath.Join(dir, "nope.pem"), "job"}, "--tls-ca"},
 	}
 	for _, tc := range bad {
 		code, p := bin.Run(t, nil, tc.args...)
