@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,6 +107,8 @@ func testStoreFaults(t *testing.T, e *env) {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	probe := e.backend(t)
+	var seen []string // what the backend reported, for the log
+	saw := func(what string, err error) { seen = append(seen, fmt.Sprintf("%s: %v", what, err)) }
 	bound := e.schedAllowance() + e.ttl // a call meeting a fault returns within it
 	callCtx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(e.ctx, bound) }
 	release := func(what string, g driver.Grant) {
@@ -125,10 +129,13 @@ func testStoreFaults(t *testing.T, e *env) {
 	ctx, cancel := callCtx()
 	_, err = b.Acquire(ctx, driver.AcquireRequest{Key: free, Owner: owner(), TTL: e.hold})
 	wantTransient(t, "Acquire refused by the connection", err)
+	saw("refused Acquire", err)
 	_, err = b.Renew(ctx, held, e.hold)
 	wantTransient(t, "Renew refused by the connection", err)
+	saw("refused Renew", err)
 	err = b.Release(ctx, held)
 	wantTransient(t, "Release refused by the connection", err)
+	saw("refused Release", err)
 	cancel()
 	f.Refuse(false)
 	if e.heldOn(t, probe, free) {
@@ -150,6 +157,7 @@ func testStoreFaults(t *testing.T, e *env) {
 	ctx, cancel = callCtx()
 	g, err := b.Acquire(ctx, req)
 	cancel()
+	saw("Acquire, reply lost", err)
 	if err == nil {
 		e.checkGrant(t, g, req.Key, req.TTL)
 	} else {
@@ -166,6 +174,7 @@ func testStoreFaults(t *testing.T, e *env) {
 	ctx, cancel = callCtx()
 	_, err = b.Renew(ctx, g, e.hold)
 	cancel()
+	saw("Renew, reply lost", err)
 	if err != nil {
 		wantTransient(t, "Renew whose reply was lost", err)
 	}
@@ -180,6 +189,7 @@ func testStoreFaults(t *testing.T, e *env) {
 	ctx, cancel = callCtx()
 	err = b.Release(ctx, g)
 	cancel()
+	saw("Release, reply lost", err)
 	if err != nil {
 		wantTransient(t, "Release whose reply was lost", err)
 	}
@@ -209,6 +219,7 @@ func testStoreFaults(t *testing.T, e *env) {
 		err := c.call(ctx)
 		took := time.Since(start)
 		cancel()
+		saw(c.what+", reply late", err)
 		if err == nil {
 			t.Fatalf("%s whose reply is %v late, with a context of %v: nil, want the context's error", c.what, delay, short)
 		}
@@ -228,7 +239,7 @@ func testStoreFaults(t *testing.T, e *env) {
 		t.Fatalf("the holder's Renew after one whose reply came late: %v", err)
 	}
 	release("after a Renew whose reply came late", g)
-	t.Logf("refused, lost and late replies reported as transient errors or the context's; the store's state after each is the request's")
+	t.Logf("refused, lost and late replies reported as transient errors or the context's; the store's state after each is the request's:\n\t%s", strings.Join(seen, "\n\t"))
 }
 
 func testForeignValue(t *testing.T, e *env) {

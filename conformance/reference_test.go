@@ -1012,7 +1012,7 @@ var correctVariants = []variant{
 
 var brokenVariants = []variant{
 	{"ReleaseWithoutOwnerCheck", []string{"ReleaseAfterLoss", "LateRelease"}, plain(bugReleaseNoOwnerCheck)},
-	{"RenewWithoutOwnerCheck", []string{"RenewAfterLoss"}, plain(bugRenewNoOwnerCheck)},
+	{"RenewWithoutOwnerCheck", []string{"RenewAfterLoss", "LeaseLengths", "RenewRaces"}, plain(bugRenewNoOwnerCheck)},
 	{"FenceRepeats", []string{"FenceIncreasing"}, plain(bugFenceRepeats)},
 	{"FenceResetOnRelease", []string{"FenceIncreasing"}, plain(bugFenceResets)},
 	{"NoTTL", []string{"ExpiryWithoutRenew"}, plain(bugNoTTL)},
@@ -1026,7 +1026,7 @@ var brokenVariants = []variant{
 	{"KeyMangling", []string{"AwkwardKeys"}, plain(bugKeyMangling)},
 	{"EarlyExpiry", []string{"ExpiryWithoutRenew"}, plain(bugEarlyExpiry)},
 	{"UsableAfterClose", []string{"Close"}, plain(bugUsableAfterClose)},
-	{"RenewAddsTTL", []string{"RenewTTL"}, plain(bugRenewAddsTTL)},
+	{"RenewAddsTTL", []string{"RenewTTL", "LeaseLengths"}, plain(bugRenewAddsTTL)},
 	{"RenewReportsLonger", []string{"RenewTTL"}, plain(bugRenewReportsLonger)},
 	{"ReleaseCheckThenDelete", []string{"ReleaseRacesExpiry"}, plain(bugReleaseCheckThenDelete)},
 	{"CancelReportsHeld", []string{"CancelledAttempt"}, plain(bugCancelReportsHeld)},
@@ -1043,7 +1043,7 @@ var brokenVariants = []variant{
 	{"WatchLate", []string{"Notifier"}, plain(bugWatchLate)},
 	{"NotifierUnbuffered", []string{"Notifier"}, plain(bugNotifierUnbuffered)},
 	{"RetryAfterTooLong", []string{"TryAcquire"}, plain(bugRetryAfterTooLong)},
-	{"LeaseMaxLifetime", []string{"RenewKeepsLease"}, plain(bugLeaseMaxLifetime)},
+	{"LeaseMaxLifetime", []string{"RenewKeepsLease", "LeaseLengths"}, plain(bugLeaseMaxLifetime)},
 	{"FenceLostOnInvalidate", []string{"FenceIncreasing"}, plain(bugFenceLostOnInvalidate)},
 	{"CancelReportsNotHeld", []string{"CancelledAttempt"}, plain(bugCancelReportsNotHeld)},
 	{"ErrorLeaksOwner", []string{"ReleaseAfterLoss", "RenewAfterLoss"}, plain(bugErrorLeaksOwner)},
