@@ -119,8 +119,9 @@
 // checked when present, including their agreement with the base methods:
 //
 //   - Notifier: a release wakes a watcher (the watch is in effect when
-//     Watch returns, and a wake-up while the watcher is not receiving is
-//     kept), and a waiting Locker.Acquire, well before the holder's TTL;
+//     Watch returns, a wake-up while the watcher is not receiving is
+//     kept, and stopping one watch of a key leaves another in effect), and
+//     a waiting Locker.Acquire, well before the holder's TTL;
 //     the woken waiter can take the key.
 //   - WaitAcquirer: AcquireWait is exclusive with Acquire, blocks while the
 //     key is held, grants a greater fence, serves waiters in FIFO order,

@@ -36,8 +36,11 @@ type Faults interface {
 	// DelayReplies delays every reply by d: requests reach the store and
 	// are applied on time, their replies arrive d late. Zero ends it.
 	DelayReplies(d time.Duration)
-	// DropReplies makes the replies to the next n requests get lost after
-	// the store applied them (the connection is reset before they arrive).
+	// DropReplies makes the next n replies of the store to the backend get
+	// lost after the store applied their requests (the connection is reset
+	// before they arrive). A harness on a real connection may drop the
+	// reply to the client's own handshake instead: StoreFaults checks an
+	// error against either outcome.
 	DropReplies(n int)
 }
 
@@ -151,8 +154,20 @@ func testStoreFaults(t *testing.T, e *env) {
 
 	// Applied, the reply lost: the outcome is unknown to the backend, so
 	// no "held by another" nor "not held"; the store's state is the
-	// request's.
+	// request's. (A harness on a real connection cannot always tell which
+	// reply it drops: the client's own handshake may be the one lost, and
+	// the request not sent. So an error is checked only against either
+	// outcome; a success must be the request's.) Each fault is armed on a
+	// connection that has just carried a request: warm.
+	warm := func() {
+		t.Helper()
+		err := e.healed(func() error { return b.Release(e.ctx, driver.Grant{Key: e.key("warm"), Owner: owner()}) })
+		if !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("Release of a never-held key once the faults ended: %v, want ErrNotHeld", err)
+		}
+	}
 	req := driver.AcquireRequest{Key: e.key("lost-acquire"), Owner: owner(), TTL: e.hold}
+	warm()
 	f.DropReplies(1)
 	ctx, cancel = callCtx()
 	g, err := b.Acquire(ctx, req)
@@ -160,16 +175,17 @@ func testStoreFaults(t *testing.T, e *env) {
 	saw("Acquire, reply lost", err)
 	if err == nil {
 		e.checkGrant(t, g, req.Key, req.TTL)
+		if !e.heldOn(t, probe, req.Key) {
+			t.Fatalf("%s free after an Acquire granted (a reply lost on the way)", quote(req.Key))
+		}
 	} else {
 		wantTransient(t, "Acquire whose reply was lost", err)
-	}
-	if !e.heldOn(t, probe, req.Key) {
-		t.Fatalf("%s free after an Acquire the store applied (its reply lost)", quote(req.Key))
 	}
 	// The Locker's clean-up after an unknown outcome frees it.
 	release("after an Acquire whose reply was lost", driver.Grant{Key: req.Key, Owner: req.Owner})
 
 	g = e.grab(t, b, e.key("lost-renew"))
+	warm()
 	f.DropReplies(1)
 	ctx, cancel = callCtx()
 	_, err = b.Renew(ctx, g, e.hold)
@@ -185,6 +201,7 @@ func testStoreFaults(t *testing.T, e *env) {
 		t.Fatalf("the holder's Renew after one whose reply was lost: %v", err)
 	}
 
+	warm()
 	f.DropReplies(1)
 	ctx, cancel = callCtx()
 	err = b.Release(ctx, g)
@@ -192,15 +209,14 @@ func testStoreFaults(t *testing.T, e *env) {
 	saw("Release, reply lost", err)
 	if err != nil {
 		wantTransient(t, "Release whose reply was lost", err)
-	}
-	if e.heldOn(t, probe, g.Key) {
-		t.Fatalf("%s held after a Release the store applied (its reply lost)", quote(g.Key))
+	} else if e.heldOn(t, probe, g.Key) {
+		t.Fatalf("%s held after its owner's Release returned nil (a reply lost on the way)", quote(g.Key))
 	}
 	release("after a Release whose reply was lost", g)
 
 	// Late replies: a call whose context ends before its reply arrives
-	// returns promptly with the context's error; the request was applied
-	// all the same.
+	// returns promptly with the context's error or a transient one; the
+	// owner's clean-up then frees the key whatever the outcome.
 	short := e.ttl / 2
 	delay := short + 2*e.schedAllowance()
 	g = e.grab(t, b, e.key("late-renew"))
@@ -231,9 +247,6 @@ func testStoreFaults(t *testing.T, e *env) {
 		}
 	}
 	f.DelayReplies(0)
-	if !e.heldOn(t, probe, late) {
-		t.Fatalf("%s free after an Acquire the store applied (its reply late, its context ended)", quote(late))
-	}
 	release("after an Acquire whose reply came late", driver.Grant{Key: late, Owner: req.Owner})
 	if err := e.healed(func() error { return errOf(b.Renew(e.ctx, g, e.hold)) }); err != nil {
 		t.Fatalf("the holder's Renew after one whose reply came late: %v", err)

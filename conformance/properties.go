@@ -39,7 +39,7 @@ var properties = []property{
 	{"PausedHolder", "A holder paused past its lease writes with its old fence after the next holder wrote, and the guard rejects the write with fencing.ErrStale.", testPausedHolder},
 	{"AwkwardKeys", "Keys with slashes, Unicode, braces, a leading '}', spaces, control and invalid UTF-8 bytes, and of exactly MaxKeyLen bytes are distinct working keys; \"\" and MaxKeyLen+1 bytes fail with ErrInvalid.", testAwkwardKeys},
 	{"Close", "Close is idempotent, every call after it fails with ErrClosed, other backends keep working, and a Locker's Close releases its leases.", testClose},
-	{"Notifier", "If the backend is a Notifier, a release wakes a watcher (and a waiting Acquire) well before the holder's TTL, and the woken waiter can take the key.", testNotifier},
+	{"Notifier", "If the backend is a Notifier, a release wakes a watcher (another watch of the key stopped or not, and a waiting Acquire) well before the holder's TTL, and the woken waiter can take the key.", testNotifier},
 	{"WaitAcquirer", "If the backend is a WaitAcquirer, AcquireWait agrees with Acquire (exclusive, greater fence, blocks while held) and grants waiters in FIFO order.", testWaitAcquirer},
 	{"TryFirstWaiter", "If the backend is a TryFirstWaiter, TryFirst does not block, and AcquireWaitHeld after an Acquire of the same request that did not take the key blocks while the key is held, grants the key at once with that Acquire's fence if the Acquire was applied and its reply lost, and leaves no trace when its context ends.", testTryFirstWaiter},
 	{"Inspector", "If the backend is an Inspector, Inspect agrees with Acquire on whether a key is held and on its fence, and never reveals the owner token.", testInspector},

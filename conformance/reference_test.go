@@ -191,6 +191,10 @@ const (
 	// held by another owner (Acquire: HeldError; Renew, Release: not
 	// held): the Locker waits for a holder that does not exist.
 	bugForeignValueHeld
+	// A watch's stop deletes the key's whole set of watchers, not its
+	// own (found by mutation testing of backend/memory): stopping one
+	// watch ends the others on the key.
+	bugWatchStopDropsOthers
 )
 
 // refStore is the shared state: one per harness.
@@ -622,6 +626,9 @@ func (b *refBackend) Watch(ctx context.Context, key string) (<-chan struct{}, fu
 		once.Do(func() {
 			s.mu.Lock()
 			delete(s.watchers[key], ch)
+			if s.bug == bugWatchStopDropsOthers {
+				delete(s.watchers, key)
+			}
 			s.mu.Unlock()
 		})
 	}, nil
@@ -1063,6 +1070,7 @@ var brokenVariants = []variant{
 	{"RetryLostReply", []string{"StoreFaults"}, plain(bugRetryLostReply)},
 	{"ReplyIgnoresCtx", []string{"StoreFaults"}, plain(bugReplyIgnoresCtx)},
 	{"ForeignValueHeld", []string{"ForeignValue"}, plain(bugForeignValueHeld)},
+	{"WatchStopDropsOthers", []string{"Notifier"}, plain(bugWatchStopDropsOthers)},
 }
 
 // exclusive names the broken variants that only the properties in their
@@ -1082,6 +1090,7 @@ var exclusive = map[string]bool{
 	"WaitHeldQueuesBehindOwn": true, "WaitHeldRegrants": true,
 	"RenewCheckThenWrite": true, "TTLCapped": true, "RenewWritesFirst": true,
 	"TransportPermanent": true, "RetryLostReply": true, "ReplyIgnoresCtx": true, "ForeignValueHeld": true,
+	"WatchStopDropsOthers": true,
 }
 
 // TestReference runs the suite on the correct reference backend: as a
