@@ -15,7 +15,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN_DIR   := $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
 STATICCHECK := $(GOBIN_DIR)/staticcheck
 
-.PHONY: all test lint tools generate generate-check bench fuzz tidy chaos
+.PHONY: all test lint tools generate generate-check bench fuzz tidy chaos mutation
 
 all: lint test
 
@@ -82,6 +82,13 @@ CHAOS_LENGTH ?= 5s
 chaos:
 	cd chaos && $(GO) test -race -count=1 -timeout 6h -run '^TestChaos' -args \
 		-chaos.length=$(CHAOS_LENGTH) $(if $(SEED),-chaos.seed=$(SEED) -chaos.seeds=1,-chaos.seeds=$(CHAOS_SEEDS))
+
+## mutation: mutation testing of backend/memory (gremlins) and of the Redis
+## scripts (tools/luamutate) with the conformance suite as the test; takes
+## about half an hour. Results and survivors: docs/mutation.md.
+mutation:
+	bash tools/mutation-memory.sh
+	$(GO) run ./tools/luamutate
 
 tidy:
 	@set -e; for d in $(MODULE_DIRS); do (cd $$d && $(GO) mod tidy); done

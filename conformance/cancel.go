@@ -206,6 +206,7 @@ func testCancelledAttempt(t *testing.T, e *env) {
 	// timer late (a fixed 20 once let the reference CancelReportsNotHeld
 	// pass).
 	const minRenewals, cutRenewals, maxRenewals = 20, 10, 200
+	probe := e.backend(t)
 	renewals, cut := 0, 0
 	for i := 0; i < maxRenewals && (i < minRenewals || cut < cutRenewals); i++ {
 		renewals++
@@ -221,6 +222,13 @@ func testCancelledAttempt(t *testing.T, e *env) {
 		}
 		if err != nil {
 			cut++
+		}
+		// The state after the cut call: whatever the renewal did, its
+		// owner still holds the key (extended or not), and no one else
+		// can take it.
+		if !e.heldOn(t, probe, key) {
+			t.Fatalf("renewal %d: %s is free after its owner's Renew, cancelled %v after it started, returned %v: a renewal must never free the key its owner holds, even cut in flight",
+				i+1, quote(key), after, err)
 		}
 		ctx, cancel = context.WithTimeout(e.ctx, time.Duration(mrand.Int64N(int64(2*releaseTrip)+1)))
 		err = b.Release(ctx, g)

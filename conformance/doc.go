@@ -25,7 +25,11 @@
 // without one the suite guards an in-process value with [fencing.Guard]),
 // and make backends whose responses are delayed ([Delayer]; [DelayReads]
 // delays a net.Conn): without a Delayer, SentIsSendTime runs without
-// latency and cannot tell a send time from a receive time.
+// latency and cannot tell a send time from a receive time. A
+// [FaultInjector] makes a backend whose way to the store refuses requests,
+// delays replies or loses them after the store applied the request
+// ([Faults]), and a [Corrupter] puts a foreign value in place of a lock:
+// without them StoreFaults and ForeignValue have nothing to check.
 //
 // # What it checks
 //
@@ -54,6 +58,12 @@
 //     TTL + ExpirySlack of the holder's request's return, never before its
 //     TTL from its sending, and
 //     the holder sees the lease lost.
+//   - LeaseLengths: leases of MinTTL and 5x MinTTL from one client, asked
+//     in either order, renewed from one to the other, or met by another
+//     owner's failed Acquire or Renew with another TTL, are each held for
+//     the TTL asked and free within ExpirySlack after (a store that caps
+//     long leases, applies one TTL to every lease of a client, or lets a
+//     refused request change the holder's lease fails).
 //   - InvalidationReported: a key removed out of band ends its lease's
 //     Context (cause ErrLeaseLost) within TTL + renew interval; a manual
 //     Renew reports ErrNotHeld at once.
@@ -68,6 +78,10 @@
 //     another owner polls (rounds of 24, until 24 of them started in the
 //     last 2ms of their lease; one round if MinTTL is a second or more)
 //     never delete the new owner's lock.
+//   - RenewRaces: renewals racing their owner's Release, and racing a
+//     take-over (the key invalidated and taken by another owner), never
+//     recreate the released key nor overwrite the new holder's lock; a
+//     renewal sent after either returned fails with ErrNotHeld.
 //   - LateRelease: a holder paused past its lease releases late and does not
 //     delete its successor's lock.
 //   - CancelledAcquire: an Acquire whose context ends returns promptly an
@@ -77,7 +91,17 @@
 //   - CancelledAttempt: a Backend.Acquire of a free key cancelled at a
 //     random point of its round trip returns a grant or an error that is
 //     not ErrNotAcquired without the context's error, and its owner's
-//     Release of Grant{Key, Owner} leaves the key free.
+//     Release of Grant{Key, Owner} leaves the key free; a Renew cut likewise
+//     leaves the key held by its owner.
+//   - StoreFaults: with a FaultInjector harness, a request refused on its
+//     way, applied with its reply lost, or answered after its context
+//     ended is reported promptly as a transient error or the context's
+//     (never ErrPermanent, "held" or "not held"), and the store's state
+//     afterwards is the request's (nothing, or what it applied).
+//   - ForeignValue: with a Corrupter harness, a lock holding a value the
+//     backend never wrote makes Acquire fail with ErrPermanent (not "held
+//     by another"), and its owner's Renew and Release fail and change
+//     nothing.
 //   - SentIsSendTime: Grant.Sent, Renewal.Sent and the TTLs reported with
 //     them never overstate a lease: with responses delayed (a Delayer),
 //     another owner never gets the key before the holder's local deadline.
@@ -95,8 +119,9 @@
 // checked when present, including their agreement with the base methods:
 //
 //   - Notifier: a release wakes a watcher (the watch is in effect when
-//     Watch returns, and a wake-up while the watcher is not receiving is
-//     kept), and a waiting Locker.Acquire, well before the holder's TTL;
+//     Watch returns, a wake-up while the watcher is not receiving is
+//     kept, and stopping one watch of a key leaves another in effect), and
+//     a waiting Locker.Acquire, well before the holder's TTL;
 //     the woken waiter can take the key.
 //   - WaitAcquirer: AcquireWait is exclusive with Acquire, blocks while the
 //     key is held, grants a greater fence, serves waiters in FIFO order,

@@ -24,6 +24,13 @@ func (h memoryHarness) Invalidate(_ context.Context, key string) error {
 
 func (h memoryHarness) Config() conformance.Config { return conformance.Config{} }
 
+// NewFaultyBackend makes the harness a conformance.FaultInjector: the
+// faults sit between the caller and the store's Backend.
+func (h memoryHarness) NewFaultyBackend(context.Context) (driver.Backend, conformance.Faults, error) {
+	f := &procFaults{}
+	return faultyBackend{h.s.Backend(), f}, f, nil
+}
+
 // TestMemory runs the conformance suite on backend/memory.
 func TestMemory(t *testing.T) {
 	conformance.Run(t, func(*testing.T) conformance.Harness { return memoryHarness{memory.NewStore()} })

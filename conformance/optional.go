@@ -55,6 +55,32 @@ func testNotifier(t *testing.T, e *env) {
 	}
 	stop()
 
+	// Two watches of one key on one backend: stopping one leaves the other
+	// in effect (a backend that keeps one subscription per key must count
+	// its watchers).
+	key = e.key("notify-two")
+	g = e.grab(t, b1, key)
+	_, stopA, err := n.Watch(e.ctx, key)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	chB, stopB, err := n.Watch(e.ctx, key)
+	if err != nil {
+		stopA()
+		t.Fatalf("second Watch of the same key: %v", err)
+	}
+	stopA()
+	if err := b1.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case <-chB:
+	case <-time.After(wake):
+		stopB()
+		t.Fatalf("watcher not woken %v after the release: stopping another watch of the same key on the same backend ended it too", wake)
+	}
+	stopB()
+
 	// A Locker's waiting Acquire is woken by the release too.
 	key = e.key("notify-locker")
 	holder := e.locker(t, nil)

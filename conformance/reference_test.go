@@ -153,6 +153,48 @@ const (
 	// held, as a cache refresh under a lock would: the Locker's Acquire
 	// blocks before it has even tried.
 	bugTryFirstBlocks
+	// Renew reads the lock, compares the owner, then writes the owner and
+	// a new expiry in a second request (GET, compare, SET PX): a release
+	// or a take-over between the two is undone.
+	bugRenewCheckThenWrite
+	// The store caps every lease at 3x DefaultMinTTL and reports the TTL
+	// asked: a long lease ends early.
+	bugTTLCapped
+	// A client applies the TTL of its first Acquire to every lease it
+	// takes or renews (one session per client) and reports the TTL asked.
+	bugOneTTLPerClient
+	// Acquire sets the key if absent, then sets its expiry in a second,
+	// unconditional step (SETNX, then PEXPIRE): a failed attempt resets
+	// the holder's lease to the contender's TTL.
+	bugFailedAcquireSetsTTL
+	// Renew re-creates the lock in two steps (delete, then set again) and
+	// gives up between them when its context ends: a renewal cut in flight
+	// frees the key its owner holds, reported as a transient error.
+	bugCutRenewDrops
+	// Renew sets the expiry first and compares the owner after (PEXPIRE,
+	// then GET): a lost owner's Renew reports ErrNotHeld but has already
+	// changed the holder's lease to its own TTL.
+	bugRenewWritesFirst
+	// Every error of the way to the store (a refused or reset
+	// connection) is wrapped with ErrPermanent: the Locker gives up at
+	// once on a fault a retry would overcome.
+	bugTransportPermanent
+	// A request whose reply was lost is sent again (a client's automatic
+	// retry): the retry of an applied Acquire finds the key held and
+	// reports "held by another", of an applied Release "not held".
+	bugRetryLostReply
+	// The backend waits for a late reply whatever its context (the round
+	// trip made with context.Background): a call does not return when its
+	// context ends.
+	bugReplyIgnoresCtx
+	// A lock holding a value the backend never wrote is taken for a lock
+	// held by another owner (Acquire: HeldError; Renew, Release: not
+	// held): the Locker waits for a holder that does not exist.
+	bugForeignValueHeld
+	// A watch's stop deletes the key's whole set of watchers, not its
+	// own (found by mutation testing of backend/memory): stopping one
+	// watch ends the others on the key.
+	bugWatchStopDropsOthers
 )
 
 // refStore is the shared state: one per harness.
@@ -169,6 +211,7 @@ type refLock struct {
 	fence   fencing.Token
 	expires time.Time
 	maxLife time.Time // bugLeaseMaxLifetime: when the lease ends at the latest
+	corrupt bool      // a value the backend never writes is stored in its place (refHarness.Corrupt)
 	queue   []*refWaiter
 }
 
@@ -204,6 +247,8 @@ func (s *refStore) enforced(ttl time.Duration) time.Duration {
 		return 100 * 365 * 24 * time.Hour
 	case bugEarlyExpiry:
 		return ttl / 2
+	case bugTTLCapped:
+		return min(ttl, 3*conformance.DefaultMinTTL)
 	}
 	return ttl
 }
@@ -279,6 +324,74 @@ type refBackend struct {
 	mu     sync.Mutex
 	closed bool
 	local  map[string]fencing.Token // bugFenceRepeats: this client's counters
+	first  time.Duration            // bugOneTTLPerClient: the TTL of its first Acquire
+	faults *procFaults              // the way to the store (refHarness.NewFaultyBackend); nil: no faults
+}
+
+// foreign is the error of op on a key whose lock holds a value the
+// backend never wrote.
+func (s *refStore) foreign(op, key string, acquire bool) error {
+	switch {
+	case s.bug != bugForeignValueHeld:
+		return fmt.Errorf("ref: %s %q: a value the backend never wrote: %w", op, key, driver.ErrPermanent)
+	case acquire:
+		return &driver.HeldError{Key: key}
+	}
+	return s.notHeld(op, driver.Grant{Key: key})
+}
+
+// transport wraps an error of the way to the store (procFaults).
+func (b *refBackend) transport(op, key string, err error) error {
+	if b.s.bug == bugTransportPermanent && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("ref: %s %q: %w: %w", op, key, err, driver.ErrPermanent)
+	}
+	return fmt.Errorf("ref: %s %q: %w", op, key, err)
+}
+
+// roundTrip makes the request call to the store through b.faults: call
+// is applied unless the request is refused, and its outcome is lost if
+// the reply is (sent again once with bugRetryLostReply).
+func roundTrip[T any](ctx context.Context, b *refBackend, op, key string, call func() (T, error)) (T, error) {
+	var zero T
+	if err := b.faults.send(); err != nil {
+		return zero, b.transport(op, key, err)
+	}
+	v, err := call()
+	rerr := b.faults.reply(ctx, b.s.bug == bugReplyIgnoresCtx)
+	if errors.Is(rerr, errReset) && b.s.bug == bugRetryLostReply {
+		return roundTrip(ctx, b, op, key, call)
+	}
+	if rerr != nil {
+		return zero, b.transport(op, key, rerr)
+	}
+	return v, err
+}
+
+func (b *refBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return roundTrip(ctx, b, "acquire", req.Key, func() (driver.Grant, error) { return b.acquireStore(ctx, req) })
+}
+
+func (b *refBackend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
+	return roundTrip(ctx, b, "renew", g.Key, func() (time.Duration, error) { return b.renewStore(ctx, g, ttl) })
+}
+
+func (b *refBackend) Release(ctx context.Context, g driver.Grant) error {
+	_, err := roundTrip(ctx, b, "release", g.Key, func() (struct{}, error) { return struct{}{}, b.releaseStore(ctx, g) })
+	return err
+}
+
+// ttlFor returns the lease the client asks the store for when ttl is
+// asked: ttl, except with bugOneTTLPerClient.
+func (b *refBackend) ttlFor(ttl time.Duration) time.Duration {
+	if b.s.bug != bugOneTTLPerClient {
+		return ttl
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.first == 0 {
+		b.first = ttl
+	}
+	return b.first
 }
 
 func (b *refBackend) usable(ctx context.Context) error {
@@ -301,7 +414,7 @@ func (b *refBackend) nextLocal(key string) fencing.Token {
 	return b.local[key]
 }
 
-func (b *refBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+func (b *refBackend) acquireStore(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := b.usable(ctx); err != nil {
 		return driver.Grant{}, err
 	}
@@ -313,6 +426,10 @@ func (b *refBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (dr
 	s.mu.Lock()
 	now := time.Now()
 	l := s.settle(key, now)
+	if l.corrupt {
+		s.mu.Unlock()
+		return driver.Grant{}, s.foreign("acquire", req.Key, true)
+	}
 	if l.owner != "" {
 		defer s.mu.Unlock()
 		retry := l.expires.Sub(now)
@@ -322,6 +439,9 @@ func (b *refBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (dr
 		if s.bug == bugHeldNotWrapped {
 			return driver.Grant{}, fmt.Errorf("ref: %q is locked", req.Key)
 		}
+		if s.bug == bugFailedAcquireSetsTTL {
+			l.expires = now.Add(s.enforced(req.TTL))
+		}
 		return driver.Grant{}, &driver.HeldError{Key: req.Key, RetryAfter: retry}
 	}
 	if s.bug == bugCheckThenSet {
@@ -330,7 +450,10 @@ func (b *refBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (dr
 		time.Sleep(200 * time.Microsecond)
 		s.mu.Lock()
 	}
-	g := s.grant(key, l, req, now, local)
+	asked := req
+	asked.TTL = b.ttlFor(req.TTL)
+	g := s.grant(key, l, asked, now, local)
+	g.TTL = req.TTL
 	s.mu.Unlock()
 	g.Sent = now
 	b.respond()
@@ -362,7 +485,7 @@ func (b *refBackend) respond() {
 	}
 }
 
-func (b *refBackend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (_ time.Duration, err error) {
+func (b *refBackend) renewStore(ctx context.Context, g driver.Grant, ttl time.Duration) (_ time.Duration, err error) {
 	if err := b.usable(ctx); err != nil {
 		return 0, err
 	}
@@ -382,6 +505,12 @@ func (b *refBackend) Renew(ctx context.Context, g driver.Grant, ttl time.Duratio
 		}
 	} else {
 		l = s.settle(key, now)
+	}
+	if l.corrupt {
+		return 0, s.foreign("renew", g.Key, false)
+	}
+	if s.bug == bugRenewWritesFirst && l.owner != "" {
+		l.expires = now.Add(ttl)
 	}
 	if l.owner == "" || (l.owner != g.Owner && s.bug != bugRenewNoOwnerCheck) {
 		return 0, s.notHeld("renew", g)
@@ -405,13 +534,33 @@ func (b *refBackend) Renew(ctx context.Context, g driver.Grant, ttl time.Duratio
 		if l.expires.After(l.maxLife) {
 			l.expires = l.maxLife
 		}
+	case bugRenewCheckThenWrite:
+		// The write is a second request: SET key owner PX ttl.
+		s.mu.Unlock()
+		time.Sleep(200 * time.Microsecond)
+		s.mu.Lock()
+		l = s.locks[key]
+		l.owner, l.expires = g.Owner, time.Now().Add(ttl)
+	case bugCutRenewDrops:
+		s.free(key, l)
+		s.mu.Unlock()
+		time.Sleep(200 * time.Microsecond) // the second request travels
+		s.mu.Lock()
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("ref: renew %q: %w", g.Key, ctx.Err())
+		}
+		l = s.settle(key, time.Now())
+		if l.owner != "" {
+			return 0, s.notHeld("renew", g)
+		}
+		l.owner, l.expires = g.Owner, time.Now().Add(ttl)
 	default:
-		l.expires = now.Add(s.enforced(ttl))
+		l.expires = now.Add(s.enforced(b.ttlFor(ttl)))
 	}
 	return ttl, nil
 }
 
-func (b *refBackend) Release(ctx context.Context, g driver.Grant) error {
+func (b *refBackend) releaseStore(ctx context.Context, g driver.Grant) error {
 	if err := b.usable(ctx); err != nil {
 		return err
 	}
@@ -424,6 +573,9 @@ func (b *refBackend) Release(ctx context.Context, g driver.Grant) error {
 		l = s.locks[key] // no expiry check
 	} else {
 		l = s.settle(key, time.Now())
+	}
+	if l.corrupt {
+		return s.foreign("release", g.Key, false)
 	}
 	if l.owner == "" || (l.owner != g.Owner && s.bug != bugReleaseNoOwnerCheck) ||
 		(s.bug == bugReleaseNeedsFence && l.fence != g.Fence) {
@@ -474,6 +626,9 @@ func (b *refBackend) Watch(ctx context.Context, key string) (<-chan struct{}, fu
 		once.Do(func() {
 			s.mu.Lock()
 			delete(s.watchers[key], ch)
+			if s.bug == bugWatchStopDropsOthers {
+				delete(s.watchers, key)
+			}
 			s.mu.Unlock()
 		})
 	}, nil
@@ -708,18 +863,39 @@ func (h *refHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
 }
 
 func (h *refHarness) NewDelayedBackend(_ context.Context, delay time.Duration) (driver.Backend, error) {
-	b := &refBackend{s: h.s, delay: delay}
+	return h.wrap(&refBackend{s: h.s, delay: delay}), nil
+}
+
+// NewFaultyBackend makes the harness a conformance.FaultInjector.
+func (h *refHarness) NewFaultyBackend(context.Context) (driver.Backend, conformance.Faults, error) {
+	f := &procFaults{}
+	return h.wrap(&refBackend{s: h.s, faults: f}), f, nil
+}
+
+// Corrupt makes the harness a conformance.Corrupter: key's lock holds a
+// value no refBackend writes.
+func (h *refHarness) Corrupt(_ context.Context, key string) error {
+	s, key := h.s, h.s.mangle(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.settle(key, time.Now())
+	l.owner, l.corrupt = "", true
+	return nil
+}
+
+// wrap returns b as the backend type of the harness's capabilities.
+func (h *refHarness) wrap(b *refBackend) driver.Backend {
 	switch {
 	case h.first:
-		return refFirstBackend{refQueueBackend{b}}, nil
+		return refFirstBackend{refQueueBackend{b}}
 	case h.queue:
-		return refQueueBackend{b}, nil
+		return refQueueBackend{b}
 	case h.stop:
-		return refStopperBackend{refKeeperBackend{b}}, nil
+		return refStopperBackend{refKeeperBackend{b}}
 	case h.keep:
-		return refKeeperBackend{b}, nil
+		return refKeeperBackend{b}
 	}
-	return b, nil
+	return b
 }
 
 func (h *refHarness) Invalidate(_ context.Context, key string) error {
@@ -843,7 +1019,7 @@ var correctVariants = []variant{
 
 var brokenVariants = []variant{
 	{"ReleaseWithoutOwnerCheck", []string{"ReleaseAfterLoss", "LateRelease"}, plain(bugReleaseNoOwnerCheck)},
-	{"RenewWithoutOwnerCheck", []string{"RenewAfterLoss"}, plain(bugRenewNoOwnerCheck)},
+	{"RenewWithoutOwnerCheck", []string{"RenewAfterLoss", "LeaseLengths", "RenewRaces"}, plain(bugRenewNoOwnerCheck)},
 	{"FenceRepeats", []string{"FenceIncreasing"}, plain(bugFenceRepeats)},
 	{"FenceResetOnRelease", []string{"FenceIncreasing"}, plain(bugFenceResets)},
 	{"NoTTL", []string{"ExpiryWithoutRenew"}, plain(bugNoTTL)},
@@ -857,7 +1033,7 @@ var brokenVariants = []variant{
 	{"KeyMangling", []string{"AwkwardKeys"}, plain(bugKeyMangling)},
 	{"EarlyExpiry", []string{"ExpiryWithoutRenew"}, plain(bugEarlyExpiry)},
 	{"UsableAfterClose", []string{"Close"}, plain(bugUsableAfterClose)},
-	{"RenewAddsTTL", []string{"RenewTTL"}, plain(bugRenewAddsTTL)},
+	{"RenewAddsTTL", []string{"RenewTTL", "LeaseLengths"}, plain(bugRenewAddsTTL)},
 	{"RenewReportsLonger", []string{"RenewTTL"}, plain(bugRenewReportsLonger)},
 	{"ReleaseCheckThenDelete", []string{"ReleaseRacesExpiry"}, plain(bugReleaseCheckThenDelete)},
 	{"CancelReportsHeld", []string{"CancelledAttempt"}, plain(bugCancelReportsHeld)},
@@ -874,7 +1050,7 @@ var brokenVariants = []variant{
 	{"WatchLate", []string{"Notifier"}, plain(bugWatchLate)},
 	{"NotifierUnbuffered", []string{"Notifier"}, plain(bugNotifierUnbuffered)},
 	{"RetryAfterTooLong", []string{"TryAcquire"}, plain(bugRetryAfterTooLong)},
-	{"LeaseMaxLifetime", []string{"RenewKeepsLease"}, plain(bugLeaseMaxLifetime)},
+	{"LeaseMaxLifetime", []string{"RenewKeepsLease", "LeaseLengths"}, plain(bugLeaseMaxLifetime)},
 	{"FenceLostOnInvalidate", []string{"FenceIncreasing"}, plain(bugFenceLostOnInvalidate)},
 	{"CancelReportsNotHeld", []string{"CancelledAttempt"}, plain(bugCancelReportsNotHeld)},
 	{"ErrorLeaksOwner", []string{"ReleaseAfterLoss", "RenewAfterLoss"}, plain(bugErrorLeaksOwner)},
@@ -884,6 +1060,17 @@ var brokenVariants = []variant{
 	{"WaitHeldCancelLeftQueued", []string{"TryFirstWaiter", "CancelledAcquire"}, tryingFirst(bugWaitHeldCancelLeftQueued)},
 	{"WaitHeldNoWait", []string{"TryFirstWaiter"}, tryingFirst(bugWaitHeldNoWait)},
 	{"TryFirstBlocks", []string{"TryFirstWaiter"}, tryingFirst(bugTryFirstBlocks)},
+	{"RenewCheckThenWrite", []string{"RenewRaces"}, plain(bugRenewCheckThenWrite)},
+	{"TTLCapped", []string{"LeaseLengths"}, plain(bugTTLCapped)},
+	{"OneTTLPerClient", []string{"LeaseLengths"}, plain(bugOneTTLPerClient)},
+	{"FailedAcquireSetsTTL", []string{"LeaseLengths"}, plain(bugFailedAcquireSetsTTL)},
+	{"CutRenewDrops", []string{"CancelledAttempt", "RenewRaces"}, plain(bugCutRenewDrops)},
+	{"RenewWritesFirst", []string{"LeaseLengths"}, plain(bugRenewWritesFirst)},
+	{"TransportPermanent", []string{"StoreFaults"}, plain(bugTransportPermanent)},
+	{"RetryLostReply", []string{"StoreFaults"}, plain(bugRetryLostReply)},
+	{"ReplyIgnoresCtx", []string{"StoreFaults"}, plain(bugReplyIgnoresCtx)},
+	{"ForeignValueHeld", []string{"ForeignValue"}, plain(bugForeignValueHeld)},
+	{"WatchStopDropsOthers", []string{"Notifier"}, plain(bugWatchStopDropsOthers)},
 }
 
 // exclusive names the broken variants that only the properties in their
@@ -901,6 +1088,9 @@ var exclusive = map[string]bool{
 	"RetryAfterTooLong": true, "LeaseMaxLifetime": true, "FenceLostOnInvalidate": true,
 	"CancelReportsNotHeld": true, "ErrorLeaksOwner": true,
 	"WaitHeldQueuesBehindOwn": true, "WaitHeldRegrants": true,
+	"RenewCheckThenWrite": true, "TTLCapped": true, "RenewWritesFirst": true,
+	"TransportPermanent": true, "RetryLostReply": true, "ReplyIgnoresCtx": true, "ForeignValueHeld": true,
+	"WatchStopDropsOthers": true,
 }
 
 // TestReference runs the suite on the correct reference backend: as a

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/faultproxy"
 	"github.com/fencedlock/fencedlock/internal/redistest"
 	"github.com/redis/rueidis"
 )
@@ -56,6 +57,43 @@ func (h *harness) Invalidate(ctx context.Context, key string) error {
 }
 
 func (h *harness) Config() conformance.Config { return conformance.Config{} }
+
+// NewFaultyBackend makes the harness a conformance.FaultInjector: the
+// backend's client talks to redis-server through a TCP proxy of its own.
+func (h *harness) NewFaultyBackend(ctx context.Context) (driver.Backend, conformance.Faults, error) {
+	px, err := faultproxy.New(h.srv.Addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.t.Cleanup(func() { px.Close() })
+	c := h.srv.Client(h.t, func(o *rueidis.ClientOption) { o.InitAddress = []string{px.Addr()} })
+	b, err := New(c, Options{})
+	return b, proxyFaults{px}, err
+}
+
+// proxyFaults is conformance.Faults on a faultproxy.Proxy.
+type proxyFaults struct{ p *faultproxy.Proxy }
+
+// Refuse resets the open connections and refuses new ones while on.
+func (f proxyFaults) Refuse(on bool) {
+	f.p.RefuseNew(on)
+	if on {
+		f.p.ResetAll()
+	}
+}
+
+func (f proxyFaults) DelayReplies(d time.Duration) { f.p.SetReplyLatency(d) }
+func (f proxyFaults) DropReplies(n int)            { f.p.CutReplies(n) }
+
+// Corrupt makes the harness a conformance.Corrupter: key's lock becomes a
+// hash, which the scripts never write.
+func (h *harness) Corrupt(ctx context.Context, key string) error {
+	lk := h.ops.LockKey(key)
+	if err := h.c.Do(ctx, h.c.B().Del().Key(lk).Build()).Error(); err != nil {
+		return err
+	}
+	return h.c.Do(ctx, h.c.B().Hset().Key(lk).FieldValue().FieldValue("foreign", "value").Build()).Error()
+}
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
