@@ -190,8 +190,11 @@
 // half the renew interval, by a Range of our key. The bound: a held key
 // deleted at T is reported lost ([fencedlock.ErrNotHeld]) by T + 2 renew
 // intervals + the round trips of a keepalive and a Range, whatever the
-// watch does (or, if those reads fail too, at the local deadline, which
-// then lies at most TTL - margin after T). Measured with the watch
+// watch does, as long as the cluster answers that Range within a renew
+// interval. A renewal whose Range fails counts on the keepalive alone, as
+// it did before: a cluster too busy to answer reads while it renews leases
+// must not lose live leases, so only a watch stalled together with reads
+// failing for as long leaves the belief unbounded. Measured with the watch
 // stalled on the 3-member test cluster (TTL 2 s, renewal every 667 ms,
 // bound 1.33 s plus round trips): 0.20-1.06 s in 19 forced releases and
 // deletes, at load average 18 (clustertest's
