@@ -190,8 +190,8 @@
 // half the renew interval, by a Range of our key. The bound: a held key
 // deleted at T is reported lost ([fencedlock.ErrNotHeld]) by T + 2 renew
 // intervals + the round trips of a keepalive and a Range, whatever the
-// watch does, as long as the cluster answers that Range within a renew
-// interval. A renewal whose Range fails counts on the keepalive alone, as
+// watch does, as long as the cluster answers that Range within half a
+// renew interval. A renewal whose Range fails counts on the keepalive alone, as
 // it did before: a cluster too busy to answer reads while it renews leases
 // must not lose live leases, so only a watch stalled together with reads
 // failing for as long leaves the belief unbounded. Measured with the watch

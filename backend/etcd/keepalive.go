@@ -138,7 +138,6 @@ type keeper struct {
 	stopCtx    func() bool
 	pendSent   time.Time     // a holder's renewal confirmed by the server, not yet reported: its key is not proven ours since
 	pendTTL    time.Duration // the TTL that renewal confirmed
-	credited   time.Time     // the send time of the last Renewal sent for a holder (prove.go)
 	proving    bool          // a proof of the key runs for pendSent (prove.go)
 }
 

@@ -34,25 +34,21 @@ package etcd
 // which loses the lease at once), so its round (or the one in flight
 // before it, then its own) times out after half an interval each, and the
 // Range finds the key gone, provided the cluster answers that Range
-// within a renew interval (see the invariants: a renewal whose Range
+// within half a renew interval (see the invariants: a renewal whose Range
 // fails counts on the keepalive alone). With no write in the cluster
 // since the last progress notification, a round needs no progress
-// request. A round that completes after a renewal was sent (the round
-// began before it) credits that renewal with the round's start: the
-// lease lives longer, and the key was ours then.
+// request.
 //
 // Invariants:
-//   - A holder's Renewal is sent on its channel only with a "send time"
-//     s at which its key was proven present (a round's t0 or a Range's
-//     start, if no later than the renewal's send time: a partial credit),
-//     or at or before which it was (the renewal's send time itself), and
-//     at or before the send time of a renewal the server confirmed: the
-//     Locker's local deadline is never more than TTL - margin after the
-//     last moment the key was known ours, nor after the server's expiry.
+//   - A holder's Renewal (whose Sent is its request's send time s) is
+//     sent on its channel only once its key was proven present at a
+//     moment >= s (a round's t0 or a Range's start), or once a Range
+//     failed (below): the Locker's local deadline is never more than
+//     TTL - margin after the last moment the key was known ours.
 //   - A keeper with an unproven renewal (pendSent set) is in the proof
 //     (proving: in w.pend, or its Range runs) exactly once, until its
 //     pending renewal is delivered or it ends. A Range that fails (no
-//     answer within a renew interval: an overloaded cluster) delivers the
+//     answer within half a renew interval: an overloaded cluster) delivers the
 //     renewal on the keepalive's word alone, as before proofs existed:
 //     else a busy cluster that still renews leases would lose them.
 //   - At most one round runs; it ends when no keeper waits for a proof.
@@ -205,21 +201,9 @@ func (k *keeper) proofDone(proven time.Time, byWatch bool) (done, read bool) {
 		return true, false // ended, or about to end: its key's deletion was dispatched
 	case byWatch && (k.recheck || k.rechecking || k.rewatch):
 		return false, true
-	case k.pendSent.IsZero():
-		return false, false
-	case k.pendSent.After(proven):
-		// Renewed after the proof: the lease lives until pendSent + TTL,
-		// later than proven + TTL, and the key was ours at proven. Credit
-		// that much now (the Locker keeps the later deadline), so that a
-		// proof slower than a renewal's slack (a busy cluster, rounds
-		// queued behind one another) does not starve a live lease.
-		if proven.After(k.credited) {
-			k.credited = proven
-			offer(k.out, driver.Renewal{Sent: proven, TTL: k.pendTTL})
-		}
+	case k.pendSent.IsZero() || k.pendSent.After(proven):
 		return false, false
 	}
-	k.credited = k.pendSent
 	offer(k.out, driver.Renewal{Sent: k.pendSent, TTL: k.pendTTL})
 	k.pendSent, k.pendTTL, k.proving = time.Time{}, 0, false
 	return true, false
@@ -233,7 +217,7 @@ func (k *keeper) verify() {
 	go func() {
 		defer b.wg.Done()
 		start := time.Now()
-		gone, ok := b.recheck(b.closeCtx, k.d, k.interval)
+		gone, ok := b.recheck(b.closeCtx, k.d, k.interval/2)
 		if gone {
 			k.lose(errorf("lock key of %q deleted (found by a read of the key: the deletion watch did not prove it ours since its renewal): %w",
 				k.key, driver.ErrNotHeld))
@@ -246,13 +230,12 @@ func (k *keeper) verify() {
 			}
 			return
 		}
-		// The read failed (a cluster too busy to answer a read within a
-		// renew interval, while it renews leases): the renewal counts on
+		// The read failed (a cluster too busy to answer a read within
+		// half a renew interval, while it renews leases): the renewal counts on
 		// the keepalive alone, as the watch and the reads would otherwise
 		// lose a live lease to the load. The next renewal is proven again.
 		k.slot.mu.Lock()
 		if k.state != kEnded && !k.pendSent.IsZero() && k.deleted == 0 {
-			k.credited = k.pendSent
 			offer(k.out, driver.Renewal{Sent: k.pendSent, TTL: k.pendTTL})
 		}
 		k.pendSent, k.pendTTL, k.proving = time.Time{}, 0, false
