@@ -43,14 +43,16 @@ package etcd
 //   - A holder's Renewal (whose Sent is its request's send time s) is
 //     sent on its channel only once its key was proven present at a
 //     moment >= s (a round's t0 or a Range's start), or once a Range
-//     failed (below): the Locker's local deadline is never more than
-//     TTL - margin after the last moment the key was known ours.
+//     failed (below): unless a Range failed, the Locker's local deadline
+//     is never more than TTL - margin after the last moment the key was
+//     known ours.
 //   - A keeper with an unproven renewal (pendSent set) is in the proof
 //     (proving: in w.pend, or its Range runs) exactly once, until its
 //     pending renewal is delivered or it ends. A Range that fails (no
-//     answer within half a renew interval: an overloaded cluster) delivers the
-//     renewal on the keepalive's word alone, as before proofs existed:
-//     else a busy cluster that still renews leases would lose them.
+//     answer within half a renew interval: an overloaded cluster)
+//     delivers the renewal on the keepalive's word alone, as before
+//     proofs existed: else a busy cluster that still renews leases would
+//     lose them.
 //   - At most one round runs; it ends when no keeper waits for a proof.
 //   - w.prog is the highest revision of a progress notification of the
 //     running watch, 0 while it (re)starts.
