@@ -180,35 +180,30 @@
 // leaves the lease alive, so its keepalives go on succeeding; the shared
 // watch alone would report it, and a watch can stall without ending (a
 // member that stops sending events, a stream stuck behind a slow reader).
-// So a renewal counts (is reported to the Locker, moving its local
-// deadline) only once our key is proven ours at a moment after the
-// renewal was sent: for all held leases of the Backend at once, by a
-// round that reads a linearizable revision (one Range of a single key,
-// count only) and waits for the watch's progress (RequestProgress) to
-// reach it (no progress request when nothing was written since the last
-// progress notification); or, when that round has not completed within
-// half the renew interval, by a Range of our key. The bound: a held key
-// deleted at T is reported lost ([fencedlock.ErrNotHeld]) by T + 2 renew
-// intervals + the round trips of a keepalive and a Range, whatever the
-// watch does, as long as the cluster answers that Range within half a
-// renew interval. A renewal whose Range fails counts on the keepalive
-// alone, as it did before: a cluster too busy to answer reads while it
-// renews leases must not lose live leases, so only a watch stalled
-// together with reads failing for as long leaves the belief unbounded.
-// Measured with the watch stalled on the 3-member test cluster (TTL 2 s,
-// renewal every 667 ms, so 1.33 s plus round trips): 0.32-1.13 s in 20
-// forced releases and deletes at load average 17, 0.62-1.48 s in 4 at
-// load average 28-35 (one of them lost at the local deadline, the
-// keepalives not answering in time; clustertest's
-// TestStalledWatchForcedRelease). Before, the holder still held 10 s
-// (5 TTLs) later. The cost with a healthy watch: one Range per batch of
-// renewals (a batch is the renewals of one stream due together), plus
-// one progress request when the store changed: 1 of each per renewal for
-// a single lease, 0.03-0.06 Ranges and 0.02-0.035 progress requests per
-// renewal for 100 leases (TestProofCost; client CPU per renewal within
-// the noise of the loaded test machine, 31-66 us before and 56-65 us
-// after at 100 leases). A renewal is reported once proven, a round trip
-// or two after its answer (at most about 1.5 renew intervals). The
+// So after each renewal (reported to the Locker at once) our key is
+// proven still ours at a moment after the renewal was sent, or found
+// gone, which loses the lease: for all held leases of the Backend at
+// once, by a round that reads a linearizable revision (one Range of a
+// single key, count only) and waits for the watch's progress
+// (RequestProgress) to reach it (no progress request when nothing was
+// written since the last progress notification); or, when that round has
+// not completed within half the renew interval, by a Range of our key.
+// The bound: a held key deleted at T is reported lost
+// ([fencedlock.ErrNotHeld]) by T + 2 renew intervals + the round trips of
+// a keepalive and a Range, whatever the watch does, plus one renew
+// interval for each of those Ranges that the cluster does not answer
+// within half an interval (an overloaded cluster); the proof never delays
+// or withholds a renewal, so it cannot lose a live lease. Measured with
+// the watch stalled on the 3-member test cluster (TTL 2 s, renewal every
+// 667 ms, so 1.33 s plus round trips): 0.11-1.21 s in 11 of 12 forced
+// releases and deletes at load average 18-24, and 2.48 s in one where a
+// read timed out (clustertest's TestStalledWatchForcedRelease). Before,
+// the holder still held 10 s (5 TTLs) later. The cost with a healthy
+// watch: one Range per batch of renewals (a batch is the renewals of one
+// stream due together), plus one progress request when the store
+// changed: 1 of each per renewal for a single lease, 0.03 Ranges and 0.03
+// progress requests per renewal for 100 leases (TestProofCost; the client
+// CPU per renewal is within the noise of the loaded test machine). The
 // progress notifications go to every watch sharing the client's watch
 // stream (those made with the same context metadata), as clientv3's
 // progress notifications do; a server that sends none (etcd before 3.4,

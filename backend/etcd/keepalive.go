@@ -9,8 +9,8 @@ package etcd
 // notifies keepers directly.
 //
 // Invariants: every Renewal carries the send time of the request the server
-// confirmed (taken before sending), never a later one, and a holder's is
-// sent only once its key was proven ours after that time (prove.go); a lease is reported
+// confirmed (taken before sending), never a later one, and a holder's key
+// is proven ours after each renewal (prove.go); a lease is reported
 // lost (ErrNotHeld) only on the server's word (lease not found, key deleted
 // or recreated); a keeper whose subscription could not be proven complete
 // re-reads its key once the watch runs, and again after the next renewal
@@ -50,8 +50,8 @@ const batchSlack = 2
 // renewal due within half an interval may go early, with others due
 // then), and a subscription to the backend's shared watch of deleted
 // keys. It sends a Renewal with the request's send time and the TTL the
-// server applied after each renewal the server confirmed and after which
-// g's key was proven still ours (by the shared watch's progress or by a
+// server applied after each renewal the server confirmed (after which
+// g's key is proven still ours, by the shared watch's progress or by a
 // read of the key, see prove.go), a Renewal whose Err is
 // transient after a failed one (retried after a quarter of the interval:
 // TTL/12 by default), and a final Renewal
@@ -136,9 +136,8 @@ type keeper struct {
 	queued     bool      // in slot.events
 	sub        *delSub
 	stopCtx    func() bool
-	pendSent   time.Time     // a holder's renewal confirmed by the server, not yet reported: its key is not proven ours since
-	pendTTL    time.Duration // the TTL that renewal confirmed
-	proving    bool          // a proof of the key runs for pendSent (prove.go)
+	pendSent   time.Time // a holder's latest renewal after which its key is not yet proven ours
+	proving    bool      // a proof of the key runs for pendSent (prove.go)
 }
 
 // kaSlot schedules the renewals of the keepers whose leases use one
@@ -302,17 +301,16 @@ func (k *keeper) answer(sent time.Time, r kaResult) {
 		return
 	}
 	k.d.renewed(sent)
+	offer(k.out, driver.Renewal{Sent: sent, TTL: time.Duration(r.ttl) * time.Second})
 	prove := false
 	if k.done == nil {
-		// A holder: the renewal is reported once its key is proven still
-		// ours after sent (prove.go); the lease alone is not the lock.
+		// A holder: the lease alone is not the lock. Its key must be
+		// proven still ours after sent (prove.go), else it is lost.
 		if sent.After(k.pendSent) {
-			k.pendSent, k.pendTTL = sent, time.Duration(r.ttl)*time.Second
+			k.pendSent = sent
 		}
 		prove = !k.proving
 		k.proving = true
-	} else {
-		offer(k.out, driver.Renewal{Sent: sent, TTL: time.Duration(r.ttl) * time.Second})
 	}
 	if latest {
 		// The next renewal is due at sent+interval: where the keeper

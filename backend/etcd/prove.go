@@ -7,9 +7,10 @@ package etcd
 // holder learns of it from the shared deletion watch alone. A watch can
 // stall without ending (a member that stops sending events, a stream
 // stuck behind a slow reader), and nothing then bounded how long the
-// holder kept believing it held the lock. So a holder's renewal is
-// reported to the Locker only once the key is proven ours at some moment
-// after the renewal was sent:
+// holder kept believing it held the lock. So after each renewal of a
+// holder's lease (reported to the Locker at once, as the server confirmed
+// it: the lease lives), its key is proven still ours at some moment after
+// the renewal was sent, or found gone, which loses the lease:
 //
 //   - cheaply, for every lease of the Backend at once, by the watch: a
 //     round reads a linearizable revision R (one Range of a single key,
@@ -34,25 +35,17 @@ package etcd
 // which loses the lease at once), so its round (or the one in flight
 // before it, then its own) times out after half an interval each, and the
 // Range finds the key gone, provided the cluster answers that Range
-// within half a renew interval (see the invariants: a renewal whose Range
-// fails counts on the keepalive alone). With no write in the cluster
+// within half a renew interval. With no write in the cluster
 // since the last progress notification, a round needs no progress
 // request.
 //
 // Invariants:
-//   - A holder's Renewal (whose Sent is its request's send time s) is
-//     sent on its channel only once its key was proven present at a
-//     moment >= s (a round's t0 or a Range's start), or once a Range
-//     failed (below): unless a Range failed, the Locker's local deadline
-//     is never more than TTL - margin after the last moment the key was
-//     known ours.
 //   - A keeper with an unproven renewal (pendSent set) is in the proof
 //     (proving: in w.pend, or its Range runs) exactly once, until its
-//     pending renewal is delivered or it ends. A Range that fails (no
-//     answer within half a renew interval: an overloaded cluster)
-//     delivers the renewal on the keepalive's word alone, as before
-//     proofs existed: else a busy cluster that still renews leases would
-//     lose them.
+//     key is proven ours at a moment >= pendSent (then pendSent is
+//     cleared), found gone (it ends, ErrNotHeld), or a Range fails (no
+//     answer within half a renew interval: the renewal stays unproven,
+//     and the next renewal's answer starts a proof again).
 //   - At most one round runs; it ends when no keeper waits for a proof.
 //   - w.prog is the highest revision of a progress notification of the
 //     running watch, 0 while it (re)starts.
@@ -75,7 +68,7 @@ const progressRetries = 4
 // needProof is called, without locks, for a holder k whose renewal was
 // confirmed by the server but whose key is not yet proven ours after it
 // (k.proving was set by the caller). A round that already covers the
-// renewal delivers it at once.
+// renewal proves it at once.
 func (w *delWatch) needProof(k *keeper) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -186,10 +179,10 @@ func (w *delWatch) progressLocked(rev int64) {
 	}
 }
 
-// proofDone delivers k's pending renewal if it was sent at or before
+// proofDone clears k's pending renewal if it was sent at or before
 // proven, a moment at which k's key was proven present (byWatch: by a
 // round of the watch; else by a read of the key), and reports whether k
-// needs no further proof (delivered, or ended) and, if it does, whether
+// needs no further proof (proven, or ended) and, if it does, whether
 // only a read of its key can give it: the watch may have missed the key's
 // deletion (k was told to re-read its key, see delwatch.go), so a round
 // proves nothing for k until that re-read is done. Under the watch's lock
@@ -206,8 +199,7 @@ func (k *keeper) proofDone(proven time.Time, byWatch bool) (done, read bool) {
 	case k.pendSent.IsZero() || k.pendSent.After(proven):
 		return false, false
 	}
-	offer(k.out, driver.Renewal{Sent: k.pendSent, TTL: k.pendTTL})
-	k.pendSent, k.pendTTL, k.proving = time.Time{}, 0, false
+	k.pendSent, k.proving = time.Time{}, false
 	return true, false
 }
 
@@ -233,14 +225,10 @@ func (k *keeper) verify() {
 			return
 		}
 		// The read failed (a cluster too busy to answer a read within
-		// half a renew interval, while it renews leases): the renewal counts on
-		// the keepalive alone, as the watch and the reads would otherwise
-		// lose a live lease to the load. The next renewal is proven again.
+		// half a renew interval): this renewal stays unproven; the next
+		// one is proven again.
 		k.slot.mu.Lock()
-		if k.state != kEnded && !k.pendSent.IsZero() && k.deleted == 0 {
-			offer(k.out, driver.Renewal{Sent: k.pendSent, TTL: k.pendTTL})
-		}
-		k.pendSent, k.pendTTL, k.proving = time.Time{}, 0, false
+		k.pendSent, k.proving = time.Time{}, false
 		k.slot.mu.Unlock()
 	}()
 }
