@@ -60,6 +60,13 @@ type delWatch struct {
 	recent     map[string]int64    // key -> revision of its deletion, for revisions >= recentFrom
 	recentLog  []recentDel         // the same, in revision order, for pruning
 	recentFrom int64
+
+	// The proof of held keys (prove.go):
+	prog      int64         // highest revision of a progress notification of the running watch; 0 while (re)starting
+	progWake  chan struct{} // buffer 1: a progress notification arrived
+	confirmed time.Time     // every deletion committed before it was dispatched (the start of the last complete round)
+	pend      []*keeper     // holders whose renewal awaits the next round
+	proving   bool          // a round runs
 }
 
 type recentDel struct {
@@ -148,6 +155,12 @@ func (w *delWatch) run() {
 			if wr.Err() != nil || wr.Canceled {
 				break
 			}
+			if wr.IsProgressNotify() {
+				w.mu.Lock()
+				w.progressLocked(wr.Header.Revision)
+				w.mu.Unlock()
+				continue
+			}
 			if wr.Created {
 				// The watch delivers every deletion after the revision in
 				// this header (it may start earlier: never later).
@@ -175,7 +188,7 @@ func (w *delWatch) run() {
 			w.b.opts.Logger.Debug("etcd: deletion watch ended; restarting", "after", watchRetry)
 		}
 		w.mu.Lock()
-		w.from = 0
+		w.from, w.prog = 0, 0
 		w.mu.Unlock()
 		t := time.NewTimer(watchRetry)
 		select {

@@ -115,6 +115,7 @@ func New(client *clientv3.Client, opts Options) (*Backend, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{c: client, opts: o, closeCtx: ctx, cancel: cancel}
 	b.ka.b, b.dw.b = b, b
+	b.dw.progWake = make(chan struct{}, 1)
 	for i := range b.ka.slots {
 		b.ka.slots[i].mux, b.ka.slots[i].idx = &b.ka, i
 	}

@@ -20,8 +20,11 @@ var _ driver.ForceReleaser = (*Backend)(nil)
 // the store's revision after the Txn: every entry created later, and so
 // every later fence, is greater. Waiters find their entry gone and start
 // over at the end of the queue (see [Backend.AcquireWait]). The holder's
-// etcd lease is left to expire; its next renewal finds its key deleted
-// and reports the lease lost.
+// etcd lease is left to expire; a holder using a Backend learns of the
+// deletion from its deletion watch, or, if that watch is stalled, from
+// the proof of its next renewal (within two renew intervals plus round
+// trips: see "Renewal and loss" in the package doc), and reports the
+// lease lost.
 //
 // Write After to the resources the lock guards with [Backend.FenceBarrier]
 // so that the old holder's next [Backend.FencedPut] is rejected.

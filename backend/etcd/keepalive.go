@@ -9,7 +9,8 @@ package etcd
 // notifies keepers directly.
 //
 // Invariants: every Renewal carries the send time of the request the server
-// confirmed (taken before sending), never a later one; a lease is reported
+// confirmed (taken before sending), never a later one, and a holder's key
+// is proven ours after each renewal (prove.go); a lease is reported
 // lost (ErrNotHeld) only on the server's word (lease not found, key deleted
 // or recreated); a keeper whose subscription could not be proven complete
 // re-reads its key once the watch runs, and again after the next renewal
@@ -49,11 +50,13 @@ const batchSlack = 2
 // renewal due within half an interval may go early, with others due
 // then), and a subscription to the backend's shared watch of deleted
 // keys. It sends a Renewal with the request's send time and the TTL the
-// server applied after each confirmed renewal, a Renewal whose Err is
+// server applied after each renewal the server confirmed (after which
+// g's key is proven still ours, by the shared watch's progress or by a
+// read of the key, see prove.go), a Renewal whose Err is
 // transient after a failed one (retried after a quarter of the interval:
 // TTL/12 by default), and a final Renewal
 // wrapping [driver.ErrNotHeld] when the server answers that the lease
-// is gone or the shared watch sees g's key deleted; then it closes the
+// is gone or the shared watch or a read sees g's key deleted; then it closes the
 // channel. A channel closed while ctx is not done means the lease can no
 // longer be kept alive. A pending Renewal not yet received is replaced by
 // a newer one. KeepAlive starts no goroutine of its own.
@@ -133,6 +136,8 @@ type keeper struct {
 	queued     bool      // in slot.events
 	sub        *delSub
 	stopCtx    func() bool
+	pendSent   time.Time // a holder's latest renewal after which its key is not yet proven ours
+	proving    bool      // a proof of the key runs for pendSent (prove.go)
 }
 
 // kaSlot schedules the renewals of the keepers whose leases use one
@@ -297,6 +302,16 @@ func (k *keeper) answer(sent time.Time, r kaResult) {
 	}
 	k.d.renewed(sent)
 	offer(k.out, driver.Renewal{Sent: sent, TTL: time.Duration(r.ttl) * time.Second})
+	prove := false
+	if k.done == nil {
+		// A holder: the lease alone is not the lock. Its key must be
+		// proven still ours after sent (prove.go), else it is lost.
+		if sent.After(k.pendSent) {
+			k.pendSent = sent
+		}
+		prove = !k.proving
+		k.proving = true
+	}
 	if latest {
 		// The next renewal is due at sent+interval: where the keeper
 		// already is in the heap (its silent check), so it usually stays
@@ -311,6 +326,9 @@ func (k *keeper) answer(sent time.Time, r kaResult) {
 		k.rechecking = true
 	}
 	s.mu.Unlock()
+	if prove {
+		k.b.dw.needProof(k)
+	}
 	if reread {
 		k.reread()
 	}
