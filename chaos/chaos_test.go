@@ -80,7 +80,7 @@ func newRedisSetup(t *testing.T, name string, volatile bool) *setup {
 	}
 	t.Cleanup(func() { b.Close() })
 	return &setup{name: name, register: RegisterRedis, kinds: allRedisKinds, srv: srv, admin: admin, adminB: b,
-		work: *flagTTL / 4}
+		work: *flagTTL / 2}
 }
 
 // only keeps the kinds -chaos.kinds names (all if it is empty).
@@ -112,6 +112,9 @@ type stats struct {
 	accepted, unknown     int
 	checkTime             time.Duration
 	lost, grants, staleWr int
+	renewals              int // OpRenew events: a lease's deadline moved later
+	explained             int // (b) breaks a del-lock explains (Overlap.Deletion)
+	unexcusedB            int // (b) breaks nothing excuses
 }
 
 func newStats(name string) *stats {
@@ -130,7 +133,13 @@ func (s *stats) add(r runResult) {
 		for _, k := range o.Kinds {
 			s.breaks[k]++
 		}
+		if o.Deletion != nil {
+			s.explained++
+		}
 	}
+	ub, _ := r.report.Unexcused(FaultDelLock, FaultFailover)
+	s.unexcusedB += ub
+	s.renewals += len(r.history.Renewals)
 	for _, e := range r.report.FenceErrs {
 		for _, k := range e.Kinds {
 			s.fenceErrs[k]++
@@ -164,10 +173,10 @@ func fmtKinds(m map[FaultKind]int) string {
 
 // String is the figures line of the backend (docs/chaos.md's table).
 func (s *stats) String() string {
-	return fmt.Sprintf("FIGURES %s: schedules %d, ops checked %d, grants %d, writes acked %d / unknown %d / rejected stale %d, leases lost %d; "+
-		"faults [%s]; violations (a) %d (b) %d (c) %d (d) %d (e) %d; (b) breaks by fault [%s]; (c) by fault [%s]; checker time %v",
-		s.name, s.runs, s.ops, s.grants, s.accepted, s.unknown, s.staleWr, s.lost, fmtKinds(s.faults),
-		s.a, s.b, s.c, s.d, s.e, fmtKinds(s.breaks), fmtKinds(s.fenceErrs), s.checkTime.Round(time.Millisecond))
+	return fmt.Sprintf("FIGURES %s: schedules %d, ops checked %d, grants %d, renewals seen %d, writes acked %d / unknown %d / rejected stale %d, leases lost %d; "+
+		"faults [%s]; violations (a) %d (b) %d (c) %d (d) %d (e) %d; (b) explained by a del-lock %d, excused by nothing %d; (b) breaks by fault [%s]; (c) by fault [%s]; checker time %v",
+		s.name, s.runs, s.ops, s.grants, s.renewals, s.accepted, s.unknown, s.staleWr, s.lost, fmtKinds(s.faults),
+		s.a, s.b, s.c, s.d, s.e, s.explained, s.unexcusedB, fmtKinds(s.breaks), fmtKinds(s.fenceErrs), s.checkTime.Round(time.Millisecond))
 }
 
 // print prints the figures on standard output, which `go test` run in
@@ -184,23 +193,8 @@ func (s *stats) print(t *testing.T) {
 func requireSafe(t *testing.T, name string, seed uint64, r runResult, allowed ...FaultKind) {
 	t.Helper()
 	a, _, _, d, e := r.report.Violations()
-	bad := a+d+e > 0
-	excused := func(kinds []FaultKind) bool {
-		for _, k := range kinds {
-			for _, al := range allowed {
-				if k == al {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	for _, o := range r.report.Overlaps {
-		bad = bad || !excused(o.Kinds)
-	}
-	for _, f := range r.report.FenceErrs {
-		bad = bad || !slices.Contains(allowed, FaultFailover) || !slices.Contains(f.Kinds, FaultFailover)
-	}
+	breaks, fenceErrs := r.report.Unexcused(allowed...)
+	bad := a+d+e+breaks+fenceErrs > 0
 	if bad {
 		t.Errorf("%s seed %d (replay: make chaos SEED=%d): violations\n%s\nfaults: %v", name, seed, seed, r.report.Summary(), r.faults)
 	}
@@ -255,6 +249,21 @@ func TestChaosSQL(t *testing.T) {
 	runSeeds(t, s, "postgres-guard")
 }
 
+// control runs the one schedule of a negative control (seed 1, or
+// -chaos.seed) and logs its report.
+func control(t *testing.T, s *setup, what string) runResult {
+	t.Helper()
+	seed := *flagSeed
+	if seed == 0 {
+		seed = 1
+	}
+	rc := defaultRun(seed)
+	rc.length = max(rc.length, s.minLength)
+	r := run(t, s, rc)
+	t.Logf("negative control (%s), seed %d:\n%s", what, seed, r.report.Summary())
+	return r
+}
+
 // TestChaosNegativeBypass is a negative control: the same workload with
 // the guard bypassed (plain HSET) under paused holders must fail (a).
 func TestChaosNegativeBypass(t *testing.T) {
@@ -263,17 +272,21 @@ func TestChaosNegativeBypass(t *testing.T) {
 	s.kinds = []FaultKind{FaultPauseHolder}
 	s.work = *flagTTL / 2 // holders spend most of their time between read and write
 	s.minFault = 2 * *flagTTL
-	seed := *flagSeed
-	if seed == 0 {
-		seed = 1
-	}
-	r := run(t, s, defaultRun(seed))
-	t.Logf("negative control (guard bypassed), seed %d:\n%s", seed, r.report.Summary())
+	r := control(t, s, "guard bypassed")
 	if r.report.Linearizable != porcupine.Illegal {
 		t.Fatalf("negative control: with the guard bypassed the register history was %s; the checker has no teeth", r.report.Linearizable)
 	}
 	if _, err := os.Stat(r.report.Visual); err != nil {
 		t.Fatalf("no visualisation written: %q: %v", r.report.Visual, err)
+	}
+}
+
+// requireBreaks fails t unless r has (b) breaks that not even an
+// operator's deletion excuses: what a broken lock backend must show.
+func requireBreaks(t *testing.T, r runResult, what string) {
+	t.Helper()
+	if breaks, _ := r.report.Unexcused(FaultDelLock); breaks == 0 {
+		t.Fatalf("negative control: %s passed (b) (%d breaks, all excused); the checker has no teeth", what, len(r.report.Overlaps))
 	}
 }
 
@@ -285,16 +298,42 @@ func TestChaosNegativeBrokenRelease(t *testing.T) {
 	s.broken = BrokenReleaseNoOwner
 	s.kinds = []FaultKind{FaultPauseHolder}
 	s.minFault = 2 * *flagTTL
-	seed := *flagSeed
-	if seed == 0 {
-		seed = 1
-	}
-	r := run(t, s, defaultRun(seed))
-	t.Logf("negative control (release without owner check), seed %d:\n%s", seed, r.report.Summary())
-	a, b, _, _, _ := r.report.Violations()
-	if a == 0 && b == 0 {
-		t.Fatal("negative control: a release without owner check passed (a) and (b); the checker has no teeth")
-	}
+	requireBreaks(t, control(t, s, "release without owner check"), "a release without owner check")
+}
+
+// TestChaosNegativeRenewAnyOwner is a negative control: a backend whose
+// Renew extends the lock key whoever holds it, under an operator's
+// deletions (the only way another owner gets a key its holder still
+// renews), must fail (b): the deleted lease's holder renews its
+// successor's key and stays valid for longer than a deletion explains
+// (a TTL past it). Each deletion wakes the waiters (a release
+// notification), so a successor is granted before the deleted lease's
+// next renewal (otherwise that renewal finds no key and the lease is
+// lost). Holders work 3 to 4 TTLs, so leases outlast a TTL after a
+// deletion; deletions are at least 4 TTLs apart, since the next one (or
+// the successor's release) ends the broken holder's run of renewals on its
+// successor's key. 12 s of schedule: 5 deletions.
+// A checker that ends a lease at its first deadline, or excuses every break
+// near a deletion, passes it.
+func TestChaosNegativeRenewAnyOwner(t *testing.T) {
+	s := newRedisSetup(t, "broken-renew", false)
+	s.broken = BrokenRenewAnyOwner
+	s.kinds = []FaultKind{FaultDelLock}
+	s.minWork, s.work = 3**flagTTL, 4**flagTTL
+	s.spacing = 4 * *flagTTL
+	s.minLength = 12 * time.Second
+	s.wake = true
+	requireBreaks(t, control(t, s, "renew without owner check"), "a renewal without owner check")
+}
+
+// TestChaosNegativeAcquireExpired is a negative control: a backend whose
+// Acquire returns a lease that has already expired on the server, with no
+// fault at all, must fail (b).
+func TestChaosNegativeAcquireExpired(t *testing.T) {
+	s := newRedisSetup(t, "broken-acquire", false)
+	s.broken = BrokenAcquireExpired
+	s.kinds = nil
+	requireBreaks(t, control(t, s, "acquire returns an expired lease"), "an acquire returning an expired lease")
 }
 
 // TestChaosRedisVolatile documents what a redis-server without

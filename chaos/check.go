@@ -94,6 +94,25 @@ type Overlap struct {
 	A, B     Lease
 	From, To int64
 	Kinds    []FaultKind // the faults active at the time (or within 2 TTLs before)
+	// Deletion is the del-lock fault that explains the break, if one
+	// does (see [explains]); nil otherwise.
+	Deletion *FaultRecord
+}
+
+// explains reports whether the del-lock fault d explains a break between
+// leases x and y: d deleted the key of one of them (by holder id, read
+// in the deletion's step), the other was granted after the deletion began,
+// and the break was over within a TTL of the deletion's end. A correct
+// backend refuses the deleted lease's renewals once its key is gone, so
+// the lease can outlive the deletion by one renewal sent before it at
+// most: sent + TTL - safety margin < d.End + TTL. Anything else near a
+// deletion (a break between two later grants, or the deleted lease
+// renewed on past that bound) is not what an operator's deletion does.
+func explains(d FaultRecord, x, y Lease, to int64, ttl time.Duration) bool {
+	if d.Kind != FaultDelLock || d.Deleted == "" || to > d.End+int64(ttl) {
+		return false
+	}
+	return x.Holder == d.Deleted && y.Start > d.Begin || y.Holder == d.Deleted && x.Start > d.Begin
 }
 
 // Lease is the interval during which a holder considered its lease valid:
@@ -210,6 +229,12 @@ func Check(h History, opts CheckOptions) Report {
 			}
 			ov := Overlap{A: a, B: b, From: max(a.Start, b.Start), To: min(a.End, b.End)}
 			ov.Kinds = activeKinds(h.Faults, ov.From, ov.To, opts.TTL)
+			for k := range h.Faults {
+				if explains(h.Faults[k], a, b, ov.To, opts.TTL) {
+					ov.Deletion = &h.Faults[k]
+					break
+				}
+			}
 			r.Overlaps = append(r.Overlaps, ov)
 		}
 	}
@@ -269,41 +294,60 @@ func Check(h History, opts CheckOptions) Report {
 	return r
 }
 
-// Leases returns the validity interval of every grant in h.
+// Leases returns the validity interval of every grant in h: from the
+// grant's return until the earliest of its release's invocation and the
+// moment its holder saw it lost, but no later than its last known local
+// deadline, the latest of the grant's, its renewals' (OpRenew) and the ones
+// sampled at its release and loss. A lease's deadline only moves later
+// (each renewal extends it) and every sample was read while the lease was
+// valid, so the lease was valid at least until the latest one: a missed or
+// late sample only shortens the interval, so there are no false breaks.
+// Leases are told apart by worker and holder id (unique per acquisition:
+// a Redis failover may grant one fence twice).
 func Leases(h History) []Lease {
 	type key struct {
 		w int
-		f uint64
+		h string
 	}
-	ends := make(map[key]int64)
+	cut := make(map[key]int64)      // the earliest release or loss
+	deadline := make(map[key]int64) // the latest known deadline
 	lower := func(k key, t int64) {
-		if t == 0 {
-			return
+		if e, ok := cut[k]; !ok || t < e {
+			cut[k] = t
 		}
-		if e, ok := ends[k]; !ok || t < e {
-			ends[k] = t
+	}
+	raise := func(k key, t int64) {
+		if t > deadline[k] {
+			deadline[k] = t
 		}
 	}
 	for _, o := range h.Ops {
-		if o.Op == OpRelease {
-			k := key{o.Worker, o.Fence}
+		k := key{o.Worker, o.Holder}
+		switch {
+		case o.Op == OpAcquire && o.Phase == OK:
+			raise(k, o.Deadline)
+		case o.Op == OpRelease:
 			lower(k, o.Call)
-			lower(k, o.Deadline)
+			raise(k, o.Deadline)
 		}
 	}
+	for _, e := range h.Renewals {
+		raise(key{e.Worker, e.Holder}, e.Deadline)
+	}
 	for _, e := range h.Lost {
-		k := key{e.Worker, e.Fence}
+		k := key{e.Worker, e.Holder}
 		lower(k, e.T)
-		lower(k, e.Deadline)
+		raise(k, e.Deadline)
 	}
 	var out []Lease
 	for _, o := range h.Ops {
 		if o.Op != OpAcquire || o.Phase != OK {
 			continue
 		}
-		l := Lease{Worker: o.Worker, Fence: o.Fence, Holder: o.Holder, Start: o.Return, End: o.Deadline}
-		if e, ok := ends[key{o.Worker, o.Fence}]; ok && e < l.End {
-			l.End = e
+		k := key{o.Worker, o.Holder}
+		l := Lease{Worker: o.Worker, Fence: o.Fence, Holder: o.Holder, Start: o.Return, End: deadline[k]}
+		if c, ok := cut[k]; ok && c < l.End {
+			l.End = c
 		}
 		if l.End > l.Start {
 			out = append(out, l)
@@ -345,6 +389,29 @@ func annotations(h History, end int64) []porcupine.Annotation {
 	return out
 }
 
+// Unexcused returns how many (b) breaks and (c) violations of r no fault
+// of the allowed kinds excuses. Only two kinds excuse anything:
+// FaultDelLock, a break it explains (Overlap.Deletion); FaultFailover (a
+// Redis failover loses the master's latest writes), any break or (c)
+// violation during a failover or in the 2 TTLs after it.
+func (r Report) Unexcused(allowed ...FaultKind) (breaks, fenceErrs int) {
+	failover := slices.Contains(allowed, FaultFailover)
+	for _, o := range r.Overlaps {
+		switch {
+		case o.Deletion != nil && slices.Contains(allowed, FaultDelLock):
+		case failover && slices.Contains(o.Kinds, FaultFailover):
+		default:
+			breaks++
+		}
+	}
+	for _, f := range r.FenceErrs {
+		if !failover || !slices.Contains(f.Kinds, FaultFailover) {
+			fenceErrs++
+		}
+	}
+	return breaks, fenceErrs
+}
+
 // Summary describes the violations of r in a few lines.
 func (r Report) Summary() string {
 	var b strings.Builder
@@ -359,6 +426,9 @@ func (r Report) Summary() string {
 			break
 		}
 		fmt.Fprintf(&b, "\n    workers %d (fence %d) and %d (fence %d) both valid for %v, faults %v", o.A.Worker, o.A.Fence, o.B.Worker, o.B.Fence, time.Duration(o.To-o.From), o.Kinds)
+		if o.Deletion != nil {
+			fmt.Fprintf(&b, ", explained by the del-lock of %.6s", o.Deletion.Deleted)
+		}
 	}
 	fmt.Fprintf(&b, "\n(c) %d fence-order violations", len(r.FenceErrs))
 	for i, e := range r.FenceErrs {

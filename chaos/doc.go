@@ -9,7 +9,9 @@
 //	    that the register rejects when stale and writes of unknown
 //	    outcome that may or may not have happened;
 //	(b) mutual exclusion among leases their holders considered valid at
-//	    the same moment (reported separately, per fault kind);
+//	    the same moment, each until its last known deadline (renewals
+//	    extend it), reported separately, per fault kind; an operator's
+//	    deletion of the key excuses only the breaks it explains;
 //	(c) fences strictly increasing across grants;
 //	(d) no stale write accepted;
 //	(e) the final register equals the number of applied increments.

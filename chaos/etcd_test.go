@@ -58,13 +58,22 @@ func (e *etcdCluster) register(key string) register {
 }
 
 // delLock deletes the queue of lockKey: its holder's entry and every
-// waiter's, as an operator's `etcdctl del --prefix` would.
-func (e *etcdCluster) delLock(ctx context.Context, lockKey string) (int64, error) {
-	resp, err := e.admin.Delete(ctx, etcd.DefaultKeyPrefix+"locks/"+url.PathEscape(lockKey)+"/", clientv3.WithPrefix())
+// waiter's, as an operator's `etcdctl del --prefix` would. It returns how
+// many entries it deleted and the holder id of the lease whose entry it
+// deleted (the entry with the smallest create revision, whose value is
+// the holder id), "" if the queue was empty.
+func (e *etcdCluster) delLock(ctx context.Context, lockKey string) (n int64, holder string, err error) {
+	resp, err := e.admin.Delete(ctx, etcd.DefaultKeyPrefix+"locks/"+url.PathEscape(lockKey)+"/", clientv3.WithPrefix(), clientv3.WithPrevKV())
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return resp.Deleted, nil
+	var first int64
+	for _, kv := range resp.PrevKvs {
+		if holder == "" || kv.CreateRevision < first {
+			first, holder = kv.CreateRevision, string(kv.Value)
+		}
+	}
+	return resp.Deleted, holder, nil
 }
 
 // fault applies an etcd member fault and returns its heal.
@@ -110,7 +119,7 @@ func TestChaosEtcd(t *testing.T) {
 	e := startEtcd(t)
 	s := &setup{name: "etcd", register: RegisterEtcd, kinds: etcdKinds, etcd: e}
 	ttl := max(*flagTTL, 2*time.Second) // etcd leases are whole seconds
-	s.work = ttl / 4
+	s.work = ttl / 2
 	st := newStats("etcd-3-member")
 	for _, seed := range seeds(t) {
 		rc := defaultRun(seed)

@@ -12,6 +12,7 @@ const (
 	OpWrite   Op = "write"   // a fenced write of Value: Fence, Holder
 	OpRelease Op = "release" // Lease.Release: Deadline (the last one seen) on invoke
 	OpLost    Op = "lost"    // the lease's context ended with ErrLeaseLost: Err, Deadline
+	OpRenew   Op = "renew"   // the lease's local deadline moved later (a renewal): Deadline, the new one
 	OpFinal   Op = "final"   // the parent's read of the register after every worker stopped
 )
 
@@ -20,7 +21,8 @@ type Phase string
 
 // Phases of an operation. Every invoke of a worker is followed by exactly
 // one of ok, fail, stale or info from the same worker before its next
-// invoke; Lost is a lone info event.
+// invoke; Lost and Renew are lone events (info and ok), sent by the
+// goroutine that watches the lease.
 const (
 	Invoke Phase = "invoke" // taken before the request was sent
 	OK     Phase = "ok"     // the operation happened

@@ -22,14 +22,15 @@ type Operation struct {
 }
 
 // History is what a run produced: the workers' operations (in the order
-// each worker sent them), their lease-lost notices, the faults and the
-// final read.
+// each worker sent them), their lease-lost notices and renewals, the
+// faults and the final read.
 type History struct {
-	Ops    []Operation
-	Lost   []Event
-	Faults []FaultRecord
-	Final  *Operation // the parent's read once every worker had stopped; nil if it failed
-	End    int64      // a time after every event
+	Ops      []Operation
+	Lost     []Event
+	Renewals []Event // OpRenew: a lease's local deadline moved later
+	Faults   []FaultRecord
+	Final    *Operation // the parent's read once every worker had stopped; nil if it failed
+	End      int64      // a time after every event
 }
 
 // BuildHistory pairs each worker's invoke events with their completions.
@@ -44,8 +45,12 @@ func BuildHistory(events []Event) (History, error) {
 		if e.T > h.End {
 			h.End = e.T
 		}
-		if e.Op == OpLost {
+		switch e.Op {
+		case OpLost:
 			h.Lost = append(h.Lost, e)
+			continue
+		case OpRenew:
+			h.Renewals = append(h.Renewals, e)
 			continue
 		}
 		if e.Phase == Invoke {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
 	"github.com/fencedlock/fencedlock/internal/pgtest"
 	"github.com/fencedlock/fencedlock/internal/redistest"
@@ -42,9 +43,20 @@ type setup struct {
 	fair     bool // the workers' lock is redis.FairBackend
 	broken   string
 	work     time.Duration // the workers' Work
+	minWork  time.Duration // the workers' MinWork
 	// minFault, if set, lengthens shorter faults of the schedule: the
 	// negative controls need pauses past the lease whatever the seed.
 	minFault time.Duration
+	// minLength, if set, lengthens a negative control's schedule.
+	minLength time.Duration
+	// spacing, if set, drops the faults of the schedule that start less
+	// than this long after the previous one kept.
+	spacing time.Duration
+	// wake makes a del-lock on Redis standalone also publish a release
+	// notification, so waiters race for the key at once (a negative
+	// control's way to get a successor before the deleted lease's next
+	// renewal).
+	wake bool
 }
 
 // runConfig is one run: a setup, a seed and the run's size.
@@ -127,6 +139,21 @@ func (tr *tracker) holder(paused map[int]bool) int {
 	return best
 }
 
+// delRedisLock deletes a Redis lock key as an operator would, and returns
+// the holder id of the lease whose key it deleted ("" if it was free), read
+// in the same step (GETDEL): the checker excuses only what this deletion
+// explains.
+func delRedisLock(ctx context.Context, c rueidis.Client, lockKey string) (n int64, holder string, err error) {
+	owner, err := c.Do(ctx, c.B().Getdel().Key(lockKey).Build()).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return 0, "", nil
+	case err != nil:
+		return 0, "", err
+	}
+	return 1, driver.HolderID(owner), nil
+}
+
 // run runs the workers and the nemesis once and checks the history.
 func run(t *testing.T, s *setup, rc runConfig) runResult {
 	t.Helper()
@@ -155,7 +182,7 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 		p := &proc{id: i, done: make(chan error, 1)}
 		procs[i] = p
 		cfg := WorkerConfig{ID: i, Register: s.register, Bypass: s.bypass, Broken: s.broken,
-			TTL: rc.ttl, LockKey: lockKey, RegKey: regKey, Work: s.work, Seed: rc.seed,
+			TTL: rc.ttl, LockKey: lockKey, RegKey: regKey, Work: s.work, MinWork: s.minWork, Seed: rc.seed,
 			MaxRounds: 100000, MaxTime: rc.length + 30*time.Second, Fair: s.fair}
 		targets := []string{}
 		switch {
@@ -252,6 +279,15 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 	for i := range plan {
 		plan[i].Duration = max(plan[i].Duration, s.minFault)
 	}
+	if s.spacing > 0 {
+		var kept []Fault
+		for _, f := range plan {
+			if len(kept) == 0 || f.Start >= kept[len(kept)-1].Start+s.spacing {
+				kept = append(kept, f)
+			}
+		}
+		plan = kept
+	}
 	begin := time.Now()
 	for _, f := range plan {
 		time.Sleep(time.Until(begin.Add(f.Start)))
@@ -313,14 +349,18 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 			var n int64
 			var err error
 			if s.etcd != nil {
-				n, err = s.etcd.delLock(ctx, lockKey)
+				n, rec.Deleted, err = s.etcd.delLock(ctx, lockKey)
 			} else if s.sentinel != nil {
-				n, err = s.sentinel.delLock(ctx, lockKey)
+				n, rec.Deleted, err = s.sentinel.delLock(ctx, lockKey)
 			} else {
-				n, err = s.admin.Do(ctx, s.admin.B().Del().Key(s.adminB.LockKey(lockKey)).Build()).AsInt64()
+				n, rec.Deleted, err = delRedisLock(ctx, s.admin, s.adminB.LockKey(lockKey))
+				if s.wake && err == nil {
+					err = s.admin.Do(ctx, s.admin.B().Publish().Channel(s.adminB.Channel(lockKey)).Message("released").Build()).Error()
+				}
 			}
 			cancel()
-			rec.Note = fmt.Sprintf("deleted %d keys (err %v)", n, err)
+			rec.End = Now() // instant: a longer Duration (minFault) only spaces the next fault
+			rec.Note = fmt.Sprintf("deleted %d keys of holder %q (err %v)", n, rec.Deleted, err)
 		case FaultFailover:
 			rec.Target = -1
 			heal, rec.Note = s.sentinel.failover(t)
@@ -330,7 +370,9 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 		}
 		time.Sleep(time.Until(begin.Add(f.Start + f.Duration)))
 		heal()
-		rec.End = Now()
+		if rec.End == 0 {
+			rec.End = Now()
+		}
 		res.faults = append(res.faults, rec)
 	}
 	time.Sleep(time.Until(begin.Add(rc.length)))

@@ -64,6 +64,9 @@ type FaultRecord struct {
 	Begin, End int64
 	Target     int    // the worker it hit, or -1 for the server
 	Note       string // what happened (e.g. "deleted" or "no key")
+	// Deleted is, for FaultDelLock, the holder id of the lease whose key
+	// the deletion removed ("" if the key was free or the deletion failed).
+	Deleted string
 }
 
 // Schedule plans the faults of one run from seed: faults of the given

@@ -81,8 +81,8 @@ func (d *sentinelDeploy) addrs() []string {
 	return out
 }
 
-func (d *sentinelDeploy) delLock(ctx context.Context, lockKey string) (int64, error) {
-	return d.admin.Do(ctx, d.admin.B().Del().Key(d.adminB.LockKey(lockKey)).Build()).AsInt64()
+func (d *sentinelDeploy) delLock(ctx context.Context, lockKey string) (n int64, holder string, err error) {
+	return delRedisLock(ctx, d.admin, d.adminB.LockKey(lockKey))
 }
 
 // failover kills the master; its heal waits (at most 15s) for the
@@ -160,7 +160,7 @@ func TestChaosSentinel(t *testing.T) {
 			for _, seed := range seeds(t) {
 				d := newSentinelDeploy(t, wait)
 				s := &setup{name: name, register: RegisterSQL, kinds: sentinelKinds, sentinel: d, pg: pg, db: db,
-					admin: d.admin, adminB: d.adminB, work: ttl / 4}
+					admin: d.admin, adminB: d.adminB, work: ttl / 2}
 				rc := defaultRun(seed)
 				rc.ttl = ttl
 				rc.length = max(rc.length, 6*ttl)

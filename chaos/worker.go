@@ -51,6 +51,14 @@ const (
 	// BrokenReleaseNoOwner releases by deleting the lock key whoever holds
 	// it: a holder that lost its lease frees its successor's.
 	BrokenReleaseNoOwner = "release-no-owner"
+	// BrokenRenewAnyOwner renews the lock key whoever holds it: a holder
+	// whose key was deleted or taken renews its successor's and stays
+	// valid. Only (b) with renewals counted sees it.
+	BrokenRenewAnyOwner = "renew-any-owner"
+	// BrokenAcquireExpired grants a lease whose key expires on the
+	// server at once (PEXPIRE 1 ms before Acquire returns): the holder
+	// counts on a whole TTL while anyone can take the key.
+	BrokenAcquireExpired = "acquire-expired"
 )
 
 // WorkerConfig configures one worker process.
@@ -73,6 +81,7 @@ type WorkerConfig struct {
 	LockKey      string
 	RegKey       string
 	Work         time.Duration // at most this long between the read and the write
+	MinWork      time.Duration // at least this long (below Work; negative controls)
 	Seed         uint64
 	MaxRounds    int           // a bound on iterations
 	MaxTime      time.Duration // a bound on the worker's life
@@ -178,6 +187,10 @@ func open(cfg WorkerConfig) (b driver.Backend, reg register, closeAll func(), er
 	case "":
 	case BrokenReleaseNoOwner:
 		b = &releaseNoOwner{Backend: rb, c: c}
+	case BrokenRenewAnyOwner:
+		b = &renewAnyOwner{Backend: rb, c: c}
+	case BrokenAcquireExpired:
+		b = &acquireExpired{Backend: rb, c: c}
 	default:
 		return nil, nil, nil, fmt.Errorf("unknown broken backend %q", cfg.Broken)
 	}
@@ -216,6 +229,44 @@ func (b *releaseNoOwner) Release(ctx context.Context, g driver.Grant) error {
 		}
 	}
 	return nil
+}
+
+// renewAnyOwner is a deliberately broken backend: its Renew extends the
+// lock key whoever holds it (PEXPIRE without the owner check).
+type renewAnyOwner struct {
+	*redis.Backend
+	c rueidis.Client
+}
+
+func (b *renewAnyOwner) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
+	n, err := b.c.Do(ctx, b.c.B().Pexpire().Key(b.LockKey(g.Key)).Milliseconds(ttl.Milliseconds()).Build()).AsInt64()
+	if err != nil {
+		return 0, err
+	}
+	if n != 1 {
+		return 0, fmt.Errorf("chaos: renew-any-owner: no key: %w", driver.ErrNotHeld)
+	}
+	return ttl, nil
+}
+
+// acquireExpired is a deliberately broken backend: the lease it grants
+// has already expired on the server when Acquire returns.
+type acquireExpired struct {
+	*redis.Backend
+	c rueidis.Client
+}
+
+func (b *acquireExpired) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := b.Backend.Acquire(ctx, req)
+	if err != nil {
+		return g, err
+	}
+	// Expire the key now; wait out the millisecond so it is gone.
+	if err := b.c.Do(ctx, b.c.B().Pexpire().Key(b.LockKey(req.Key)).Milliseconds(1).Build()).Error(); err != nil {
+		return g, err
+	}
+	time.Sleep(2 * time.Millisecond)
+	return g, nil
 }
 
 type worker struct {
@@ -303,8 +354,14 @@ func (w *worker) round() {
 				}
 				return
 			case <-tk.C:
-				if lease.Err() == nil {
-					last.Store(mono(lease.Deadline()))
+				if lease.Err() != nil {
+					continue // ended: Done is closed or about to be
+				}
+				// A later deadline is a renewal: record it, so the
+				// checker counts the lease valid until then.
+				if d := mono(lease.Deadline()); d > last.Load()+int64(time.Millisecond) {
+					last.Store(d)
+					w.emit(Event{Op: OpRenew, Phase: OK, T: Now(), Fence: uint64(fence), Holder: holder, Deadline: d})
 				}
 			}
 		}
@@ -335,14 +392,14 @@ func (w *worker) round() {
 		}
 		w.done(Event{Op: OpRead, Value: v}, err)
 		if err == nil {
-			if w.cfg.Work > 0 {
-				time.Sleep(time.Duration(w.rng.Int64N(int64(w.cfg.Work))))
+			if w.cfg.Work > w.cfg.MinWork {
+				time.Sleep(w.cfg.MinWork + time.Duration(w.rng.Int64N(int64(w.cfg.Work-w.cfg.MinWork))))
 			}
 			_ = op(OpWrite, v+1, func(ctx context.Context) error { return w.reg.Write(ctx, v+1, fence, holder) })
 		}
 	}
 	if lease.Err() == nil {
-		last.Store(mono(lease.Deadline()))
+		last.Store(max(last.Load(), mono(lease.Deadline())))
 	}
 	w.invoke(Event{Op: OpRelease, Fence: uint64(fence), Holder: holder, Deadline: last.Load()})
 	err = lease.Release(context.Background())
