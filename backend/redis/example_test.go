@@ -47,9 +47,16 @@ func Example() {
 	})
 	fmt.Println("done:", err)
 
-	// Another owner sees a held key as ErrNotAcquired, with the remaining TTL.
+	// Another owner (here a second Locker: one Locker is not reentrant, see
+	// fencedlock.ErrHeldByLocker) sees a held key as ErrNotAcquired, with
+	// the remaining TTL.
+	other, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	defer other.Close()
 	first, _ := locker.TryAcquire(ctx, "orders")
-	_, err = locker.TryAcquire(ctx, "orders")
+	_, err = other.TryAcquire(ctx, "orders")
 	var held *driver.HeldError
 	fmt.Println("second owner refused:", errors.Is(err, driver.ErrNotAcquired), errors.As(err, &held) && held.RetryAfter > 0)
 	fmt.Println("next fence:", first.Fence())
