@@ -46,13 +46,20 @@ func TestLogQueueNeverBlocks(t *testing.T) {
 	w.Close()
 	b := <-out
 	written := bytes.Count(b, line)
-	m := regexp.MustCompile(`(\d+) messages dropped`).FindSubmatch(b)
-	if m == nil {
+	// The count is reported each time the queue drains after a drop: on a
+	// loaded machine the writer can drain it more than once while the
+	// messages come, so every report counts.
+	reports := regexp.MustCompile(`(\d+) messages dropped`).FindAllSubmatch(b, -1)
+	if reports == nil {
 		t.Fatalf("%d messages written, none reported dropped", written)
 	}
-	dropped, _ := strconv.Atoi(string(m[1]))
+	dropped := 0
+	for _, m := range reports {
+		d, _ := strconv.Atoi(string(m[1]))
+		dropped += d
+	}
 	if written+dropped != n || dropped == 0 {
 		t.Errorf("%d messages written and %d reported dropped, want %d in all", written, dropped, n)
 	}
-	t.Logf("%d messages written, %d dropped and counted", written, dropped)
+	t.Logf("%d messages written, %d dropped and counted in %d reports", written, dropped, len(reports))
 }
