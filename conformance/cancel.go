@@ -19,7 +19,7 @@ func testCancelledAcquire(t *testing.T, e *env) {
 	key := e.key("cancel")
 	holder := e.locker(t, nil)
 	waiter := e.locker(t, e.short) // a waiter left behind would hold the key for MinTTL
-	h, err := holder.TryAcquire(e.ctx, key)
+	h, err := e.tryAcquire(t, holder, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
@@ -80,7 +80,7 @@ func testCancelledAcquire(t *testing.T, e *env) {
 
 	// For a queue: a cancelled waiter between a holder and a live waiter
 	// must not delay the live one.
-	h, err = holder.TryAcquire(e.ctx, key)
+	h, err = e.tryAcquire(t, holder, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}

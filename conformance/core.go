@@ -23,7 +23,7 @@ func testTryAcquire(t *testing.T, e *env) {
 	l1 := e.locker(t, nil)
 	l2 := e.locker(t, nil)
 
-	a, err := l1.TryAcquire(e.ctx, key)
+	a, err := e.tryAcquire(t, l1, key)
 	if err != nil {
 		t.Fatalf("TryAcquire of a free key: %v", err)
 	}
@@ -34,7 +34,7 @@ func testTryAcquire(t *testing.T, e *env) {
 		t.Errorf("lease TTL %v shorter than the requested %v", a.TTL(), e.hold)
 	}
 	for i, l := range []*fencedlock.Locker{l2, l1} {
-		_, err := l.TryAcquire(e.ctx, key)
+		_, err := e.tryAcquire(t, l, key)
 		if !errors.Is(err, fencedlock.ErrNotAcquired) {
 			t.Fatalf("TryAcquire of a held key (locker %d): %v, want an error wrapping ErrNotAcquired", i+2, err)
 		}
@@ -57,7 +57,7 @@ func testTryAcquire(t *testing.T, e *env) {
 	if err := a.Release(e.ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	b, err := l2.TryAcquire(e.ctx, key)
+	b, err := e.tryAcquire(t, l2, key)
 	if err != nil {
 		t.Fatalf("TryAcquire after Release: %v", err)
 	}
@@ -273,7 +273,7 @@ func testAwkwardKeys(t *testing.T, e *env) {
 	}
 	leases := make([]*fencedlock.Lease, len(keys))
 	phase("all held at once", func(i int, k string) error {
-		ls, err := l1.TryAcquire(e.ctx, k)
+		ls, err := e.tryAcquire(t, l1, k)
 		if err != nil {
 			return fmt.Errorf("TryAcquire(%s) while other awkward keys are held: %w (keys alias, or the key is mangled)", quote(k), err)
 		}
@@ -281,7 +281,7 @@ func testAwkwardKeys(t *testing.T, e *env) {
 		return nil
 	})
 	phase("held by another backend", func(i int, k string) error {
-		if _, err := l2.TryAcquire(e.ctx, k); !errors.Is(err, fencedlock.ErrNotAcquired) {
+		if _, err := e.tryAcquire(t, l2, k); !errors.Is(err, fencedlock.ErrNotAcquired) {
 			return fmt.Errorf("TryAcquire(%s) held by another backend: %v, want ErrNotAcquired", quote(k), err)
 		}
 		if insp != nil {
@@ -302,7 +302,7 @@ func testAwkwardKeys(t *testing.T, e *env) {
 		return nil
 	})
 	phase("taken again", func(i int, k string) error {
-		ls, err := l2.TryAcquire(e.ctx, k)
+		ls, err := e.tryAcquire(t, l2, k)
 		if err != nil {
 			return fmt.Errorf("TryAcquire(%s) after Release: %w", quote(k), err)
 		}
@@ -313,7 +313,7 @@ func testAwkwardKeys(t *testing.T, e *env) {
 		return nil
 	})
 	for _, k := range []string{"", strings.Repeat("x", fencedlock.MaxKeyLen+1)} {
-		if _, err := l1.TryAcquire(e.ctx, k); !errors.Is(err, fencedlock.ErrInvalid) {
+		if _, err := e.tryAcquire(t, l1, k); !errors.Is(err, fencedlock.ErrInvalid) {
 			t.Fatalf("TryAcquire of a %d-byte key: %v, want ErrInvalid", len(k), err)
 		}
 	}
@@ -378,7 +378,7 @@ func testClose(t *testing.T, e *env) {
 	// whoever created the backend closes it.
 	lb := e.backend(t)
 	l := mustLocker(t, lb, e.lockerOpts(nil))
-	ls, err := l.TryAcquire(e.ctx, key)
+	ls, err := e.tryAcquire(t, l, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
@@ -394,12 +394,12 @@ func testClose(t *testing.T, e *env) {
 	if e.held(t, key) {
 		t.Fatal("key held after the Locker holding it was closed")
 	}
-	if _, err := l.TryAcquire(e.ctx, key); !errors.Is(err, fencedlock.ErrClosed) {
+	if _, err := e.tryAcquire(t, l, key); !errors.Is(err, fencedlock.ErrClosed) {
 		t.Fatalf("TryAcquire on a closed Locker: %v, want ErrClosed", err)
 	}
 	l2 := mustLocker(t, lb, e.lockerOpts(nil))
 	defer l2.Close()
-	ls2, err := l2.TryAcquire(e.ctx, key)
+	ls2, err := e.tryAcquire(t, l2, key)
 	if err != nil {
 		t.Fatalf("TryAcquire on the backend of a closed Locker: %v", err)
 	}

@@ -72,7 +72,7 @@ func testForceReleaser(t *testing.T, e *env) {
 	// A Locker's lease and a waiter: the lease is reported lost by its
 	// next renewal; the waiter is granted a fence above After.
 	l := e.locker(t, e.short)
-	lease, err := l.TryAcquire(e.ctx, key)
+	lease, err := e.tryAcquire(t, l, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}

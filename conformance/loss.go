@@ -35,7 +35,7 @@ func testInvalidationReported(t *testing.T, e *env) {
 	for _, w := range ways {
 		key := e.key(w.name)
 		l := e.locker(t, e.short)
-		ls, err := l.TryAcquire(e.ctx, key)
+		ls, err := e.tryAcquire(t, l, key)
 		if err != nil {
 			t.Fatalf("TryAcquire: %v", err)
 		}
@@ -63,7 +63,7 @@ func testInvalidationReported(t *testing.T, e *env) {
 	// A manual Renew notices the loss at once.
 	key := e.key("manual")
 	l := e.locker(t, func(o *fencedlock.Options) { o.ManualRenew = true })
-	ls, err := l.TryAcquire(e.ctx, key)
+	ls, err := e.tryAcquire(t, l, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
@@ -134,7 +134,7 @@ func testReleaseAfterLoss(t *testing.T, e *env) {
 
 	// Through a Locker.
 	l := e.locker(t, nil)
-	ls, err := l.TryAcquire(e.ctx, key)
+	ls, err := e.tryAcquire(t, l, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
@@ -204,7 +204,7 @@ func testLateRelease(t *testing.T, e *env) {
 func (e *env) pausedLease(t *testing.T, key string) (*fencedlock.Lease, time.Time) {
 	t.Helper()
 	l := e.locker(t, e.pausedHolder)
-	a, err := l.TryAcquire(e.ctx, key)
+	a, err := e.tryAcquire(t, l, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
@@ -222,7 +222,7 @@ func (e *env) takeOver(t *testing.T, l *fencedlock.Locker, a *fencedlock.Lease, 
 	notAfter := gotA.Add(grantTTL(a.TTL(), e.ttl) + e.cfg.ExpirySlack)
 	for {
 		sent := time.Now()
-		ls, err := l.TryAcquire(e.ctx, a.Key())
+		ls, err := e.tryAcquire(t, l, a.Key())
 		if err == nil {
 			return ls
 		}

@@ -85,7 +85,7 @@ func testNotifier(t *testing.T, e *env) {
 	key = e.key("notify-locker")
 	holder := e.locker(t, nil)
 	waiter := e.locker(t, func(o *fencedlock.Options) { o.MaxRetryDelay = e.hold })
-	h, err := holder.TryAcquire(e.ctx, key)
+	h, err := e.tryAcquire(t, holder, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
@@ -146,7 +146,7 @@ func testWaitAcquirer(t *testing.T, e *env) {
 	// A held key blocks the waiter until released; the waiter's fence is
 	// greater.
 	holder := e.locker(t, nil)
-	h, err := holder.TryAcquire(e.ctx, key)
+	h, err := e.tryAcquire(t, holder, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
@@ -363,7 +363,7 @@ func (e *env) cancelRacesGrant(t *testing.T, name string, before func(*testing.T
 func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() driver.AcquireRequest, delay time.Duration) []int {
 	t.Helper()
 	const waiters = 4
-	h, err := holder.TryAcquire(e.ctx, req().Key)
+	h, err := e.tryAcquire(t, holder, req().Key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}

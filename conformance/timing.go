@@ -36,7 +36,7 @@ func (e *env) expiry(t *testing.T, requested time.Duration) *inconclusive {
 	key := e.key("expiry")
 	l := e.locker(t, func(o *fencedlock.Options) { o.TTL, o.ManualRenew = requested, true })
 	sentA := time.Now()
-	a, err := l.TryAcquire(e.ctx, key)
+	a, err := e.tryAcquire(t, l, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
@@ -122,7 +122,7 @@ func testSentIsSendTime(t *testing.T, e *env) {
 	key := e.key("sent-acquire")
 	l := mustLocker(t, newDelayed(), e.lockerOpts(paused))
 	t.Cleanup(func() { _ = l.Close() })
-	ls, err := l.TryAcquire(e.ctx, key)
+	ls, err := e.tryAcquire(t, l, key)
 	returned := time.Now()
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
@@ -142,7 +142,7 @@ func testSentIsSendTime(t *testing.T, e *env) {
 	// once with a lease three times longer.
 	for attempt, rttl := 0, e.ttl; ; attempt, rttl = attempt+1, 3*e.ttl {
 		key = e.key("sent-renew")
-		ls, err = l.TryAcquire(e.ctx, key, fencedlock.WithTTL(rttl), fencedlock.WithSafetyMargin(time.Nanosecond), fencedlock.WithManualRenew(true))
+		ls, err = e.tryAcquire(t, l, key, fencedlock.WithTTL(rttl), fencedlock.WithSafetyMargin(time.Nanosecond), fencedlock.WithManualRenew(true))
 		if err != nil {
 			t.Fatalf("TryAcquire: %v", err)
 		}
@@ -324,7 +324,7 @@ func (e *env) watchdogKeeps(t *testing.T, ttl time.Duration) *inconclusive {
 	t.Cleanup(func() { _ = l.Close() })
 	opts := l.Options()
 	sentA := time.Now()
-	ls, err := l.TryAcquire(e.ctx, key)
+	ls, err := e.tryAcquire(t, l, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
