@@ -9,6 +9,12 @@
 //	defer b.Close()                              // Locker.Close does not close b
 //	locker, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
 //
+// The etcd client prints its own JSON log on standard error by default,
+// including warnings for outcomes the Locker expects (a failed attempt it
+// retries, the revocation of a lease that expired while the process was
+// paused). [ClientLogger] routes the client's log to an [slog.Logger] with
+// those demoted to DEBUG: set clientv3.Config.Logger to it.
+//
 // # Keys
 //
 // For a lock named key, every holder and waiter owns one etcd key
