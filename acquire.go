@@ -297,7 +297,7 @@ type waitStep struct {
 // (kept only if the wait sleeps).
 //
 // A transient failure or a holder without a hint: sleep the backoff with
-// full jitter, then double it up to max. A holder's hint shorter than
+// equal jitter (a uniform draw in [backoff/2, backoff], see jitter), then double it up to max. A holder's hint shorter than
 // that: wake 1ms after it (an expiry is not announced). With a watch in
 // effect and a hint: sleep until the hint, but no longer than max,
 // because notifications are at-most-once (a pub/sub message is lost with

@@ -6,7 +6,9 @@
 // backend/memory). Every lease carries:
 //
 //   - a TTL on the server, so a crashed holder's lock expires;
-//   - a watchdog (a timer, not a goroutine) that renews it every
+//   - a watchdog (a timer in the Locker, not a goroutine per lease; a
+//     backend that keeps leases alive itself, as etcd's keepalive does, may
+//     run its own) that renews it every
 //     Options.RenewInterval (TTL/3 by default) and reports loss through
 //     [Lease.Context] and [Lease.Done] before the server could give the key
 //     to anyone else (the local deadline is computed from the monotonic time

@@ -126,7 +126,7 @@ type Notifier interface {
 }
 
 // WaitAcquirer is implemented by backends that keep a fair queue of waiters
-// on the server (etcd). When a backend implements it, [fencedlock.Locker.Acquire] calls
+// on the server (etcd's Backend, and backend/redis's FairBackend). When a backend implements it, [fencedlock.Locker.Acquire] calls
 // AcquireWait instead of its own retry loop.
 type WaitAcquirer interface {
 	// AcquireWait blocks until req.Key is granted to req.Owner or ctx is
