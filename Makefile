@@ -15,7 +15,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN_DIR   := $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
 STATICCHECK := $(GOBIN_DIR)/staticcheck
 
-.PHONY: all test lint tools generate generate-check bench fuzz tidy chaos mutation
+.PHONY: all test short lint tools generate generate-check bench fuzz tidy chaos mutation
 
 all: lint test
 
@@ -27,6 +27,12 @@ test: generate-check
 		(cd $$d && $(GO) test $(TESTFLAGS) ./...); \
 	done
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
+## short: the fast loop, go test -short of the root module: unit and
+## miniredis tests only; every test that would start a server (Redis,
+## PostgreSQL, etcd, the CLI binary) skips (internal/testserver.SkipShort).
+short:
+	$(GO) test -short -count=1 ./...
 
 ## lint: gofmt, go vet, staticcheck, go mod tidy -diff and go mod verify in
 ## every module.

@@ -66,25 +66,22 @@ func docNames(t *testing.T, dir, importPath string) map[string]string {
 		p, e := fset.Position(n.Pos()), fset.Position(n.End())
 		return string(srcs[p.Filename][p.Offset:e.Offset])
 	}
-	for _, v := range append(pkg.Consts, pkg.Vars...) {
-		for _, sp := range v.Decl.Specs {
-			for _, n := range sp.(*ast.ValueSpec).Names {
-				names[n.Name] = text(sp)
-			}
-		}
-	}
-	for _, f := range pkg.Funcs {
-		names[f.Name] = text(f.Decl)
-	}
-	for _, ty := range pkg.Types {
-		names[ty.Name] = text(ty.Decl)
-		for _, v := range append(ty.Consts, ty.Vars...) {
+	values := func(vs []*doc.Value) {
+		for _, v := range vs {
 			for _, sp := range v.Decl.Specs {
 				for _, n := range sp.(*ast.ValueSpec).Names {
 					names[n.Name] = text(sp)
 				}
 			}
 		}
+	}
+	values(append(pkg.Consts, pkg.Vars...))
+	for _, f := range pkg.Funcs {
+		names[f.Name] = text(f.Decl)
+	}
+	for _, ty := range pkg.Types {
+		names[ty.Name] = text(ty.Decl)
+		values(append(ty.Consts, ty.Vars...))
 		for _, f := range ty.Funcs {
 			names[f.Name] = text(f.Decl)
 		}
@@ -151,4 +148,25 @@ func TestDriverErrorsAreRootErrors(t *testing.T) {
 	if err := fencedlock.ValidateKey(""); !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("fencedlock.ValidateKey(\"\") = %v, want driver.ErrInvalid", err)
 	}
+}
+
+// maxRootNames bounds the exported top-level names (types, functions,
+// constants, variables; methods not counted) of package fencedlock, the
+// user's package (issue 30 item 3): the trace events live in package
+// locktrace, the driver contract in package driver.
+const maxRootNames = 40
+
+// TestRootExportsAtMost40 pins the size of go doc's index of package
+// fencedlock: a newcomer reads it in one screen.
+func TestRootExportsAtMost40(t *testing.T) {
+	root := docNames(t, ".", "github.com/fencedlock/fencedlock")
+	names := make([]string, 0, len(root))
+	for n := range root {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if len(names) > maxRootNames {
+		t.Errorf("package fencedlock exports %d top-level names, want at most %d: %s", len(names), maxRootNames, strings.Join(names, " "))
+	}
+	t.Logf("package fencedlock exports %d top-level names: %s", len(names), strings.Join(names, " "))
 }

@@ -93,17 +93,23 @@ func TestNoOrphanAfterUnknownOutcome(t *testing.T) {
 // the reason; a wait that ends on its context carries the last backend
 // error; a renewal failing permanently loses the lease at once.
 func TestPermanentErrors(t *testing.T) {
+	// refusing returns a Locker (TTL 1s) on a fake whose every acquire
+	// fails with err, and a context that ends 3s on; both end with t.
+	refusing := func(t *testing.T, err error) (*fake, *fencedlock.Locker, context.Context) {
+		f := newFake()
+		f.acquireFn = func(context.Context, driver.AcquireRequest) (driver.Grant, error) {
+			return driver.Grant{}, err
+		}
+		l := mustLocker(t, f, fencedlock.Options{TTL: time.Second})
+		t.Cleanup(func() { l.Close() })
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		t.Cleanup(cancel)
+		return f, l, ctx
+	}
 	errPerm := fmt.Errorf("fake: lock key has no TTL: %w", fencedlock.ErrPermanent)
 	t.Run("acquire", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			f := newFake()
-			f.acquireFn = func(context.Context, driver.AcquireRequest) (driver.Grant, error) {
-				return driver.Grant{}, errPerm
-			}
-			l := mustLocker(t, f, fencedlock.Options{TTL: time.Second})
-			defer l.Close()
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-			defer cancel()
+			f, l, ctx := refusing(t, errPerm)
 			start := time.Now()
 			_, err := l.Acquire(ctx, "k")
 			if !errors.Is(err, errPerm) || !errors.Is(err, fencedlock.ErrPermanent) {
@@ -119,15 +125,8 @@ func TestPermanentErrors(t *testing.T) {
 	})
 	t.Run("wait carries the last error", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			f := newFake()
 			errDown := errors.New("connection refused")
-			f.acquireFn = func(context.Context, driver.AcquireRequest) (driver.Grant, error) {
-				return driver.Grant{}, errDown
-			}
-			l := mustLocker(t, f, fencedlock.Options{TTL: time.Second})
-			defer l.Close()
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-			defer cancel()
+			_, l, ctx := refusing(t, errDown)
 			_, err := l.Acquire(ctx, "k")
 			if !errors.Is(err, fencedlock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errDown) {
 				t.Fatalf("Acquire: %v, want ErrNotAcquired, DeadlineExceeded and the backend's error", err)
@@ -140,13 +139,7 @@ func TestPermanentErrors(t *testing.T) {
 			f.renewFn = func(context.Context, driver.Grant, time.Duration) (time.Duration, error) {
 				return 0, errPerm
 			}
-			l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
-			defer l.Close()
-			start := time.Now()
-			ls, err := l.TryAcquire(t.Context(), "k")
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, ls, start := acquire3s(t, f)
 			<-ls.Done()
 			if d := time.Since(start); d != time.Second {
 				t.Fatalf("lost after %v, want 1s (the first renewal)", d)
@@ -190,24 +183,6 @@ func TestRenewAfterLoss(t *testing.T) {
 		}
 		if err := ls.Renew(t.Context()); !errors.Is(err, fencedlock.ErrLeaseLost) {
 			t.Fatalf("second Renew: %v, want ErrLeaseLost", err)
-		}
-	})
-}
-
-// TestDoReportsLossWithFnError: when the lease is lost while fn runs, Do's
-// error wraps ErrLeaseLost even if fn returned its context's error.
-func TestDoReportsLossWithFnError(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
-		l := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
-		defer l.Close()
-		err := l.Do(t.Context(), "k", func(ctx context.Context, _ *fencedlock.Lease) error {
-			store.Invalidate("k")
-			<-ctx.Done()
-			return ctx.Err()
-		})
-		if !errors.Is(err, fencedlock.ErrLeaseLost) || !errors.Is(err, context.Canceled) {
-			t.Fatalf("Do: %v, want ErrLeaseLost joined with fn's context.Canceled", err)
 		}
 	})
 }
@@ -397,13 +372,7 @@ func TestLostAtDeadlineWhileRenewalStuck(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				mem := memory.New()
 				b := &slowRenew{Backend: mem, delay: 5 * time.Second, fail: fail}
-				l := mustLocker(t, b, fencedlock.Options{TTL: 3 * time.Second})
-				defer l.Close()
-				start := time.Now()
-				ls, err := l.TryAcquire(t.Context(), "k")
-				if err != nil {
-					t.Fatal(err)
-				}
+				_, ls, start := acquire3s(t, b)
 				deadline := ls.Deadline()
 				select {
 				case <-ls.Done():

@@ -29,7 +29,16 @@ func FuzzKeysAndOptions(f *testing.F) {
 		defer perCall.Close()
 		pls, perr := perCall.TryAcquire(t.Context(), "per-call",
 			fencedlock.WithTTL(time.Duration(ttl)), fencedlock.WithRenewInterval(time.Duration(renew)), fencedlock.WithManualRenew(true))
-		if (perr == nil) != (err == nil) || (perr != nil && !errors.Is(perr, fencedlock.ErrInvalid)) {
+		// A grant refused as late (a short TTL on a busy fuzzing machine)
+		// was accepted by the options check and then released: the
+		// machine's speed, not the options' handling.
+		late := errors.Is(perr, fencedlock.ErrLateGrant)
+		if late {
+			if info, _ := store.Backend().Inspect(t.Context(), "per-call"); info.Held {
+				t.Fatalf("late per-call grant still held: %+v", info)
+			}
+		}
+		if (perr == nil || late) != (err == nil) || (perr != nil && !late && !errors.Is(perr, fencedlock.ErrInvalid)) {
 			t.Fatalf("ttl %v renew %v: New: %v; per-call TryAcquire: %v", time.Duration(ttl), time.Duration(renew), err, perr)
 		}
 		if perr == nil {
@@ -37,7 +46,7 @@ func FuzzKeysAndOptions(f *testing.F) {
 				t.Fatalf("per-call lease TTL %v, want %v", pls.TTL(), want)
 			}
 			_ = pls.Release(t.Context())
-		} else if info, _ := store.Backend().Inspect(t.Context(), "per-call"); info.Held || info.Fence != 0 {
+		} else if info, _ := store.Backend().Inspect(t.Context(), "per-call"); !late && (info.Held || info.Fence != 0) {
 			t.Fatalf("refused per-call request left state: %+v", info)
 		}
 		if err != nil {
@@ -48,6 +57,12 @@ func FuzzKeysAndOptions(f *testing.F) {
 		}
 		defer l.Close()
 		ls, err := l.TryAcquire(t.Context(), key)
+		if errors.Is(err, fencedlock.ErrLateGrant) {
+			if info, _ := store.Backend().Inspect(t.Context(), key); info.Held {
+				t.Fatalf("late grant of %q still held: %+v", key, info)
+			}
+			return
+		}
 		if err != nil {
 			if !errors.Is(err, fencedlock.ErrInvalid) {
 				t.Fatalf("key %q ttl %v: %v is not ErrInvalid", key, time.Duration(ttl), err)

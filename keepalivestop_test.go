@@ -7,7 +7,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
 )
 
@@ -63,12 +62,7 @@ func (k *stopKeeper) Release(ctx context.Context, g driver.Grant) error {
 func TestReleaseStopsKeepAlive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		k := &stopKeeper{keeper: newKeeper(time.Second)}
-		l := mustLocker(t, k, fencedlock.Options{TTL: 3 * time.Second})
-		defer l.Close()
-		ls, err := l.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, ls, _ := acquire3s(t, k)
 		start := time.Now()
 		if err := ls.Release(t.Context()); err != nil {
 			t.Fatal(err)

@@ -57,6 +57,21 @@ func (q lateQueue) AcquireWait(ctx context.Context, req driver.AcquireRequest) (
 	}
 }
 
+// lateAndDirect returns a memory store and two Lockers on it, closed when the
+// test ends: la (TTL 200ms) whose replies lag 350ms, and lb (TTL ttlB)
+// without lag.
+func lateAndDirect(t *testing.T, ttlB time.Duration) (store *memory.Store, la, lb *fencedlock.Locker) {
+	t.Helper()
+	store = memory.NewStore()
+	a := &lateReplies{Backend: store.Backend()}
+	a.lag.Store(int64(350 * time.Millisecond))
+	la = mustLocker(t, a, fencedlock.Options{TTL: 200 * time.Millisecond})
+	t.Cleanup(func() { la.Close() })
+	lb = mustLocker(t, store.Backend(), fencedlock.Options{TTL: ttlB})
+	t.Cleanup(func() { lb.Close() })
+	return store, la, lb
+}
+
 // TestLateGrantRefused (issue 28 item 1): a grant whose reply comes back
 // when less than the safety margin is left before the lease's local
 // deadline is not handed out. The issue's case: TTL 200ms, the reply lags
@@ -65,13 +80,7 @@ func (q lateQueue) AcquireWait(ctx context.Context, req driver.AcquireRequest) (
 // refused grant (owner-checked) must leave B's lock alone.
 func TestLateGrantRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
-		a := &lateReplies{Backend: store.Backend()}
-		a.lag.Store(int64(350 * time.Millisecond))
-		la := mustLocker(t, a, fencedlock.Options{TTL: 200 * time.Millisecond})
-		defer la.Close()
-		lb := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 200 * time.Millisecond})
-		defer lb.Close()
+		store, la, lb := lateAndDirect(t, 200*time.Millisecond)
 
 		start := time.Now()
 		type result struct {
@@ -181,12 +190,17 @@ func TestAcquireWaitsPastLateGrants(t *testing.T) {
 		"queue": func(b *lateReplies) driver.Backend { return lateQueue{b} },
 	}
 	for name, wrap := range backends {
+		// lagging returns a Locker (TTL 200ms) on a backend whose every
+		// reply lags 350ms, past the TTL, until lag is set to 0.
+		lagging := func(t *testing.T) (*lateReplies, *fencedlock.Locker) {
+			a := &lateReplies{Backend: memory.New()}
+			a.lag.Store(int64(350 * time.Millisecond))
+			return a, mustLocker(t, wrap(a), fencedlock.Options{TTL: 200 * time.Millisecond})
+		}
 		t.Run(name, func(t *testing.T) {
 			t.Run("context ends", func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					a := &lateReplies{Backend: memory.New()}
-					a.lag.Store(int64(350 * time.Millisecond))
-					l := mustLocker(t, wrap(a), fencedlock.Options{TTL: 200 * time.Millisecond})
+					a, l := lagging(t)
 					defer l.Close()
 					ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 					defer cancel()
@@ -205,9 +219,7 @@ func TestAcquireWaitsPastLateGrants(t *testing.T) {
 			})
 			t.Run("replies on time again", func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					a := &lateReplies{Backend: memory.New()}
-					a.lag.Store(int64(350 * time.Millisecond))
-					l := mustLocker(t, wrap(a), fencedlock.Options{TTL: 200 * time.Millisecond})
+					a, l := lagging(t)
 					defer l.Close()
 					time.AfterFunc(time.Second, func() { a.lag.Store(0) })
 					start := time.Now()
@@ -236,13 +248,7 @@ func TestAcquireWaitsPastLateGrants(t *testing.T) {
 // expired, and no refused grant deletes the direct holder's lock.
 func TestLateGrantConcurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
-		a := &lateReplies{Backend: store.Backend()}
-		a.lag.Store(int64(350 * time.Millisecond))
-		la := mustLocker(t, a, fencedlock.Options{TTL: 200 * time.Millisecond})
-		defer la.Close()
-		lb := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Second})
-		defer lb.Close()
+		_, la, lb := lateAndDirect(t, time.Second)
 		var wg sync.WaitGroup
 		for i := range 20 {
 			key := string(rune('a' + i))

@@ -88,31 +88,25 @@ func TestPerCallTTLRenewCadence(t *testing.T) {
 						t.Fatalf("the Locker's own lease renewed %d times in 6s at TTL 3s, want 6", len(longRenews))
 					}
 				}
-				switch call {
-				case "TryAcquire":
-					ls, err := l.TryAcquire(t.Context(), "short", fencedlock.WithTTL(ttl))
-					if err != nil {
-						t.Fatal(err)
-					}
-					check(ls)
-					if err := ls.Release(t.Context()); err != nil {
-						t.Fatal(err)
-					}
-				case "Acquire":
-					ls, err := l.Acquire(t.Context(), "short", fencedlock.WithTTL(ttl))
-					if err != nil {
-						t.Fatal(err)
-					}
-					check(ls)
-					if err := ls.Release(t.Context()); err != nil {
-						t.Fatal(err)
-					}
-				case "Do":
+				if call == "Do" {
 					err := l.Do(t.Context(), "short", func(_ context.Context, ls *fencedlock.Lease) error {
 						check(ls)
 						return nil
 					}, fencedlock.WithTTL(ttl))
 					if err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					acquire := l.Acquire
+					if call == "TryAcquire" {
+						acquire = l.TryAcquire
+					}
+					ls, err := acquire(t.Context(), "short", fencedlock.WithTTL(ttl))
+					if err != nil {
+						t.Fatal(err)
+					}
+					check(ls)
+					if err := ls.Release(t.Context()); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -51,19 +51,14 @@ func TestReleaseWaitsForRenewal(t *testing.T) {
 		t.Run(via, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := &lingering{Backend: memory.New(), linger: 100 * time.Millisecond}
-				l := mustLocker(t, b, fencedlock.Options{TTL: 3 * time.Second})
-				defer l.Close()
-				start := time.Now()
-				ls, err := l.TryAcquire(t.Context(), "k")
-				if err != nil {
-					t.Fatal(err)
-				}
+				l, ls, start := acquire3s(t, b)
 				time.Sleep(1500 * time.Millisecond) // the renewal sent at 1s blocks
 				synctest.Wait()
 				if n := b.inFlight.Load(); n != 1 {
 					t.Fatalf("%d renewals in flight at 1.5s, want 1", n)
 				}
 				released := time.Now()
+				var err error
 				if via == "Release" {
 					err = ls.Release(t.Context())
 				} else {
@@ -115,13 +110,7 @@ func newKeeper(linger time.Duration) *keeper {
 func keptLease(t *testing.T, linger time.Duration) (*keeper, *fencedlock.Locker, *fencedlock.Lease, time.Time) {
 	t.Helper()
 	k := newKeeper(linger)
-	l := mustLocker(t, k, fencedlock.Options{TTL: 3 * time.Second})
-	t.Cleanup(func() { l.Close() })
-	start := time.Now()
-	ls, err := l.TryAcquire(t.Context(), "k")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, ls, start := acquire3s(t, k)
 	return k, l, ls, start
 }
 
@@ -237,13 +226,7 @@ func TestRenewalAnsweredNearDeadline(t *testing.T) {
 			}
 			return f.Backend.Renew(ctx, g, ttl)
 		}
-		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
-		defer l.Close()
-		start := time.Now()
-		ls, err := l.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, ls, start := acquire3s(t, f)
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
 		if err := ls.Err(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/locktrace"
 )
 
 // Locker grants leases on named keys from one Backend. It is safe for
@@ -35,8 +36,8 @@ type Locker struct {
 	relClock releaseClock // the bounds of Lease.Release (releasectx.go)
 	clk      *clock       // the clocks of validity (clock.go)
 
-	obs     Observer // Options.Observer; nil: nothing observed
-	backend string   // the backend's name in events (set with obs only)
+	tr      *locktrace.Trace // a copy of Options.Trace; nil: nothing traced (trace.go)
+	backend string           // the backend's name in events (set with tr only)
 
 	mu      sync.Mutex
 	closed  bool
@@ -65,8 +66,9 @@ func New(b driver.Backend, opts Options) (*Locker, error) {
 	l.keeper, _ = b.(driver.KeepAliver)
 	l.relClock.timeout = o.ReleaseTimeout
 	l.policy = waitPolicy{max: o.MaxRetryDelay, notifier: l.notify != nil, jitter: jitter}
-	if o.Observer != nil { // observe: events carry the backend's name
-		l.obs, l.backend = o.Observer, backendName(b)
+	if o.Trace != nil { // observe: events carry the backend's name
+		tr := *o.Trace
+		l.tr, l.backend = &tr, backendName(b)
 	}
 	return l, nil
 }
@@ -159,8 +161,12 @@ func (l *Locker) refuseLate(ctx context.Context, g driver.Grant, took, left, min
 	if left < 0 {
 		when = fmt.Sprintf("%v after", -left.Round(time.Microsecond))
 	}
-	return fmt.Errorf("fencedlock: acquire %q: %w (%w): the grant came back %v after its request, %s its local deadline (the minimum left is %v); it was released",
-		g.Key, ErrNotAcquired, ErrLateGrant, took.Round(time.Microsecond), when, min)
+	fate := "it was released"
+	if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+		fate = "its release failed; it expires with its TTL"
+	}
+	return fmt.Errorf("fencedlock: acquire %q: %w (%w): the grant came back %v after its request, %s its local deadline (the minimum left is %v); %s",
+		g.Key, ErrNotAcquired, ErrLateGrant, took.Round(time.Microsecond), when, min, fate)
 }
 
 // Do acquires key (waiting as [Locker.Acquire] does), runs fn while holding

@@ -75,13 +75,7 @@ type plain struct{ driver.Backend }
 func TestRenewCadence(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake()
-		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
-		defer l.Close()
-		start := time.Now()
-		ls, err := l.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, ls, start := acquire3s(t, f)
 		time.Sleep(30*time.Second + time.Millisecond)
 		synctest.Wait()
 		if err := ls.Err(); err != nil {
@@ -120,13 +114,7 @@ func TestLocalDeadline(t *testing.T) {
 		f.renewFn = func(context.Context, driver.Grant, time.Duration) (time.Duration, error) {
 			return 0, errDown
 		}
-		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
-		defer l.Close()
-		start := time.Now()
-		ls, err := l.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, ls, start := acquire3s(t, f)
 		<-ls.Done()
 		lostAfter := time.Since(start)
 		margin := l.Options().SafetyMargin
@@ -161,13 +149,7 @@ func TestLocalDeadline(t *testing.T) {
 func TestLostOnNotHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
-		l := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
-		defer l.Close()
-		start := time.Now()
-		ls, err := l.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, ls, start := acquire3s(t, store.Backend())
 		store.Invalidate("k")
 		<-ls.Done()
 		if got := time.Since(start); got != time.Second {
@@ -191,12 +173,7 @@ func TestTransientRenewFailure(t *testing.T) {
 			}
 			return f.Backend.Renew(ctx, g, ttl)
 		}
-		l := mustLocker(t, f, fencedlock.Options{TTL: 3 * time.Second})
-		defer l.Close()
-		ls, err := l.TryAcquire(t.Context(), "k")
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, ls, _ := acquire3s(t, f)
 		time.Sleep(10 * time.Second)
 		if err := ls.Err(); err != nil {
 			t.Fatalf("lease lost after two transient failures: %v", err)
@@ -302,11 +279,7 @@ func handoff(t *testing.T, a, b *fencedlock.Locker, wait time.Duration) time.Dur
 // once (zero fake time), however long the holder's TTL.
 func TestNotifiedWaiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
-		a := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
-		b := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
-		defer a.Close()
-		defer b.Close()
+		a, b := twoLockers(t, time.Minute)
 		if d := handoff(t, a, b, 5*time.Second); d != 0 {
 			t.Fatalf("hand-off took %v of fake time, want 0", d)
 		}
@@ -318,11 +291,7 @@ func TestNotifiedWaiter(t *testing.T) {
 // get does not outlive the wait's context otherwise.
 func TestCancelledWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.NewStore()
-		a := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
-		b := mustLocker(t, store.Backend(), fencedlock.Options{TTL: time.Minute})
-		defer a.Close()
-		defer b.Close()
+		a, b := twoLockers(t, time.Minute)
 		if _, err := a.TryAcquire(t.Context(), "k"); err != nil {
 			t.Fatal(err)
 		}
@@ -495,22 +464,31 @@ func TestCloseReleasesAndStops(t *testing.T) {
 }
 
 // TestDoCancelsOnLoss: Do's function sees its context end when the lease is
-// lost, and Do reports ErrLeaseLost even if the function returned nil.
+// lost, and Do reports ErrLeaseLost whatever the function returned: nil, or
+// its context's error (then joined with it).
 func TestDoCancelsOnLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.NewStore()
 		l := mustLocker(t, store.Backend(), fencedlock.Options{TTL: 3 * time.Second})
 		defer l.Close()
-		err := l.Do(t.Context(), "k", func(ctx context.Context, ls *fencedlock.Lease) error {
-			store.Invalidate("k")
-			<-ctx.Done()
-			if !errors.Is(context.Cause(ctx), fencedlock.ErrLeaseLost) {
-				t.Errorf("fn cause %v", context.Cause(ctx))
+		for _, fnErr := range []bool{false, true} {
+			err := l.Do(t.Context(), "k", func(ctx context.Context, ls *fencedlock.Lease) error {
+				store.Invalidate("k")
+				<-ctx.Done()
+				if !errors.Is(context.Cause(ctx), fencedlock.ErrLeaseLost) {
+					t.Errorf("fn cause %v", context.Cause(ctx))
+				}
+				if fnErr {
+					return ctx.Err()
+				}
+				return nil
+			})
+			if !errors.Is(err, fencedlock.ErrLeaseLost) {
+				t.Fatalf("Do (fn returned its context's error: %v): %v, want ErrLeaseLost", fnErr, err)
 			}
-			return nil
-		})
-		if !errors.Is(err, fencedlock.ErrLeaseLost) {
-			t.Fatalf("Do: %v, want ErrLeaseLost", err)
+			if fnErr && !errors.Is(err, context.Canceled) {
+				t.Fatalf("Do: %v, want ErrLeaseLost joined with fn's context.Canceled", err)
+			}
 		}
 		// And a plain Do succeeds and releases.
 		fnErr := errors.New("boom")
@@ -561,11 +539,7 @@ func TestManualRenew(t *testing.T) {
 // 5x the measured gap.
 func TestRealTime(t *testing.T) {
 	const ttl = 500 * time.Millisecond
-	store := memory.NewStore()
-	a := mustLocker(t, store.Backend(), fencedlock.Options{TTL: ttl})
-	b := mustLocker(t, store.Backend(), fencedlock.Options{TTL: ttl})
-	defer a.Close()
-	defer b.Close()
+	a, b := twoLockers(t, ttl)
 	ls, err := a.TryAcquire(t.Context(), "rt")
 	if err != nil {
 		t.Fatal(err)
@@ -616,4 +590,31 @@ func TestLostNotificationBounded(t *testing.T) {
 			t.Fatalf("waiter took %v after a silent release, want <= MaxRetryDelay 2s", d)
 		}
 	})
+}
+
+// acquire3s takes "k" with a new Locker on b (TTL 3s: a renewal every
+// second, closed when the test ends) and returns the Locker, the lease and
+// the time just before the acquire.
+func acquire3s(t *testing.T, b driver.Backend) (*fencedlock.Locker, *fencedlock.Lease, time.Time) {
+	t.Helper()
+	l := mustLocker(t, b, fencedlock.Options{TTL: 3 * time.Second})
+	t.Cleanup(func() { l.Close() })
+	start := time.Now()
+	ls, err := l.TryAcquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, ls, start
+}
+
+// twoLockers returns two Lockers with a TTL of ttl on one memory store, as
+// two processes on one server, closed when the test ends.
+func twoLockers(t *testing.T, ttl time.Duration) (a, b *fencedlock.Locker) {
+	t.Helper()
+	store := memory.NewStore()
+	a = mustLocker(t, store.Backend(), fencedlock.Options{TTL: ttl})
+	t.Cleanup(func() { a.Close() })
+	b = mustLocker(t, store.Backend(), fencedlock.Options{TTL: ttl})
+	t.Cleanup(func() { b.Close() })
+	return a, b
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/locktrace"
 )
 
 // Limits and defaults. A zero field of [Options] takes the default below.
@@ -69,10 +70,10 @@ type Options struct {
 	// Logger receives debug and warning records (keys, fences and holder ids;
 	// never owner tokens). Default: no logging.
 	Logger *slog.Logger
-	// Observer receives the events of acquires, renewals, releases and
-	// losses, for metrics and traces (see [Observer]). Default: none, at no
-	// cost.
-	Observer Observer
+	// Trace receives the events of acquires, waits, renewals, releases and
+	// losses, for metrics and traces (see package [locktrace]; a nil field
+	// reports nothing). New keeps a copy. Default: none, at no cost.
+	Trace *locktrace.Trace
 }
 
 func (o Options) resolve() (Options, error) {

@@ -16,6 +16,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestReadmeSnippetsCompile extracts every Go code block of README.md and
@@ -24,9 +26,7 @@ import (
 // Every block is a complete file (its package clause and imports): a
 // program, or a _test package, whose tests are also run.
 func TestReadmeSnippetsCompile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds programs; not in -short")
-	}
+	testserver.SkipShort(t, "go vet and go test of the README's programs")
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -88,25 +88,13 @@ func TestReadmeSnippetsCompile(t *testing.T) {
 // this one; what go install names is a command of this module (a package
 // main without replace directives in its module, so that @latest works);
 // and the local etcd it offers starts, serves a Put and a Get, and stops
-// on SIGINT.
+// on SIGINT (not under -short: that part starts a server).
 func TestReadmeQuickStart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the development etcd; not in -short")
-	}
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(readme), "## Quick start\n\n```sh\n")
-	if !ok {
-		t.Fatal("README.md has no '## Quick start' section opening with a sh block")
-	}
-	block, _, _ := strings.Cut(after, "```")
-	lines := strings.Split(strings.TrimSpace(block), "\n")
+	readme, lines, _ := readmeShBlock(t, "## Quick start")
 	if len(lines) != 3 {
-		t.Fatalf("the quick start is %d lines, want 3:\n%s", len(lines), block)
+		t.Fatalf("the quick start is %d lines, want 3:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
-	if head := strings.Join(strings.Split(string(readme), "\n")[:40], "\n"); !strings.Contains(head, "## Quick start") {
+	if head := strings.Join(strings.Split(readme, "\n")[:40], "\n"); !strings.Contains(head, "## Quick start") {
 		t.Error("the quick start is not on the README's first screen (40 lines)")
 	}
 	mod, err := exec.Command("go", "list", "-m").Output()
@@ -139,6 +127,7 @@ func TestReadmeQuickStart(t *testing.T) {
 	}
 
 	// The development etcd: built as the README runs it, on a free port.
+	testserver.SkipShort(t, "the development etcd (bench/cmd/devetcd)")
 	exe := filepath.Join(t.TempDir(), "devetcd")
 	build := exec.Command("go", "build", "-o", exe, "./cmd/devetcd")
 	build.Dir = "bench"
@@ -199,4 +188,44 @@ func TestReadmeQuickStart(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("devetcd did not stop within 30s of SIGINT")
 	}
+}
+
+// TestReadmeContributing pins what the README offers contributors first:
+// the block of commands from a checkout keeps its two first commands (the
+// demo, make test), and the line under it offers make short, a Makefile
+// target that runs go test -short (the loop that starts no server).
+func TestReadmeContributing(t *testing.T) {
+	_, lines, rest := readmeShBlock(t, "From a checkout of this repository:")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "go run ./cmd/fencedlock demo") || !strings.HasPrefix(lines[1], "make test") {
+		t.Fatalf("the checkout block's first commands are %q, want go run ./cmd/fencedlock demo, then make test", lines)
+	}
+	next, _, _ := strings.Cut(strings.TrimLeft(rest, "\n"), "\n")
+	if !strings.HasPrefix(next, "Contributing:") || !strings.Contains(next, "`make short`") {
+		t.Fatalf("the line under the checkout block is %q, want a Contributing: line offering `make short`", next)
+	}
+	mk, err := os.ReadFile("Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := regexp.MustCompile(`(?m)^short:.*\n((?:\t.*\n)+)`).FindSubmatch(mk)
+	if target == nil || !strings.Contains(string(target[1]), "test -short") || !strings.Contains(string(target[1]), "./...") {
+		t.Fatalf("the Makefile has no short target running go test -short ./... (found %q)", target)
+	}
+}
+
+// readmeShBlock returns README.md, the lines of the sh code block that
+// follows the line opening (after one blank line), and the text after the
+// block; it fails t if there is no such block.
+func readmeShBlock(t *testing.T, opening string) (readme string, lines []string, rest string) {
+	t.Helper()
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), opening+"\n\n```sh\n")
+	if !ok {
+		t.Fatalf("README.md has no %q line followed by a sh block", opening)
+	}
+	block, rest, _ := strings.Cut(after, "```\n")
+	return string(b), strings.Split(strings.TrimSpace(block), "\n"), rest
 }

@@ -67,6 +67,36 @@ func suspendLocker(t *testing.T, b driver.Backend) (*Locker, *jumpClock) {
 	return l, j
 }
 
+// heldThenSuspended acquires "k" on a suspendLocker of a countingBackend,
+// holds it for 1s and suspends the machine for d. It returns the backend,
+// the clocks, the lease and the time of the acquire.
+func heldThenSuspended(t *testing.T, d time.Duration) (*countingBackend, *jumpClock, *Lease, time.Time) {
+	t.Helper()
+	b := &countingBackend{Backend: memory.New()}
+	l, j := suspendLocker(t, b)
+	start := time.Now()
+	ls, err := l.TryAcquire(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	j.suspend(d)
+	return b, j, ls, start
+}
+
+// endedAtFirstTick fails unless the watchdog ended the lease acquired at
+// start at its first tick (3.33s later, Done closed by now) without a
+// renewal.
+func endedAtFirstTick(t *testing.T, b *countingBackend, start time.Time) {
+	t.Helper()
+	if d := time.Since(start); d > 10*time.Second/3+time.Millisecond {
+		t.Fatalf("Done closed %v after the acquire, want at the first tick (3.33s)", d)
+	}
+	if n := b.renews.Load(); n != 0 {
+		t.Fatalf("%d renewals of a lease whose deadline passed during a suspend", n)
+	}
+}
+
 // TestSuspendEndsLease (issue 28 item 6): after a system suspend longer
 // than the lease's remaining time (the boot clock jumps, the monotonic
 // clock does not), Err reports the lease lost at once, and the watchdog
@@ -76,13 +106,7 @@ func suspendLocker(t *testing.T, b driver.Backend) (*Locker, *jumpClock) {
 func TestSuspendEndsLease(t *testing.T) {
 	t.Run("Err", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			l, j := suspendLocker(t, memory.New())
-			ls, err := l.TryAcquire(t.Context(), "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Second)
-			j.suspend(20 * time.Second)
+			_, _, ls, _ := heldThenSuspended(t, 20*time.Second)
 			if err := ls.Err(); !errors.Is(err, ErrLeaseLost) || !errors.Is(err, errDeadline) {
 				t.Fatalf("Err after a 20s suspend (7.999s were left): %v, want the loss at the deadline", err)
 			}
@@ -95,26 +119,13 @@ func TestSuspendEndsLease(t *testing.T) {
 	})
 	t.Run("Done", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := &countingBackend{Backend: memory.New()}
-			l, j := suspendLocker(t, b)
-			start := time.Now()
-			ls, err := l.TryAcquire(t.Context(), "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Second)
-			j.suspend(20 * time.Second)
+			b, _, ls, start := heldThenSuspended(t, 20*time.Second)
 			select {
 			case <-ls.Done():
 			case <-time.After(10 * time.Second):
 				t.Fatalf("Done not closed 10s after a 20s suspend (Err %v, %d renewals)", ls.Err(), b.renews.Load())
 			}
-			if d := time.Since(start); d > 10*time.Second/3+time.Millisecond {
-				t.Fatalf("Done closed %v after the acquire, want at the first tick (3.33s)", d)
-			}
-			if n := b.renews.Load(); n != 0 {
-				t.Fatalf("%d renewals of a lease whose deadline passed during a suspend", n)
-			}
+			endedAtFirstTick(t, b, start)
 			if !errors.Is(context.Cause(ls.Context()), errDeadline) {
 				t.Fatalf("cause %v, want the loss at the deadline", context.Cause(ls.Context()))
 			}
@@ -125,36 +136,15 @@ func TestSuspendEndsLease(t *testing.T) {
 		// Err's cheap reading; the watchdog's tick reads the kernel's
 		// clocks and ends the lease, without renewing it.
 		synctest.Test(t, func(t *testing.T) {
-			b := &countingBackend{Backend: memory.New()}
-			l, j := suspendLocker(t, b)
-			start := time.Now()
-			ls, err := l.TryAcquire(t.Context(), "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Second)
-			j.suspend(20 * time.Second)
+			b, j, ls, start := heldThenSuspended(t, 20*time.Second)
 			j.wallStep.Add(-int64(20 * time.Second))
 			<-ls.Done()
-			if d := time.Since(start); d > 10*time.Second/3+time.Millisecond {
-				t.Fatalf("Done closed %v after the acquire, want at the first tick (3.33s)", d)
-			}
-			if n := b.renews.Load(); n != 0 {
-				t.Fatalf("%d renewals of a lease whose deadline passed during a suspend", n)
-			}
+			endedAtFirstTick(t, b, start)
 		})
 	})
 	t.Run("short suspend", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := &countingBackend{Backend: memory.New()}
-			l, j := suspendLocker(t, b)
-			start := time.Now()
-			ls, err := l.TryAcquire(t.Context(), "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(time.Second)
-			j.suspend(2 * time.Second)
+			b, _, ls, start := heldThenSuspended(t, 2*time.Second)
 			if err := ls.Err(); err != nil {
 				t.Fatalf("Err after a 2s suspend (7.999s were left): %v", err)
 			}

@@ -3,7 +3,9 @@
 // the competitors never enter the library's dependency graph.
 //
 // Everything is in the _test.go files: one file per contender holding only
-// its constructor, the scenarios in scenario_bench_test.go, and a smoke test
+// its constructor, the scenarios in scenario_bench_test.go (Capacity, each
+// library timed alone at concurrency 64, in capacity_test.go; PingPong, the
+// bare pub/sub floor of a hand-off, in pingpong_test.go), and a smoke test
 // that CI runs. Run the benchmarks with
 //
 //	go test -run '^$' -bench . -benchmem

@@ -37,16 +37,7 @@ func BenchmarkEtcdFloor(b *testing.B) {
 				if err != nil {
 					b.Fatalf("etcd metrics: %v", err)
 				}
-				runOps(b, e, c, conc, func(i int) (func(context.Context) error, func()) {
-					k := key("floor", c.name, conc*1000+i)
-					return func(ctx context.Context) error {
-						h, err := cl.acquire(ctx, k)
-						if err != nil {
-							return err
-						}
-						return h.Release(ctx)
-					}, func() {}
-				})
+				runOps(b, e, c, conc, acquireReleaseOps(cl, "floor", c.name, conc))
 				after, err := etcdServerMetrics(e)
 				if err != nil {
 					b.Fatalf("etcd metrics: %v", err)

@@ -45,6 +45,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(etcdChildEnv); dir != "" {
 		os.Exit(runEtcdChild(dir))
 	}
+	if spec := os.Getenv(pongChildEnv); spec != "" {
+		os.Exit(runPongChild(spec))
+	}
 	code := m.Run()
 	stopEnv()
 	os.Exit(code)
@@ -96,30 +99,19 @@ func forEachPass(b *testing.B, want func(contender) bool, fn func(b *testing.B, 
 	}
 }
 
-// BenchmarkAcquireRelease: acquire a free lock with the library's blocking
-// acquire and release it, conc goroutines on one client, each on its own
-// key. ns/op is per acquire+release of one goroutine divided by conc (the
-// throughput), p50-ns/p99-ns the latency of one acquire+release. A Redis
-// contender other than the baseline also reports vs-base, fencedlock-etcd
-// vs-mutex (see pairedBaseline).
-func BenchmarkAcquireRelease(b *testing.B) {
-	setup := func(b *testing.B, cl lockClient, name string, conc int) func(i int) (func(context.Context) error, func()) {
-		return func(i int) (func(context.Context) error, func()) {
-			k := key("ar", name, conc*1000+i)
-			return func(ctx context.Context) error {
-				h, err := cl.acquire(ctx, k)
-				if err != nil {
-					return err
-				}
-				return h.Release(ctx)
-			}, func() {}
-		}
-	}
+// opSetup returns, for goroutine i of a b.N scenario at concurrency conc
+// on client cl (named name in keys), its operation and what undoes it.
+type opSetup func(b *testing.B, cl lockClient, name string, conc int) func(i int) (func(context.Context) error, func())
+
+// runHotPath runs a b.N scenario at concurrencies 1 and 64 for each
+// contender want admits (nil: all), on a client configured as cfg, with
+// the baseline paired in (see pairedBaseline). logf, given the
+// concurrency and the contender's name, says what runs.
+func runHotPath(b *testing.B, want func(contender) bool, logf string, cfg clientConfig, setup opSetup) {
 	for _, conc := range []int{1, 64} {
 		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
-			forEachPass(b, nil, func(b *testing.B, e *env, c contender) {
-				b.Logf("uncontended acquire+release, %d goroutines, one key each, one %s client", conc, c.name)
-				cfg := clientConfig{ttl: benchTTL}
+			forEachPass(b, want, func(b *testing.B, e *env, c contender) {
+				b.Logf(logf, conc, c.name)
 				cl := c.open(b, e, cfg)
 				defer cl.close()
 				var base func(i int) (func(context.Context) error, func())
@@ -133,6 +125,35 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkAcquireRelease: acquire a free lock with the library's blocking
+// acquire and release it, conc goroutines on one client, each on its own
+// key. ns/op is per acquire+release of one goroutine divided by conc (the
+// throughput), p50-ns/p99-ns the latency of one acquire+release. A Redis
+// contender other than the baseline also reports vs-base, fencedlock-etcd
+// vs-mutex (see pairedBaseline).
+// acquireReleaseOps returns the operations of runOps for the contender
+// cl named name at concurrency conc: worker i takes its own key (scenario
+// prefix) and releases it at once.
+func acquireReleaseOps(cl lockClient, prefix, name string, conc int) func(i int) (func(context.Context) error, func()) {
+	return func(i int) (func(context.Context) error, func()) {
+		k := key(prefix, name, conc*1000+i)
+		return func(ctx context.Context) error {
+			h, err := cl.acquire(ctx, k)
+			if err != nil {
+				return err
+			}
+			return h.Release(ctx)
+		}, func() {}
+	}
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	setup := func(b *testing.B, cl lockClient, name string, conc int) func(i int) (func(context.Context) error, func()) {
+		return acquireReleaseOps(cl, "ar", name, conc)
+	}
+	runHotPath(b, nil, "uncontended acquire+release, %d goroutines, one key each, one %s client", clientConfig{ttl: benchTTL}, setup)
 }
 
 // BenchmarkRenew: renew a held lock by hand (the library's extend call),
@@ -153,24 +174,8 @@ func BenchmarkRenew(b *testing.B) {
 			}
 		}
 	}
-	for _, conc := range []int{1, 64} {
-		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) {
-			forEachPass(b, func(c contender) bool { return c.manualRenew }, func(b *testing.B, e *env, c contender) {
-				b.Logf("renew of a held lock, %d goroutines, one lock each, one %s client", conc, c.name)
-				cfg := clientConfig{ttl: benchTTL, manual: true}
-				cl := c.open(b, e, cfg)
-				defer cl.close()
-				var base func(i int) (func(context.Context) error, func())
-				bc, metric, paired := pairedBaseline(c)
-				if paired {
-					bcl := bc.open(b, e, cfg)
-					defer bcl.close()
-					base = setup(b, bcl, c.name+"-base", conc)
-				}
-				runOpsPaired(b, e, c, conc, setup(b, cl, c.name, conc), base, metric)
-			})
-		})
-	}
+	runHotPath(b, func(c contender) bool { return c.manualRenew }, "renew of a held lock, %d goroutines, one lock each, one %s client",
+		clientConfig{ttl: benchTTL, manual: true}, setup)
 }
 
 // pairedBaseline returns the contender that c's operations are

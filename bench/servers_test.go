@@ -272,12 +272,29 @@ func startEtcdChild() (endpoint string, stop func(), err error) {
 	if err != nil {
 		return "", nil, err
 	}
+	endpoint, stopChild, err := startChild("etcd child", etcdChildEnv, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return endpoint, func() {
+		stopChild()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// startChild runs this test binary again with the environment variable
+// envName set to value (TestMain turns it into the child named what), and
+// waits until the child prints "READY <arg>"; it returns arg. stop closes
+// the child's standard input, on which it stops, and kills it if it has
+// not exited 10 s later.
+func startChild(what, envName, value string) (arg string, stop func(), err error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", nil, err
 	}
 	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), etcdChildEnv+"="+dir)
+	cmd.Env = append(os.Environ(), envName+"="+value)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -290,15 +307,15 @@ func startEtcdChild() (endpoint string, stop func(), err error) {
 	logw := &lockedWriter{w: new(strings.Builder)}
 	cmd.Stderr = logw
 	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("starting etcd child: %w", err)
+		return "", nil, fmt.Errorf("starting %s: %w", what, err)
 	}
 	done := make(chan struct{})
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if ep, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- ep
+			if a, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+				ready <- a
 			}
 		}
 		_ = cmd.Wait()
@@ -312,17 +329,16 @@ func startEtcdChild() (endpoint string, stop func(), err error) {
 			_ = cmd.Process.Kill()
 			<-done
 		}
-		_ = os.RemoveAll(dir)
 	}
 	select {
-	case ep := <-ready:
-		return ep, stop, nil
+	case a := <-ready:
+		return a, stop, nil
 	case <-done:
 		stop()
-		return "", nil, fmt.Errorf("etcd child exited during start; log:\n%s", logw.String())
+		return "", nil, fmt.Errorf("%s exited during start; log:\n%s", what, logw.String())
 	case <-time.After(30 * time.Second):
 		stop()
-		return "", nil, fmt.Errorf("etcd child not ready after 30s; log:\n%s", logw.String())
+		return "", nil, fmt.Errorf("%s not ready after 30s; log:\n%s", what, logw.String())
 	}
 }
 

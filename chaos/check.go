@@ -123,6 +123,7 @@ type Lease struct {
 	Fence      uint64
 	Holder     string
 	Start, End int64
+	Read       bool // a read lease (rw workload): it may overlap other read leases
 }
 
 // FenceErr is a violation of (c), with the faults active between the two
@@ -139,11 +140,12 @@ type Report struct {
 	Linearizable porcupine.CheckResult
 	Visual       string // the HTML visualisation of a non-linearizable history
 	Overlaps     []Overlap
-	FenceErrs    []FenceErr // (c)
-	StaleErrs    []string   // (d)
-	FinalErr     string     // (e)
-	Accepted     int        // writes acknowledged
-	Unknown      int        // writes of unknown outcome
+	FenceErrs    []FenceErr  // (c)
+	StaleErrs    []string    // (d)
+	FinalErr     string      // (e)
+	OverLimit    []OverLimit // a semaphore's limit broken ([CheckLimit]); nil for a lock
+	Accepted     int         // writes acknowledged
+	Unknown      int         // writes of unknown outcome
 	FinalValue   int64
 	CheckTime    time.Duration
 }
@@ -172,6 +174,18 @@ type CheckOptions struct {
 func Check(h History, opts CheckOptions) Report {
 	start := time.Now()
 	var r Report
+	checkLinearizable(h, opts, &r)
+	checkExclusion(h, opts, &r)
+	checkFences(h, opts, &r)
+	checkStale(h, &r)
+	checkFinal(h, &r)
+	r.CheckTime = time.Since(start)
+	return r
+}
+
+// checkLinearizable checks (a), the linearizability of the register, and
+// counts the acknowledged and unknown writes.
+func checkLinearizable(h History, opts CheckOptions, r *Report) {
 	end := h.End
 	if h.Final != nil && h.Final.Return >= end {
 		end = h.Final.Return + 1
@@ -182,8 +196,6 @@ func Check(h History, opts CheckOptions) Report {
 		}
 		return o.Return
 	}
-
-	// (a) linearizability of the register.
 	var ops []porcupine.Operation
 	for _, o := range h.Ops {
 		switch {
@@ -218,13 +230,16 @@ func Check(h History, opts CheckOptions) Report {
 			r.Visual = "(visualisation failed: " + err.Error() + ")"
 		}
 	}
+}
 
-	// (b) mutual exclusion among leases considered valid.
+// checkExclusion checks (b), mutual exclusion among leases considered
+// valid (two read leases of the rw workload excepted).
+func checkExclusion(h History, opts CheckOptions, r *Report) {
 	leases := Leases(h)
 	for i := range leases {
 		for j := i + 1; j < len(leases); j++ {
 			a, b := leases[i], leases[j]
-			if a.Holder == b.Holder || a.Start >= b.End || b.Start >= a.End {
+			if a.Holder == b.Holder || a.Start >= b.End || b.Start >= a.End || (a.Read && b.Read) {
 				continue
 			}
 			ov := Overlap{A: a, B: b, From: max(a.Start, b.Start), To: min(a.End, b.End)}
@@ -238,8 +253,10 @@ func Check(h History, opts CheckOptions) Report {
 			r.Overlaps = append(r.Overlaps, ov)
 		}
 	}
+}
 
-	// (c) fences strictly increasing across grants.
+// checkFences checks (c), fences strictly increasing across grants.
+func checkFences(h History, opts CheckOptions, r *Report) {
 	var grants []Operation
 	for _, o := range h.Ops {
 		if o.Op == OpAcquire && o.Phase == OK {
@@ -264,9 +281,12 @@ func Check(h History, opts CheckOptions) Report {
 			}
 		}
 	}
+}
 
-	// (d) no stale write accepted: an acknowledged claim or write whose
-	// fence the rule rejects against one acknowledged before it was sent.
+// checkStale checks (d), no stale write accepted: an acknowledged claim or
+// write whose fence the rule rejects against one acknowledged before it
+// was sent.
+func checkStale(h History, r *Report) {
 	var acked []Operation
 	for _, o := range h.Ops {
 		if (o.Op == OpClaim || o.Op == OpWrite) && o.Phase == OK {
@@ -281,17 +301,18 @@ func Check(h History, opts CheckOptions) Report {
 			}
 		}
 	}
+}
 
-	// (e) the final register equals the applied increments: every
-	// acknowledged write, and some of the unknown ones.
+// checkFinal checks (e), the final register equals the applied
+// increments: every acknowledged write, and some of the unknown ones
+// (counted by checkLinearizable).
+func checkFinal(h History, r *Report) {
 	switch {
 	case h.Final == nil:
 		r.FinalErr = "no final read"
 	case r.FinalValue < int64(r.Accepted) || r.FinalValue > int64(r.Accepted+r.Unknown):
 		r.FinalErr = fmt.Sprintf("final register %d, but %d writes were acknowledged and %d had unknown outcomes", r.FinalValue, r.Accepted, r.Unknown)
 	}
-	r.CheckTime = time.Since(start)
-	return r
 }
 
 // Leases returns the validity interval of every grant in h: from the
@@ -345,7 +366,7 @@ func Leases(h History) []Lease {
 			continue
 		}
 		k := key{o.Worker, o.Holder}
-		l := Lease{Worker: o.Worker, Fence: o.Fence, Holder: o.Holder, Start: o.Return, End: deadline[k]}
+		l := Lease{Worker: o.Worker, Fence: o.Fence, Holder: o.Holder, Start: o.Return, End: deadline[k], Read: o.Read}
 		if c, ok := cut[k]; ok && c < l.End {
 			l.End = c
 		}
@@ -429,6 +450,13 @@ func (r Report) Summary() string {
 		if o.Deletion != nil {
 			fmt.Fprintf(&b, ", explained by the del-lock of %.6s", o.Deletion.Deleted)
 		}
+	}
+	for i, o := range r.OverLimit {
+		if i == 5 {
+			fmt.Fprintf(&b, "\n    ... %d more", len(r.OverLimit)-i)
+			break
+		}
+		fmt.Fprintf(&b, "\n    limit broken: %d valid permits (slots %v) for %v, faults %v", o.N, o.Slots, time.Duration(o.To-o.From), o.Kinds)
 	}
 	fmt.Fprintf(&b, "\n(c) %d fence-order violations", len(r.FenceErrs))
 	for i, e := range r.FenceErrs {

@@ -16,6 +16,11 @@
 //	(d) no stale write accepted;
 //	(e) the final register equals the number of applied increments.
 //
+// The same workers run a semaphore's permits (each slot with its own
+// register; the history is checked per slot with [SplitSlots], and over all
+// slots with [CheckLimit]: never more valid permits than the limit) and an
+// election's terms (WorkerConfig.Mode).
+//
 // It is its own module so that porcupine never enters the library's
 // dependency graph. Run it with `make chaos` (100 seeds per backend) or, for
 // the short schedule CI runs, with

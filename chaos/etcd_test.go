@@ -117,17 +117,32 @@ var etcdKinds = []FaultKind{FaultPauseWorker, FaultPauseHolder, FaultBlackhole, 
 // FencedPut; worker, network and member faults.
 func TestChaosEtcd(t *testing.T) {
 	e := startEtcd(t)
-	s := &setup{name: "etcd", register: RegisterEtcd, kinds: etcdKinds, etcd: e}
-	ttl := max(*flagTTL, 2*time.Second) // etcd leases are whole seconds
-	s.work = ttl / 2
-	st := newStats("etcd-3-member")
+	runEtcdSeeds(t, &setup{name: "etcd", register: RegisterEtcd, kinds: etcdKinds, etcd: e}, "etcd-3-member")
+}
+
+// etcdRun is the run of seed on etcd: a TTL of at least 2s (etcd leases
+// are whole seconds), schedules of at least 4 TTLs.
+func etcdRun(seed uint64) runConfig {
+	rc := defaultRun(seed)
+	rc.ttl = max(*flagTTL, 2*time.Second)
+	rc.length = max(rc.length, 4*rc.ttl)
+	return rc
+}
+
+// runEtcdSeeds runs every seed on the etcd setup s, the workers' Work
+// half the TTL, requires each run safe (an operator's deletion of the
+// lock's queue excused) and prints the stats under name.
+func runEtcdSeeds(t *testing.T, s *setup, name string) {
+	t.Helper()
+	s.work = etcdRun(0).ttl / 2
+	st := newStats(name)
 	for _, seed := range seeds(t) {
-		rc := defaultRun(seed)
-		rc.ttl = ttl
-		rc.length = max(rc.length, 4*ttl)
-		r := run(t, s, rc)
+		r := run(t, s, etcdRun(seed))
 		st.add(r)
 		requireSafe(t, st.name, seed, r, FaultDelLock)
 	}
 	st.print(t)
+	if st.grants == 0 {
+		t.Fatalf("%s: no lease granted in %d schedules: the workload did not run", name, st.runs)
+	}
 }

@@ -6,7 +6,7 @@ type Op string
 // Operations of a worker. Claim, Read and Write act on the register;
 // Acquire, Release and Lost on the lock.
 const (
-	OpAcquire Op = "acquire" // Locker.Acquire: Fence, Holder, Deadline on ok
+	OpAcquire Op = "acquire" // Locker.Acquire (Semaphore.Acquire, Election.Campaign): Fence, Slot, Holder, Deadline on ok
 	OpClaim   Op = "claim"   // a fenced write of the fence record only: Fence, Holder
 	OpRead    Op = "read"    // a read of the register: Value on ok
 	OpWrite   Op = "write"   // a fenced write of Value: Fence, Holder
@@ -41,8 +41,10 @@ type Event struct {
 	Phase    Phase  `json:"ph"`
 	T        int64  `json:"t"`                  // CLOCK_MONOTONIC, ns
 	Fence    uint64 `json:"fence,omitempty"`    // the lease's fence
+	Slot     int    `json:"slot,omitempty"`     // the permit's slot (semaphore workload; 0 otherwise)
 	Holder   string `json:"holder,omitempty"`   // the lease's holder id (never the owner token)
 	Value    int64  `json:"value,omitempty"`    // read or written
 	Deadline int64  `json:"deadline,omitempty"` // the lease's local deadline, CLOCK_MONOTONIC ns
 	Err      string `json:"err,omitempty"`
+	Read     bool   `json:"read,omitempty"` // acquire: a read (shared) lease of the rw workload
 }

@@ -13,9 +13,11 @@ type Operation struct {
 	Return int64 // the completion's T; for Phase Info, the end of the history
 	Phase  Phase // the completion's phase; Info if none arrived
 	Fence  uint64
+	Slot   int // the permit's slot (the semaphore workload), whose register the op acts on
 	Holder string
 	Value  int64 // written (write) or read (read, final)
 	Err    string
+	Read   bool // acquire: a read (shared) lease of the rw workload
 	// Deadline is the lease's local deadline: for an acquire, the one at
 	// the grant; for a release, the last one seen before it.
 	Deadline int64
@@ -66,10 +68,10 @@ func BuildHistory(events []Event) (History, error) {
 		}
 		delete(pending, e.Worker)
 		op := Operation{Worker: e.Worker, Op: e.Op, Call: p.T, Return: e.T, Phase: e.Phase,
-			Fence: p.Fence, Holder: p.Holder, Value: p.Value, Err: e.Err, Deadline: p.Deadline}
+			Fence: p.Fence, Slot: p.Slot, Holder: p.Holder, Value: p.Value, Err: e.Err, Deadline: p.Deadline}
 		switch e.Op {
 		case OpAcquire:
-			op.Fence, op.Holder, op.Deadline = e.Fence, e.Holder, e.Deadline
+			op.Fence, op.Slot, op.Holder, op.Deadline, op.Read = e.Fence, e.Slot, e.Holder, e.Deadline, e.Read
 		case OpRead:
 			op.Value = e.Value
 		}
@@ -83,7 +85,7 @@ func BuildHistory(events []Event) (History, error) {
 	for _, w := range workers {
 		p := pending[w]
 		h.Ops = append(h.Ops, Operation{Worker: w, Op: p.Op, Call: p.T, Phase: Info,
-			Fence: p.Fence, Holder: p.Holder, Value: p.Value, Err: "no completion", Deadline: p.Deadline})
+			Fence: p.Fence, Slot: p.Slot, Holder: p.Holder, Value: p.Value, Err: "no completion", Deadline: p.Deadline})
 	}
 	h.End++
 	for i := range h.Ops {

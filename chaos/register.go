@@ -51,14 +51,7 @@ func (r *redisRegister) Claim(ctx context.Context, fence fencing.Token, holder s
 
 func (r *redisRegister) Read(ctx context.Context) (int64, error) {
 	rec, err := r.b.FencedGet(ctx, r.key)
-	if err != nil || !rec.Found {
-		return 0, err
-	}
-	n, err := strconv.ParseInt(rec.Value, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("chaos: register holds %q: %w", rec.Value, err)
-	}
-	return n, nil
+	return count(rec.Value, rec.Found, err)
 }
 
 func (r *redisRegister) Write(ctx context.Context, v int64, fence fencing.Token, holder string) error {
@@ -159,16 +152,22 @@ func (r *etcdRegister) Claim(ctx context.Context, fence fencing.Token, holder st
 
 func (r *etcdRegister) Read(ctx context.Context) (int64, error) {
 	rec, err := r.b.FencedGet(ctx, r.key)
-	if err != nil || !rec.Found {
-		return 0, err
-	}
-	n, err := strconv.ParseInt(rec.Value, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("chaos: register holds %q: %w", rec.Value, err)
-	}
-	return n, nil
+	return count(rec.Value, rec.Found, err)
 }
 
 func (r *etcdRegister) Write(ctx context.Context, v int64, fence fencing.Token, holder string) error {
 	return r.b.FencedPut(ctx, r.key, strconv.FormatInt(v, 10), fence, holder)
+}
+
+// count is the register's value read as value (found: the key exists;
+// err: the read's error): 0 if the key does not exist yet.
+func count(value string, found bool, err error) (int64, error) {
+	if err != nil || !found {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("chaos: register holds %q: %w", value, err)
+	}
+	return n, nil
 }

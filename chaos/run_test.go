@@ -21,8 +21,7 @@ import (
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
-	"github.com/fencedlock/fencedlock/internal/pgtest"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -32,15 +31,16 @@ type setup struct {
 	name     string
 	register string
 	kinds    []FaultKind
-	srv      *redistest.Server
-	pg       *pgtest.Server
+	srv      *testserver.Redis
+	pg       *testserver.Postgres
 	admin    rueidis.Client // direct to srv: the operator and the final read
 	adminB   *redis.Backend
 	db       *sql.DB // direct to pg
 	etcd     *etcdCluster
+	postgres *pgSetup // the lock and the register on PostgreSQL
 	sentinel *sentinelDeploy
 	bypass   bool
-	fair     bool // the workers' lock is redis.FairBackend
+	fair     bool // the workers' lock is postgres.Fair (Redis: always its queue)
 	broken   string
 	work     time.Duration // the workers' Work
 	minWork  time.Duration // the workers' MinWork
@@ -52,6 +52,13 @@ type setup struct {
 	// spacing, if set, drops the faults of the schedule that start less
 	// than this long after the previous one kept.
 	spacing time.Duration
+	// mode is the workers' workload (ModeLock, ModeSemaphore,
+	// ModeElection); limit the semaphore's limit they acquire with and
+	// checkLimit the one the checker holds them to (limit unless a
+	// negative control); split the election negative control.
+	mode              string
+	limit, checkLimit int
+	split             bool
 	// wake makes a del-lock on Redis standalone also publish a release
 	// notification, so waiters race for the key at once (a negative
 	// control's way to get a successor before the deleted lease's next
@@ -164,8 +171,16 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 	lockKey := fmt.Sprintf("chaos-%s-%d", s.name, rc.seed)
 	regKey := "chaos:register:" + lockKey
 	if s.register == RegisterSQL {
-		if _, err := s.db.Exec("INSERT INTO chaos_register (key) VALUES ($1) ON CONFLICT (key) DO NOTHING", regKey); err != nil {
-			t.Fatal(err)
+		rows := []string{regKey}
+		if s.mode == ModeSemaphore { // a row per slot, the negative control's extra slot included
+			for slot := range s.limit + 1 {
+				rows = append(rows, SlotRegKey(regKey, slot))
+			}
+		}
+		for _, key := range rows {
+			if _, err := s.db.Exec("INSERT INTO chaos_register (key) VALUES ($1) ON CONFLICT (key) DO NOTHING", key); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	tr := &tracker{holding: map[int]bool{}, reading: map[int]bool{}, seen: map[int]bool{}}
@@ -183,7 +198,8 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 		procs[i] = p
 		cfg := WorkerConfig{ID: i, Register: s.register, Bypass: s.bypass, Broken: s.broken,
 			TTL: rc.ttl, LockKey: lockKey, RegKey: regKey, Work: s.work, MinWork: s.minWork, Seed: rc.seed,
-			MaxRounds: 100000, MaxTime: rc.length + 30*time.Second, Fair: s.fair}
+			MaxRounds: 100000, MaxTime: rc.length + 30*time.Second, Fair: s.fair,
+			Mode: s.mode, Limit: s.limit, Split: s.split}
 		targets := []string{}
 		switch {
 		case s.sentinel != nil:
@@ -192,6 +208,9 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 		case s.etcd != nil:
 			cfg.Lock = LockEtcd
 			targets = s.etcd.addrs
+		case s.postgres != nil:
+			cfg.Lock = LockPostgres
+			targets = append(targets, fmt.Sprintf("127.0.0.1:%d", s.postgres.srv.Port))
 		default:
 			cfg.Lock = LockRedis
 			targets = append(targets, s.srv.Addr)
@@ -203,9 +222,12 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 			}
 			t.Cleanup(func() { px.Close() }) // Close is idempotent
 			p.proxies = append(p.proxies, px)
-			if s.etcd != nil {
+			switch {
+			case s.etcd != nil:
 				cfg.EtcdAddrs = append(cfg.EtcdAddrs, px.Addr())
-			} else {
+			case s.postgres != nil:
+				cfg.PostgresURL = s.postgres.url(px.Addr())
+			default:
 				cfg.RedisAddr = px.Addr()
 			}
 		}
@@ -341,6 +363,11 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 			}
 		case FaultKillRestart, FaultKillRestartVolatile:
 			rec.Target = -1
+			if s.postgres != nil {
+				s.postgres.srv.Kill()
+				heal = func() { s.postgres.srv.Restart(t) }
+				break
+			}
 			s.srv.Kill()
 			heal = func() { s.srv.Restart() }
 		case FaultDelLock:
@@ -350,6 +377,8 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 			var err error
 			if s.etcd != nil {
 				n, rec.Deleted, err = s.etcd.delLock(ctx, lockKey)
+			} else if s.postgres != nil {
+				n, rec.Deleted, err = s.postgres.delLock(ctx, lockKey)
 			} else if s.sentinel != nil {
 				n, rec.Deleted, err = s.sentinel.delLock(ctx, lockKey)
 			} else {
@@ -413,28 +442,59 @@ func run(t *testing.T, s *setup, rc runConfig) runResult {
 	}
 	h.Faults = res.faults
 
-	// The final read, after every worker stopped, straight to the store.
+	// The final reads, after every worker stopped, straight to the store.
+	copts := CheckOptions{TTL: rc.ttl, Timeout: 2 * time.Minute}
+	visual := func(part string) string {
+		return filepath.Join(visualDir(t), fmt.Sprintf("chaos-%s-seed%d%s.html", s.name, rc.seed, part))
+	}
+	if s.mode != ModeSemaphore {
+		h.Final = s.finalRead(t, regKey, rc.workers)
+		copts.VisualPath = visual("")
+		res.history, res.report = h, Check(h, copts)
+		return res
+	}
+	parts := SplitSlots(h)
+	var reports []Report
+	for slot := range s.checkLimit + 1 { // a slot at the limit is the negative control's
+		p, ok := parts[slot]
+		if !ok {
+			continue
+		}
+		p.Final = s.finalRead(t, SlotRegKey(regKey, slot), rc.workers)
+		copts.VisualPath = visual(fmt.Sprintf("-slot%d", slot))
+		reports = append(reports, Check(p, copts))
+	}
+	if len(reports) != len(parts) {
+		t.Errorf("permits of %d slots, limit %d", len(parts), s.checkLimit)
+	}
+	res.history, res.report = h, MergeReports(reports...)
+	res.report.OverLimit = CheckLimit(h, s.checkLimit, rc.ttl)
+	return res
+}
+
+// finalRead reads the register key straight from the store, once every
+// worker stopped: the operation of (e), nil if it failed.
+func (s *setup) finalRead(t *testing.T, key string, worker int) *Operation {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	final := Operation{Worker: rc.workers, Op: OpFinal, Call: Now()}
+	final := Operation{Worker: worker, Op: OpFinal, Call: Now()}
 	var reg register
 	switch {
 	case s.etcd != nil:
-		reg = s.etcd.register(regKey)
+		reg = s.etcd.register(key)
+	case s.postgres != nil:
+		reg = s.postgres.register(key)
 	case s.register == RegisterSQL:
-		reg = &sqlRegister{db: s.db, key: regKey}
+		reg = &sqlRegister{db: s.db, key: key}
 	default:
-		reg = &redisRegister{b: s.adminB, c: s.admin, key: regKey}
+		reg = &redisRegister{b: s.adminB, c: s.admin, key: key}
 	}
 	v, err := reg.Read(ctx)
 	final.Return, final.Value, final.Phase = Now(), v, OK
 	if err != nil {
 		t.Errorf("final read: %v", err)
-	} else {
-		h.Final = &final
+		return nil
 	}
-	res.history = h
-	res.report = Check(h, CheckOptions{TTL: rc.ttl, Timeout: 2 * time.Minute,
-		VisualPath: filepath.Join(visualDir(t), fmt.Sprintf("chaos-%s-seed%d.html", s.name, rc.seed))})
-	return res
+	return &final
 }

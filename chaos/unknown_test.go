@@ -12,7 +12,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
-	"github.com/fencedlock/fencedlock/internal/pgtest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestUnknownOutcomeIsInfo: a claim or write that timed out or lost its
@@ -24,8 +24,8 @@ import (
 func TestUnknownOutcomeIsInfo(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	rs := newRedisSetup(t, "unknown", false)
-	pg := pgtest.Start(t)
-	db, err := sql.Open("postgres", pg.DSN())
+	pg := testserver.StartPostgres(t)
+	db, err := sql.Open("pgx", pg.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +89,8 @@ func TestUnknownOutcomeIsInfo(t *testing.T) {
 					px.ResetAll()
 				} else {
 					// Past the operation's deadline, then heal, as
-					// the nemesis does: lib/pq cancels a query through
-					// a new connection, itself held until then.
+					// the nemesis does: a driver may cancel a query
+					// through a new connection, itself held until then.
 					time.Sleep(ttl + ttl/2)
 				}
 				px.Heal()

@@ -19,7 +19,7 @@ import (
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
-	_ "github.com/lib/pq" // the PostgreSQL driver of the SQL register
+	_ "github.com/jackc/pgx/v5/stdlib" // the PostgreSQL driver ("pgx") of the SQL register
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -64,8 +64,8 @@ const (
 // WorkerConfig configures one worker process.
 type WorkerConfig struct {
 	ID        int
-	Lock      string   // LockRedis (default) or LockEtcd
-	Fair      bool     // LockRedis through redis.FairBackend: blocking acquires wait in the server's FIFO queue
+	Lock      string   // LockRedis (default), LockEtcd or LockPostgres
+	Fair      bool     // LockPostgres through postgres.Fair (on Redis blocking acquires always wait in the server's FIFO queue)
 	RedisAddr string   // the lock's redis-server (through this worker's fault proxy)
 	EtcdAddrs []string // the etcd members, for LockEtcd (through fault proxies)
 	// Sentinels and MasterName find the master for LockSentinel; the
@@ -75,6 +75,7 @@ type WorkerConfig struct {
 	WaitReplicas int
 	Register     string        // RegisterRedis, RegisterSQL or RegisterEtcd
 	SQLDSN       string        // the register's database, for RegisterSQL (through a fault proxy)
+	PostgresURL  string        // the lock's and register's database, for LockPostgres (through a fault proxy)
 	Bypass       bool          // write the register without the guard (negative control)
 	Broken       string        // "" or a Broken* backend (negative control)
 	TTL          time.Duration // the Locker's TTL
@@ -85,6 +86,11 @@ type WorkerConfig struct {
 	Seed         uint64
 	MaxRounds    int           // a bound on iterations
 	MaxTime      time.Duration // a bound on the worker's life
+	Mode         string        // ModeLock (default), ModeSemaphore, ModeElection, ModeRW or ModeRWBroken
+	Limit        int           // the semaphore's limit, for ModeSemaphore
+	// Split campaigns in one of two elections (by ID parity) while
+	// writing the one register: two leaders at once (negative control).
+	Split bool
 }
 
 // RunWorker runs a worker: it loops acquire, claim, read, write+1,
@@ -97,18 +103,18 @@ func RunWorker(cfg WorkerConfig, stdin io.Reader, events io.Writer) error {
 		return fmt.Errorf("chaos: worker %d: %w", cfg.ID, err)
 	}
 	defer closeAll()
-	locker, err := fencedlock.New(b, fencedlock.Options{TTL: cfg.TTL})
+	acquire, closeAcq, err := newAcquirer(cfg, b)
 	if err != nil {
 		return fmt.Errorf("chaos: worker %d: %w", cfg.ID, err)
 	}
-	defer locker.Close()
+	defer closeAcq()
 
 	var stop atomic.Bool
 	go func() {
 		_, _ = io.Copy(io.Discard, stdin) // the parent closes stdin to stop us
 		stop.Store(true)
 	}()
-	w := &worker{cfg: cfg, locker: locker, reg: reg, enc: json.NewEncoder(events),
+	w := &worker{cfg: cfg, acquire: acquire, reg: reg, slots: map[int]register{}, enc: json.NewEncoder(events),
 		rng: rand.New(rand.NewPCG(cfg.Seed, uint64(cfg.ID)))}
 	start := time.Now()
 	for i := 0; i < cfg.MaxRounds && !stop.Load() && time.Since(start) < cfg.MaxTime; i++ {
@@ -121,35 +127,92 @@ func RunWorker(cfg WorkerConfig, stdin io.Reader, events io.Writer) error {
 // them, the backend explicitly (a Locker may not close it).
 func open(cfg WorkerConfig) (b driver.Backend, reg register, closeAll func(), err error) {
 	var closers []func()
+	add := func(c func()) { closers = append(closers, c) }
 	cleanup := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
-	defer func() {
-		if err != nil {
-			cleanup() // the error returns leave closeAll nil
-		}
-	}()
-	if cfg.Lock == LockEtcd {
-		c, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdAddrs, DialTimeout: cfg.TTL, Logger: zap.NewNop()})
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		closers = append(closers, func() { c.Close() })
-		eb, err := etcd.New(c, etcd.Options{})
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		closers = append(closers, func() { eb.Close() })
-		if cfg.Register != RegisterEtcd || cfg.Broken != "" || cfg.Bypass {
-			return nil, nil, nil, fmt.Errorf("etcd: register %q, broken %q, bypass %v: not supported", cfg.Register, cfg.Broken, cfg.Bypass)
-		}
-		return eb, &etcdRegister{b: eb, c: c, key: cfg.RegKey}, cleanup, nil
+	switch cfg.Lock {
+	case LockEtcd:
+		b, reg, err = openEtcd(cfg, add)
+	case LockPostgres:
+		b, reg, err = openPostgres(cfg, add)
+	default:
+		b, reg, err = openRedis(cfg, add)
 	}
-	// rueidis dials when the client is made: retry while the store is
-	// unreachable (a fault may already be in effect), within MaxTime.
-	var c rueidis.Client
+	if err != nil {
+		cleanup() // the error returns leave closeAll nil
+		return nil, nil, nil, err
+	}
+	return b, reg, cleanup, nil
+}
+
+// openEtcd makes the etcd backend and register, passing what is to be
+// closed to add.
+func openEtcd(cfg WorkerConfig, add func(func())) (driver.Backend, register, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: cfg.EtcdAddrs, DialTimeout: cfg.TTL, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, nil, err
+	}
+	add(func() { c.Close() })
+	eb, err := etcd.New(c, etcd.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	add(func() { eb.Close() })
+	if cfg.Register != RegisterEtcd || cfg.Broken != "" || cfg.Bypass {
+		return nil, nil, fmt.Errorf("etcd: register %q, broken %q, bypass %v: not supported", cfg.Register, cfg.Broken, cfg.Bypass)
+	}
+	return eb, &etcdRegister{b: eb, c: c, key: cfg.RegKey}, nil
+}
+
+// openRedis makes the Redis backend (fair or broken as cfg says) and the
+// register, passing what is to be closed to add.
+func openRedis(cfg WorkerConfig, add func(func())) (driver.Backend, register, error) {
+	c, ropt, err := dialRedis(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	add(c.Close)
+	rb, err := redis.New(c, ropt)
+	if err != nil {
+		return nil, nil, err
+	}
+	add(func() { rb.Close() })
+	var b driver.Backend = rb
+	switch cfg.Broken {
+	case "":
+	case BrokenReleaseNoOwner:
+		b = &releaseNoOwner{Backend: rb, c: c}
+	case BrokenRenewAnyOwner:
+		b = &renewAnyOwner{Backend: rb, c: c}
+	case BrokenAcquireExpired:
+		b = &acquireExpired{Backend: rb, c: c}
+	default:
+		return nil, nil, fmt.Errorf("unknown broken backend %q", cfg.Broken)
+	}
+	switch cfg.Register {
+	case RegisterRedis:
+		return b, &redisRegister{b: rb, c: c, key: cfg.RegKey, bypass: cfg.Bypass}, nil
+	case RegisterSQL:
+		db, err := sql.Open("pgx", cfg.SQLDSN)
+		if err != nil {
+			return nil, nil, err
+		}
+		add(func() { db.Close() })
+		db.SetMaxOpenConns(4)
+		return b, &sqlRegister{db: db, key: cfg.RegKey, bypass: cfg.Bypass}, nil
+	default:
+		return nil, nil, fmt.Errorf("unknown register %q", cfg.Register)
+	}
+}
+
+// dialRedis makes the rueidis client (standalone or through Sentinel)
+// and the backend's options. rueidis dials when the client is made: it
+// retries while the store is unreachable (a fault may already be in
+// effect), within MaxTime.
+func dialRedis(cfg WorkerConfig) (rueidis.Client, redis.Options, error) {
 	copt := rueidis.ClientOption{
 		InitAddress:  []string{cfg.RedisAddr},
 		DisableCache: true,
@@ -165,115 +228,23 @@ func open(cfg WorkerConfig) (b driver.Backend, reg register, closeAll func(), er
 		ropt.WaitReplicas, ropt.WaitTimeout = cfg.WaitReplicas, cfg.TTL/2
 	}
 	for start := time.Now(); ; time.Sleep(cfg.TTL / 10) {
-		c, err = rueidis.NewClient(copt)
+		c, err := rueidis.NewClient(copt)
 		if err == nil {
-			break
+			return c, ropt, nil
 		}
 		if time.Since(start) > cfg.MaxTime {
-			return nil, nil, nil, fmt.Errorf("redis client: %w", err)
+			return nil, ropt, fmt.Errorf("redis client: %w", err)
 		}
 	}
-	closers = append(closers, c.Close)
-	rb, err := redis.New(c, ropt)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	closers = append(closers, func() { rb.Close() })
-	b = rb
-	if cfg.Fair {
-		b = &redis.FairBackend{Backend: rb}
-	}
-	switch cfg.Broken {
-	case "":
-	case BrokenReleaseNoOwner:
-		b = &releaseNoOwner{Backend: rb, c: c}
-	case BrokenRenewAnyOwner:
-		b = &renewAnyOwner{Backend: rb, c: c}
-	case BrokenAcquireExpired:
-		b = &acquireExpired{Backend: rb, c: c}
-	default:
-		return nil, nil, nil, fmt.Errorf("unknown broken backend %q", cfg.Broken)
-	}
-	switch cfg.Register {
-	case RegisterRedis:
-		reg = &redisRegister{b: rb, c: c, key: cfg.RegKey, bypass: cfg.Bypass}
-	case RegisterSQL:
-		db, err := sql.Open("postgres", cfg.SQLDSN)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		closers = append(closers, func() { db.Close() })
-		db.SetMaxOpenConns(4)
-		reg = &sqlRegister{db: db, key: cfg.RegKey, bypass: cfg.Bypass}
-	default:
-		return nil, nil, nil, fmt.Errorf("unknown register %q", cfg.Register)
-	}
-	return b, reg, cleanup, nil
-}
-
-// releaseNoOwner is a deliberately broken backend: its Release deletes the
-// lock key (and wakes waiters) without checking the owner.
-type releaseNoOwner struct {
-	*redis.Backend
-	c rueidis.Client
-}
-
-func (b *releaseNoOwner) Release(ctx context.Context, g driver.Grant) error {
-	cmds := rueidis.Commands{
-		b.c.B().Del().Key(b.LockKey(g.Key)).Build(),
-		b.c.B().Publish().Channel(b.Channel(g.Key)).Message("released").Build(),
-	}
-	for _, r := range b.c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// renewAnyOwner is a deliberately broken backend: its Renew extends the
-// lock key whoever holds it (PEXPIRE without the owner check).
-type renewAnyOwner struct {
-	*redis.Backend
-	c rueidis.Client
-}
-
-func (b *renewAnyOwner) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
-	n, err := b.c.Do(ctx, b.c.B().Pexpire().Key(b.LockKey(g.Key)).Milliseconds(ttl.Milliseconds()).Build()).AsInt64()
-	if err != nil {
-		return 0, err
-	}
-	if n != 1 {
-		return 0, fmt.Errorf("chaos: renew-any-owner: no key: %w", driver.ErrNotHeld)
-	}
-	return ttl, nil
-}
-
-// acquireExpired is a deliberately broken backend: the lease it grants
-// has already expired on the server when Acquire returns.
-type acquireExpired struct {
-	*redis.Backend
-	c rueidis.Client
-}
-
-func (b *acquireExpired) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	g, err := b.Backend.Acquire(ctx, req)
-	if err != nil {
-		return g, err
-	}
-	// Expire the key now; wait out the millisecond so it is gone.
-	if err := b.c.Do(ctx, b.c.B().Pexpire().Key(b.LockKey(req.Key)).Milliseconds(1).Build()).Error(); err != nil {
-		return g, err
-	}
-	time.Sleep(2 * time.Millisecond)
-	return g, nil
 }
 
 type worker struct {
-	cfg    WorkerConfig
-	locker *fencedlock.Locker
-	reg    register
-	rng    *rand.Rand
+	cfg     WorkerConfig
+	acquire acquirer
+	reg     register
+	slots   map[int]register // ModeSemaphore: the register of each slot (regFor)
+	reader  bool             // ModeRW: the lease held is a read lease (no write)
+	rng     *rand.Rand
 
 	mu  sync.Mutex // serialises enc between the loop and lease watchers
 	enc *json.Encoder
@@ -329,7 +300,7 @@ func (w *worker) round() {
 	ttl := w.cfg.TTL
 	w.invoke(Event{Op: OpAcquire})
 	actx, cancel := context.WithTimeout(context.Background(), 2*ttl)
-	lease, err := w.locker.Acquire(actx, w.cfg.LockKey)
+	lease, slot, err := w.acquire(actx)
 	cancel()
 	if err != nil {
 		// Acquire cleans up after itself; no grant reached us.
@@ -340,37 +311,70 @@ func (w *worker) round() {
 	fence, holder := lease.Fence(), lease.Holder()
 	var last atomic.Int64 // the last local deadline seen
 	last.Store(mono(lease.Deadline()))
-	w.done(Event{Op: OpAcquire, Fence: uint64(fence), Holder: holder, Deadline: last.Load()}, nil)
+	w.reader, slot = w.cfg.Mode == ModeRW && slot == rwReadSlot, max(slot, 0)
+	w.done(Event{Op: OpAcquire, Fence: uint64(fence), Slot: slot, Holder: holder, Deadline: last.Load(), Read: w.reader}, nil)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		tk := time.NewTicker(ttl / 20)
-		defer tk.Stop()
-		for {
-			select {
-			case <-lease.Done():
-				if cause := context.Cause(lease.Context()); errors.Is(cause, fencedlock.ErrLeaseLost) {
-					w.emit(Event{Op: OpLost, Phase: Info, T: Now(), Fence: uint64(fence), Holder: holder, Deadline: last.Load(), Err: cause.Error()})
-				}
-				return
-			case <-tk.C:
-				if lease.Err() != nil {
-					continue // ended: Done is closed or about to be
-				}
-				// A later deadline is a renewal: record it, so the
-				// checker counts the lease valid until then.
-				if d := mono(lease.Deadline()); d > last.Load()+int64(time.Millisecond) {
-					last.Store(d)
-					w.emit(Event{Op: OpRenew, Phase: OK, T: Now(), Fence: uint64(fence), Holder: holder, Deadline: d})
-				}
+		w.watchLease(lease, slot, &last)
+	}()
+	w.critical(lease, slot)
+	if lease.Err() == nil {
+		last.Store(max(last.Load(), mono(lease.Deadline())))
+	}
+	w.invoke(Event{Op: OpRelease, Fence: uint64(fence), Slot: slot, Holder: holder, Deadline: last.Load()})
+	err = lease.Release(context.Background())
+	if err != nil {
+		err = errors.Join(errFail, err) // the lease ended either way
+	}
+	w.done(Event{Op: OpRelease, Fence: uint64(fence), Slot: slot, Holder: holder}, err)
+	<-watched
+}
+
+// watchLease records lease's renewals (each later local deadline, kept
+// in last) and its loss, until it ends.
+func (w *worker) watchLease(lease *fencedlock.Lease, slot int, last *atomic.Int64) {
+	ttl := w.cfg.TTL
+	fence, holder := lease.Fence(), lease.Holder()
+	tk := time.NewTicker(ttl / 20)
+	defer tk.Stop()
+	for {
+		select {
+		case <-lease.Done():
+			if cause := context.Cause(lease.Context()); errors.Is(cause, fencedlock.ErrLeaseLost) {
+				w.emit(Event{Op: OpLost, Phase: Info, T: Now(), Fence: uint64(fence), Slot: slot, Holder: holder, Deadline: last.Load(), Err: cause.Error()})
+			}
+			return
+		case <-tk.C:
+			if lease.Err() != nil {
+				continue // ended: Done is closed or about to be
+			}
+			// A later deadline is a renewal: record it, so the
+			// checker counts the lease valid until then.
+			if d := mono(lease.Deadline()); d > last.Load()+int64(time.Millisecond) {
+				last.Store(d)
+				w.emit(Event{Op: OpRenew, Phase: OK, T: Now(), Fence: uint64(fence), Slot: slot, Holder: holder, Deadline: d})
 			}
 		}
-	}()
+	}
+}
 
+// critical is the critical section under lease: claim the register, read
+// it and write it incremented. In ModeSemaphore the register is slot's.
+func (w *worker) critical(lease *fencedlock.Lease, slot int) {
+	ttl := w.cfg.TTL
+	fence, holder := lease.Fence(), lease.Holder()
 	// The critical section. It does not check the lease before writing:
 	// a check can always be overtaken by a pause, which is what the guard
 	// is for.
-	ev := Event{Fence: uint64(fence), Holder: holder}
+	ev := Event{Fence: uint64(fence), Slot: slot, Holder: holder}
+	reg, err := w.regFor(slot)
+	if err != nil {
+		w.mu.Lock()
+		w.err = errors.Join(w.err, err)
+		w.mu.Unlock()
+		return
+	}
 	op := func(o Op, v int64, f func(ctx context.Context) error) error {
 		e := ev
 		e.Op, e.Value = o, v
@@ -381,33 +385,27 @@ func (w *worker) round() {
 		w.done(e, err)
 		return err
 	}
-	if err := op(OpClaim, 0, func(ctx context.Context) error { return w.reg.Claim(ctx, fence, holder) }); err == nil {
+	claim := func(ctx context.Context) error { return reg.Claim(ctx, fence, holder) }
+	if w.reader {
+		claim = nil // a reader writes nothing, so it claims nothing
+	}
+	if claim == nil || op(OpClaim, 0, claim) == nil {
 		var v int64
-		w.invoke(Event{Op: OpRead})
+		w.invoke(Event{Op: OpRead, Slot: slot})
 		ctx, cancel := context.WithTimeout(context.Background(), ttl)
-		v, err := w.reg.Read(ctx)
+		v, err := reg.Read(ctx)
 		cancel()
 		if err != nil {
 			err = errors.Join(errFail, err) // a read changes nothing
 		}
-		w.done(Event{Op: OpRead, Value: v}, err)
-		if err == nil {
+		w.done(Event{Op: OpRead, Slot: slot, Value: v}, err)
+		if err == nil && !w.reader {
 			if w.cfg.Work > w.cfg.MinWork {
 				time.Sleep(w.cfg.MinWork + time.Duration(w.rng.Int64N(int64(w.cfg.Work-w.cfg.MinWork))))
 			}
-			_ = op(OpWrite, v+1, func(ctx context.Context) error { return w.reg.Write(ctx, v+1, fence, holder) })
+			_ = op(OpWrite, v+1, func(ctx context.Context) error { return reg.Write(ctx, v+1, fence, holder) })
 		}
 	}
-	if lease.Err() == nil {
-		last.Store(max(last.Load(), mono(lease.Deadline())))
-	}
-	w.invoke(Event{Op: OpRelease, Fence: uint64(fence), Holder: holder, Deadline: last.Load()})
-	err = lease.Release(context.Background())
-	if err != nil {
-		err = errors.Join(errFail, err) // the lease ended either way
-	}
-	w.done(Event{Op: OpRelease, Fence: uint64(fence), Holder: holder}, err)
-	<-watched
 }
 
 // errFail marks an error of an operation that certainly had no effect on

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // brokenEnv names the broken variant TestBrokenChild runs the suite on.
@@ -40,6 +41,7 @@ var failLine = regexp.MustCompile(`--- FAIL: TestBrokenChild/(\S+)`)
 // the failing subtests. (TestReference shows that the same backend without
 // the bug passes.)
 func TestBrokenBackendsAreReported(t *testing.T) {
+	testserver.SkipShort(t, "a subprocess running the whole suite for each broken variant (90 s and more)")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +93,7 @@ func TestBrokenBackendsAreReported(t *testing.T) {
 			}
 			if exclusive[v.name] {
 				for _, f := range failed {
-					if slices.Contains(v.want, f) {
+					if slices.Contains(v.want, f) || builtOnLock(f, v.name) {
 						continue
 					}
 					msg := lastError(out, f)
@@ -110,6 +112,16 @@ func TestBrokenBackendsAreReported(t *testing.T) {
 			}
 		})
 	}
+}
+
+// builtOnLock reports whether property f runs a primitive built on the
+// backend's lock (the semaphore's properties run package semaphore, whose
+// permits are slot locks) while broken variant bug breaks the lock itself:
+// such a bug is also the primitive's, so f reporting it is expected and
+// "only" is judged among the other properties (CheckThenSet was also
+// reported by SemaphoreLimit, FenceLostOnInvalidate by SemaphoreSlotFences).
+func builtOnLock(f, bug string) bool {
+	return strings.HasPrefix(f, "Semaphore") && !strings.HasPrefix(bug, "Semaphore")
 }
 
 // tooLoaded is in the message of a timing property that gave up because

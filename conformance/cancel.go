@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
 )
 
@@ -18,13 +19,44 @@ import (
 func testCancelledAcquire(t *testing.T, e *env) {
 	key := e.key("cancel")
 	holder := e.locker(t, nil)
-	waiter := e.locker(t, e.short) // a waiter left behind would hold the key for MinTTL
 	h, err := e.tryAcquire(t, holder, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	prompt := e.ttl + e.schedAllowance()
+	e.cancelledWaits(t, key)
+	wq, queued := e.backend(t).(driver.WaitAcquirer)
+	if queued {
+		ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
+		_, err := wq.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("AcquireWait of a held key with an expiring context: %v, want an error wrapping context.DeadlineExceeded", err)
+		}
+	}
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	// Nothing of the cancelled waits may stand in the way now.
+	fresh := e.backend(t)
+	g, err := fresh.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
+	if err != nil {
+		t.Fatalf("a fresh backend's Acquire right after the holder released: %v (a cancelled wait left something behind)", err)
+	}
+	if err := fresh.Release(e.ctx, g); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if queued {
+		e.cancelledWaiterSkipped(t, holder, key)
+	}
+}
 
+// cancelledWaits checks that a Locker's Acquire of the held key returns
+// promptly, with ErrNotAcquired and the context's error, when its context
+// ends (by deadline, by cancel, or before the call).
+func (e *env) cancelledWaits(t *testing.T, key string) {
+	t.Helper()
+	waiter := e.locker(t, e.short) // a waiter left behind would hold the key for MinTTL
+	prompt := e.ttl + e.schedAllowance()
 	cases := append(e.endingCtxs(), ctxCase{"already cancelled", func() (context.Context, context.CancelFunc) {
 		ctx, cancel := context.WithCancel(e.ctx)
 		cancel()
@@ -53,52 +85,27 @@ func testCancelledAcquire(t *testing.T, e *env) {
 		t.Logf("%s: returned %v after the context ended", c.name, time.Since(ended).Round(time.Microsecond))
 		cancel()
 	}
-	wq, queued := e.backend(t).(driver.WaitAcquirer)
-	if queued {
-		ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
-		_, err := wq.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("AcquireWait of a held key with an expiring context: %v, want an error wrapping context.DeadlineExceeded", err)
-		}
-	}
-	if err := h.Release(e.ctx); err != nil {
-		t.Fatalf("holder's Release: %v", err)
-	}
-	// Nothing of the cancelled waits may stand in the way now.
-	fresh := e.backend(t)
-	g, err := fresh.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
-	if err != nil {
-		t.Fatalf("a fresh backend's Acquire right after the holder released: %v (a cancelled wait left something behind)", err)
-	}
-	if err := fresh.Release(e.ctx, g); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if !queued {
-		return
-	}
+}
 
-	// For a queue: a cancelled waiter between a holder and a live waiter
-	// must not delay the live one.
-	h, err = e.tryAcquire(t, holder, key)
+// cancelledWaiterSkipped checks, for a queue, that a cancelled waiter
+// between a holder and a live waiter does not delay the live one.
+func (e *env) cancelledWaiterSkipped(t *testing.T, holder *fencedlock.Locker, key string) {
+	t.Helper()
+	h, err := e.tryAcquire(t, holder, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
 	// This waiter's lease is long: left in the queue, it would hold the key
 	// far longer than the bound below.
-	waiter2 := e.locker(t, nil)
+	waiter := e.locker(t, nil)
 	ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
-	_, err = waiter2.Acquire(ctx, key)
+	_, err = waiter.Acquire(ctx, key)
 	cancel()
 	if !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("cancelled Acquire: %v", err)
 	}
 	live := e.locker(t, nil)
-	got := make(chan acquired, 1)
-	go func() {
-		ls, err := live.Acquire(e.ctx, key)
-		got <- acquired{ls, err}
-	}()
+	got := e.acquireAsync(live, key)
 	time.Sleep(e.cfg.QueueDelay)
 	released := time.Now()
 	if err := h.Release(e.ctx); err != nil {
@@ -120,8 +127,15 @@ func testCancelledAcquire(t *testing.T, e *env) {
 
 func testCancelledAttempt(t *testing.T, e *env) {
 	b := e.backend(t)
-	// The round trip of an Acquire of a free key, to place the
-	// cancellations: the median of a few.
+	trip, renewTrip, releaseTrip := e.roundTrips(t, b)
+	e.cutAcquires(t, b, trip)
+	e.cutRenewReleases(t, b, renewTrip, releaseTrip)
+}
+
+// roundTrips returns the round trips of an Acquire of a free key, a Renew
+// and a Release on b, to place the cancellations: the median of a few.
+func (e *env) roundTrips(t *testing.T, b driver.Backend) (acquire, renew, release time.Duration) {
+	t.Helper()
 	var trips, renewTrips, releaseTrips []time.Duration
 	for range 5 {
 		key := e.key("trip")
@@ -143,19 +157,27 @@ func testCancelledAttempt(t *testing.T, e *env) {
 		slices.Sort(d)
 		return d[len(d)/2]
 	}
-	trip, renewTrip, releaseTrip := median(trips), median(renewTrips), median(releaseTrips)
+	return median(trips), median(renewTrips), median(releaseTrips)
+}
+
+// cutAcquires checks Acquires of free keys cancelled at a random point
+// between before the call and twice its round trip trip: an outcome the
+// store may have applied is never reported as ErrNotAcquired without the
+// context's error, and the owner's Release of Grant{Key, Owner} leaves
+// the key free.
+func (e *env) cutAcquires(t *testing.T, b driver.Backend, trip time.Duration) {
+	t.Helper()
 	// At least minAttempts, and on until cutAttempts of those cancelled
 	// after they started failed (their context ended in flight: the only
 	// case that shows a backend reporting an outcome it does not know), at
-	// most maxAttempts; see the renewals below.
+	// most maxAttempts; see the renewals in cutRenewReleases.
 	const minAttempts, cutAttempts, maxAttempts = 40, 10, 200
 	var attempts, applied, cancelled, cut int
 	for i := 0; i < maxAttempts && (i < minAttempts || cut < cutAttempts); i++ {
 		attempts++
 		key := e.key("attempt")
 		req := driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
-		// Cancel at a random point between before the call and twice its
-		// round trip; every fourth attempt before it starts.
+		// Every fourth attempt is cancelled before it starts.
 		var after time.Duration
 		if i%4 != 0 {
 			after = time.Duration(mrand.Int64N(int64(2*trip) + 1))
@@ -175,7 +197,7 @@ func testCancelledAttempt(t *testing.T, e *env) {
 		if after > 0 {
 			cut++
 		}
-		if errors.Is(err, driver.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		if errors.Is(err, driver.ErrNotAcquired) && !isCtxErr(err) {
 			t.Fatalf("attempt %d: Acquire of a free key cancelled %v after it started (context: %v) returned %v: ErrNotAcquired without the context's error reports \"held by another\" for an outcome the store may have applied",
 				i+1, after, ctxErr, err)
 		}
@@ -193,12 +215,14 @@ func testCancelledAttempt(t *testing.T, e *env) {
 		}
 	}
 	t.Logf("%d attempts on free keys cancelled within 2x the round trip (%v): %d granted, %d failed", attempts, trip, applied, cancelled)
+}
 
-	// Renew and Release by the holder, cancelled likewise: the owner holds
-	// the key, so ErrNotHeld without the context's error is never right.
-	isCtx := func(err error) bool {
-		return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
-	}
+// cutRenewReleases checks Renew and Release by the holder, cancelled
+// within twice their round trips: the owner holds the key, so ErrNotHeld
+// without the context's error is never right, a cut Renew never frees the
+// key, and a Release (again, after an unknown outcome) frees it.
+func (e *env) cutRenewReleases(t *testing.T, b driver.Backend, renewTrip, releaseTrip time.Duration) {
+	t.Helper()
 	// At least minRenewals, and on until cutRenewals of them ended with an
 	// error (their context ended in flight, the only case that can show
 	// the bug), at most maxRenewals: where the context ends falls in flight
@@ -216,7 +240,7 @@ func testCancelledAttempt(t *testing.T, e *env) {
 		ctx, cancel := context.WithTimeout(e.ctx, after)
 		_, err := b.Renew(ctx, g, e.hold)
 		cancel()
-		if errors.Is(err, driver.ErrNotHeld) && !isCtx(err) {
+		if errors.Is(err, driver.ErrNotHeld) && !isCtxErr(err) {
 			t.Fatalf("renewal %d: Renew of a held key cancelled %v after it started returned %v: ErrNotHeld without the context's error reports \"not held\" for a key its owner holds",
 				i+1, after, err)
 		}
@@ -233,7 +257,7 @@ func testCancelledAttempt(t *testing.T, e *env) {
 		ctx, cancel = context.WithTimeout(e.ctx, time.Duration(mrand.Int64N(int64(2*releaseTrip)+1)))
 		err = b.Release(ctx, g)
 		cancel()
-		if errors.Is(err, driver.ErrNotHeld) && !isCtx(err) {
+		if errors.Is(err, driver.ErrNotHeld) && !isCtxErr(err) {
 			t.Fatalf("release %d: Release of a held key cancelled mid-flight returned %v: ErrNotHeld without the context's error reports \"not held\" for a key its owner held", i+1, err)
 		}
 		if err != nil {

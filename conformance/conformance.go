@@ -234,54 +234,6 @@ type env struct {
 	lag    *lagMonitor
 }
 
-// lagMonitor measures scheduling delay while a property runs: how late a
-// goroutine that sleeps lagTick wakes up. The checks bounded in time from
-// above widen their allowance by what it measured (see [env.waitDone]), so
-// that a loaded machine does not make a correct backend fail.
-type lagMonitor struct {
-	mu      sync.Mutex
-	maxLate time.Duration
-	quit    chan struct{}
-	done    chan struct{}
-}
-
-const lagTick = 5 * time.Millisecond
-
-func startLagMonitor() *lagMonitor {
-	m := &lagMonitor{quit: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(m.done)
-		timer := time.NewTimer(lagTick)
-		defer timer.Stop()
-		for {
-			start := time.Now()
-			timer.Reset(lagTick)
-			select {
-			case <-m.quit:
-				return
-			case <-timer.C:
-			}
-			late := time.Since(start) - lagTick
-			m.mu.Lock()
-			m.maxLate = max(m.maxLate, late)
-			m.mu.Unlock()
-		}
-	}()
-	return m
-}
-
-// max returns the largest lateness measured so far.
-func (m *lagMonitor) max() time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.maxLate
-}
-
-func (m *lagMonitor) stop() {
-	close(m.quit)
-	<-m.done
-}
-
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -393,23 +345,11 @@ func (e *env) checkGrant(t *testing.T, g driver.Grant, key string, ttl time.Dura
 	}
 }
 
-// held reports whether a fresh backend's one attempt at key finds it held.
-// Any outcome other than success or ErrNotAcquired fails the test. When the
-// attempt succeeds, the grant is released again.
+// held reports whether a fresh backend's one attempt at key finds it held
+// (see heldOn).
 func (e *env) held(t *testing.T, key string) bool {
 	t.Helper()
-	b := e.backend(t)
-	g, err := b.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
-	if err == nil {
-		if rerr := b.Release(e.ctx, g); rerr != nil {
-			t.Errorf("Release of a fresh grant on %s: %v", quote(key), rerr)
-		}
-		return false
-	}
-	if !errors.Is(err, fencedlock.ErrNotAcquired) {
-		t.Fatalf("Acquire(%s): %v, want nil or an error wrapping ErrNotAcquired", quote(key), err)
-	}
-	return true
+	return e.heldOn(t, e.backend(t), key)
 }
 
 // mustBeHeld fails the test unless key is held, and the holder g (if given)
@@ -464,46 +404,6 @@ func (e *env) acquireByGap(t *testing.T, b driver.Backend, key string, notAfter 
 			t.Fatalf("%s: %v", why, e.ctx.Err())
 		}
 		time.Sleep(interval)
-	}
-}
-
-// waitDone waits until ctx is done or bound passes, and reports whether it
-// was done.
-func waitDone(done <-chan struct{}, bound time.Duration) bool {
-	timer := time.NewTimer(bound)
-	defer timer.Stop()
-	select {
-	case <-done:
-		return true
-	case <-timer.C:
-		return false
-	}
-}
-
-// schedAllowance absorbs scheduling delays (the race detector, a loaded CI
-// machine) in the few checks bounded in time from above: a fixed part, and
-// twice the largest scheduling lateness measured so far in the property.
-func (e *env) schedAllowance() time.Duration {
-	return max(500*time.Millisecond, e.ttl) + 2*e.lag.max()
-}
-
-// waitDone waits until done is closed or bound passes, and reports whether
-// it was closed. When the scheduling lateness measured grows during the
-// wait, the bound grows by twice the increase (the goroutines that should
-// have closed done were delayed as much), once for each increase.
-func (e *env) waitDone(done <-chan struct{}, bound time.Duration) bool {
-	deadline := time.Now().Add(bound)
-	seen := e.lag.max()
-	for {
-		if waitDone(done, time.Until(deadline)) {
-			return true
-		}
-		now := e.lag.max()
-		if now <= seen {
-			return false
-		}
-		deadline = deadline.Add(2 * (now - seen))
-		seen = now
 	}
 }
 

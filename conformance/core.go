@@ -80,48 +80,7 @@ func testMutualExclusion(t *testing.T, e *env) {
 	for i := range lockers {
 		lockers[i] = e.locker(t, nil)
 	}
-
-	var (
-		mu         sync.Mutex
-		inside     = map[*fencedlock.Lease]struct{}{}
-		lastFence  fencing.Token
-		entries    int
-		maxValid   int
-		violations []string
-	)
-	// valid reports whether a lease is still held by its holder's own
-	// account: not lost, and before its local deadline (which lies before
-	// the earliest moment the server could grant the key to anyone else).
-	valid := func(ls *fencedlock.Lease, now time.Time) bool {
-		return ls.Err() == nil && now.Before(ls.Deadline())
-	}
-	enter := func(ls *fencedlock.Lease) {
-		mu.Lock()
-		defer mu.Unlock()
-		now := time.Now()
-		n := 1
-		for other := range inside {
-			if valid(other, now) {
-				n++
-				if len(violations) < 5 {
-					violations = append(violations, fmt.Sprintf("mutual exclusion violated: fence %v granted while fence %v was still validly held", ls.Fence(), other.Fence()))
-				}
-			}
-		}
-		maxValid = max(maxValid, n)
-		if n == 1 && ls.Fence() <= lastFence && len(violations) < 5 {
-			violations = append(violations, fmt.Sprintf("fences out of order: a holder got fence %v after a holder with fence %v", ls.Fence(), lastFence))
-		}
-		lastFence = max(lastFence, ls.Fence())
-		inside[ls] = struct{}{}
-		entries++
-	}
-	leave := func(ls *fencedlock.Lease) {
-		mu.Lock()
-		delete(inside, ls)
-		mu.Unlock()
-	}
-
+	x := &exclusionLog{inside: map[*fencedlock.Lease]struct{}{}}
 	var wg sync.WaitGroup
 	errs := make(chan error, backends*goroutines)
 	start := time.Now()
@@ -134,9 +93,9 @@ func testMutualExclusion(t *testing.T, e *env) {
 						errs <- fmt.Errorf("acquire: %w", err)
 						return
 					}
-					enter(ls)
+					x.enter(ls)
 					time.Sleep(time.Millisecond) // a short critical section
-					leave(ls)
+					x.leave(ls)
 					lost := ls.Err()
 					if err := ls.Release(e.ctx); err != nil && lost == nil {
 						errs <- fmt.Errorf("release: %w", err)
@@ -149,7 +108,61 @@ func testMutualExclusion(t *testing.T, e *env) {
 	wg.Wait()
 	close(errs)
 	t.Logf("%d critical sections by %d backends x %d goroutines in %v; at most %d valid lease(s) at once",
-		entries, backends, goroutines, time.Since(start).Round(time.Millisecond), maxValid)
+		x.entries, backends, goroutines, time.Since(start).Round(time.Millisecond), x.maxValid)
+	x.report(t, errs, backends*goroutines*rounds)
+}
+
+// exclusionLog records the holders inside MutualExclusion's critical
+// section, and the violations seen on entry: a second valid lease, a fence
+// not above the previous holder's.
+type exclusionLog struct {
+	mu         sync.Mutex
+	inside     map[*fencedlock.Lease]struct{}
+	lastFence  fencing.Token
+	entries    int
+	maxValid   int
+	violations []string
+}
+
+// valid reports whether a lease is still held by its holder's own account:
+// not lost, and before its local deadline (which lies before the earliest
+// moment the server could grant the key to anyone else).
+func valid(ls *fencedlock.Lease, now time.Time) bool {
+	return ls.Err() == nil && now.Before(ls.Deadline())
+}
+
+func (x *exclusionLog) enter(ls *fencedlock.Lease) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	now := time.Now()
+	n := 1
+	for other := range x.inside {
+		if valid(other, now) {
+			n++
+			if len(x.violations) < 5 {
+				x.violations = append(x.violations, fmt.Sprintf("mutual exclusion violated: fence %v granted while fence %v was still validly held", ls.Fence(), other.Fence()))
+			}
+		}
+	}
+	x.maxValid = max(x.maxValid, n)
+	if n == 1 && ls.Fence() <= x.lastFence && len(x.violations) < 5 {
+		x.violations = append(x.violations, fmt.Sprintf("fences out of order: a holder got fence %v after a holder with fence %v", ls.Fence(), x.lastFence))
+	}
+	x.lastFence = max(x.lastFence, ls.Fence())
+	x.inside[ls] = struct{}{}
+	x.entries++
+}
+
+func (x *exclusionLog) leave(ls *fencedlock.Lease) {
+	x.mu.Lock()
+	delete(x.inside, ls)
+	x.mu.Unlock()
+}
+
+// report fails t with the first errors of the contenders, every violation,
+// and a count of critical sections other than want.
+func (x *exclusionLog) report(t *testing.T, errs <-chan error, want int) {
+	t.Helper()
 	n := 0
 	for err := range errs {
 		if n++; n <= 3 {
@@ -159,11 +172,11 @@ func testMutualExclusion(t *testing.T, e *env) {
 	if n > 3 {
 		t.Errorf("... and %d more errors", n-3)
 	}
-	for _, v := range violations {
+	for _, v := range x.violations {
 		t.Error(v)
 	}
-	if want := backends * goroutines * rounds; entries != want && !t.Failed() {
-		t.Errorf("%d critical sections, want %d", entries, want)
+	if x.entries != want && !t.Failed() {
+		t.Errorf("%d critical sections, want %d", x.entries, want)
 	}
 }
 
@@ -226,51 +239,18 @@ func testFenceIncreasing(t *testing.T, e *env) {
 }
 
 func testAwkwardKeys(t *testing.T, e *env) {
-	r := randHex(4)
-	long := func(last byte) string {
-		k := r + "-max-" + strings.Repeat("k", fencedlock.MaxKeyLen)
-		return k[:fencedlock.MaxKeyLen-1] + string(last)
-	}
-	keys := []string{
-		r + "/a/b/c", "/" + r, r + "/", r + "//", "./" + r + "/..",
-		"ünïcødé-ключ-鍵-🔒-" + r,
-		"{" + r + "}", "{" + r, r + "}", "}" + r, "}{" + r, r + "{}", "x{" + r + "}y", "{" + r + "}:1", "{" + r + "}:2",
-		"with space " + r, " " + r, r + " ",
-		r + "\t\n\r", "\x00" + r, r + "\x00", r + "\x00x",
-		r + "\xff\xfe", r + "\xfe\xff", r + "\xc3", r + "\xc3\x28",
-		r + "*", r + "?", r + "%2F", r + "'\";--", r + `\`, r + ":",
-		"Case-" + r, "case-" + r,
-		long('a'), long('b'),
-	}
+	keys := awkwardKeys(randHex(4))
 	for _, k := range keys {
 		if err := fencedlock.ValidateKey(k); err != nil {
 			t.Fatalf("suite bug: key %s: %v", quote(k), err)
 		}
 	}
-	if n := len(long('a')); n != fencedlock.MaxKeyLen {
+	if n := len(keys[len(keys)-1]); n != fencedlock.MaxKeyLen {
 		t.Fatalf("suite bug: long key of %d bytes", n)
 	}
 	l1, l2 := e.locker(t, nil), e.locker(t, nil)
 	insp, _ := e.backend(t).(driver.Inspector)
-	// Each phase runs its keys concurrently (slow stores take a round trip
-	// or more per call); every key is handled by one goroutine per phase.
-	phase := func(name string, fn func(i int, k string) error) {
-		t.Helper()
-		var wg sync.WaitGroup
-		errs := make([]error, len(keys))
-		sem := make(chan struct{}, 8)
-		for i, k := range keys {
-			wg.Go(func() {
-				sem <- struct{}{}
-				defer func() { <-sem }()
-				errs[i] = fn(i, k)
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
+	phase := func(name string, fn func(i int, k string) error) { t.Helper(); keyPhase(t, name, keys, fn) }
 	leases := make([]*fencedlock.Lease, len(keys))
 	phase("all held at once", func(i int, k string) error {
 		ls, err := e.tryAcquire(t, l1, k)
@@ -318,6 +298,47 @@ func testAwkwardKeys(t *testing.T, e *env) {
 		}
 	}
 	t.Logf("%d awkward keys held at once, released, and taken again", len(keys))
+}
+
+// awkwardKeys returns AwkwardKeys' keys, each unique to the run r; the
+// last two are MaxKeyLen bytes long.
+func awkwardKeys(r string) []string {
+	long := func(last byte) string {
+		k := r + "-max-" + strings.Repeat("k", fencedlock.MaxKeyLen)
+		return k[:fencedlock.MaxKeyLen-1] + string(last)
+	}
+	return []string{
+		r + "/a/b/c", "/" + r, r + "/", r + "//", "./" + r + "/..",
+		"ünïcødé-ключ-鍵-🔒-" + r,
+		"{" + r + "}", "{" + r, r + "}", "}" + r, "}{" + r, r + "{}", "x{" + r + "}y", "{" + r + "}:1", "{" + r + "}:2",
+		"with space " + r, " " + r, r + " ",
+		r + "\t\n\r", "\x00" + r, r + "\x00", r + "\x00x",
+		r + "\xff\xfe", r + "\xfe\xff", r + "\xc3", r + "\xc3\x28",
+		r + "*", r + "?", r + "%2F", r + "'\";--", r + `\`, r + ":",
+		"Case-" + r, "case-" + r,
+		long('a'), long('b'),
+	}
+}
+
+// keyPhase runs fn on every key concurrently (slow stores take a round
+// trip or more per call), one goroutine per key, eight at a time, and
+// fails t with the errors.
+func keyPhase(t *testing.T, name string, keys []string, fn func(i int, k string) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, 8)
+	for i, k := range keys {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = fn(i, k)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
 }
 
 func testClose(t *testing.T, e *env) {
@@ -373,9 +394,13 @@ func testClose(t *testing.T, e *env) {
 	if err := other.Release(e.ctx, og); err != nil {
 		t.Fatalf("Release by another backend after one was closed: %v", err)
 	}
+	e.lockerClose(t, key)
+}
 
-	// A Locker's Close releases its leases and leaves its backend open:
-	// whoever created the backend closes it.
+// lockerClose checks that a Locker's Close releases its leases and leaves
+// its backend open: whoever created the backend closes it.
+func (e *env) lockerClose(t *testing.T, key string) {
+	t.Helper()
 	lb := e.backend(t)
 	l := mustLocker(t, lb, e.lockerOpts(nil))
 	ls, err := e.tryAcquire(t, l, key)

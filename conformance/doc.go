@@ -28,8 +28,10 @@
 // latency and cannot tell a send time from a receive time. A
 // [FaultInjector] makes a backend whose way to the store refuses requests,
 // delays replies or loses them after the store applied the request
-// ([Faults]), and a [Corrupter] puts a foreign value in place of a lock:
-// without them StoreFaults and ForeignValue have nothing to check.
+// ([Faults]), a [Corrupter] puts a foreign value in place of a lock, and a
+// [FenceCorrupter] writes and reads a key's fence record, and a
+// [WriteRefuser] makes the store refuse writes: without them StoreFaults,
+// ForeignValue, FenceRecord and WriteRefused have nothing to check.
 //
 // # What it checks
 //
@@ -63,7 +65,10 @@
 //     owner's failed Acquire or Renew with another TTL, are each held for
 //     the TTL asked and free within ExpirySlack after (a store that caps
 //     long leases, applies one TTL to every lease of a client, or lets a
-//     refused request change the holder's lease fails).
+//     refused request change the holder's lease fails). The holder's own
+//     Acquire again (a retry whose first reply was lost) is refused with
+//     ErrNotAcquired, changing nothing, or granted its fence again with
+//     the lease set to the TTL asked.
 //   - InvalidationReported: a key removed out of band ends its lease's
 //     Context (cause ErrLeaseLost) within TTL + renew interval; a manual
 //     Renew reports ErrNotHeld at once.
@@ -102,6 +107,18 @@
 //     backend never wrote makes Acquire fail with ErrPermanent (not "held
 //     by another"), and its owner's Renew and Release fail and change
 //     nothing.
+//   - FenceRecord: with a FenceCorrupter harness, a fence record the
+//     backend never writes (another type, not a number, below 1, at or
+//     above the greatest fence, expiring) makes Acquire of the free key,
+//     and a WaitAcquirer's waiter on a Release's hand-off, fail with
+//     ErrPermanent, grant nothing and leave the record as it was; the
+//     holder's repeated Acquire of a held key with such a record is
+//     refused so (or as held) or granted the holder's own fence; a valid
+//     record's next grant is above it (at most the greatest fence).
+//   - WriteRefused: with a WriteRefuser harness, while the store refuses
+//     writes (out of memory, read-only), Acquire of a free key fails with
+//     an error that is not ErrNotAcquired and takes nothing; Acquire of a
+//     held key grants nothing, and its holder keeps it.
 //   - SentIsSendTime: Grant.Sent, Renewal.Sent and the TTLs reported with
 //     them never overstate a lease: with responses delayed (a Delayer),
 //     another owner never gets the key before the holder's local deadline.
@@ -146,6 +163,46 @@
 //     Renew and Release report ErrNotHeld, its Locker the loss by its next
 //     renewal), reports the broken fence, and every later grant, a queued
 //     waiter's too, is above the consumed fence ForceResult.After.
+//   - ElectionProclaim: an Elector stores a leader's value only for the
+//     live term of its fence and holder id; Leader reports that term and
+//     no other, refuses a late Proclaim of an ended term, and reports none
+//     once the term ended.
+//   - ElectionFences: the terms' fences Leader reports are their lease
+//     fences, strictly increasing over releases, invalidations, expiries.
+//   - ElectionObserve: WatchLeader delivers the starting state, then every
+//     term beginning and ending in order, never an older term after a
+//     newer one (or marks Missed), and ends when stopped.
+//   - MultiAllOrNothing: a MultiLocker takes a set with one key held by
+//     another owner not at all (a HeldError names the key), and a free set
+//     whole, each key with a fence above its earlier ones; ReleaseMulti
+//     frees every key and keeps the fences' history.
+//   - MultiOneLease: once one key of a held set is invalidated, RenewMulti
+//     fails every time with ErrNotHeld and a LostKeyError naming a key of
+//     the set that is gone, and ReleaseMulti reports it: the set has one
+//     lease.
+//   - RWExclusion: an RWLocker's readers of a name share it, a writer is
+//     refused while a reader or a writer holds it and a reader while a
+//     writer does; renew and release are owner- and mode-checked.
+//   - RWFences: the fences of successive grants of a name, readers and
+//     writers, are strictly increasing.
+//   - RWWriterPreference: a writer refused with an intent keeps new readers
+//     out while the intent is live, is granted once the readers left, and
+//     its grant and release end the intent.
+//   - SemaphoreLimit: callers of limits 2 and 4 contending for one
+//     semaphore (package semaphore, whose permits are the leases of slot
+//     locks) never hold more than 4 valid permits, nor more than 2 of
+//     slots 0..1, nor two of one slot, nor a slot at or above their limit;
+//     each slot's fences increase.
+//   - SemaphoreSlotFences: the permits of one slot, taken in turn from
+//     several backends and ended by release or invalidation, carry
+//     strictly increasing fences.
+//   - SemaphoreCrashedPermit: a crashed holder's permits come back at
+//     their TTL: another backend gets one, with a greater fence, within
+//     TTL + ExpirySlack and not before the TTL.
+//   - SemaphoreSlotAcquire: a [driver.SlotAcquirer] takes the first free
+//     key in the order given, never a held one, gives an owner its own key
+//     again (never a second), grants fences above every earlier fence of
+//     the key, and a clean-up Release of Key and Owner frees what it took.
 //
 // # What a failure means
 //

@@ -31,12 +31,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lib/pq"
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx"
 
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
-	"github.com/fencedlock/fencedlock/internal/pgtest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // pgBackend is a driver.Backend (and Inspector) on one table.
@@ -56,12 +57,12 @@ var (
 // openPG opens a backend on table with its own connection pool, as a
 // separate process would. The table must exist (see pgSchema).
 func openPG(dsn, table string) (*pgBackend, error) {
-	db, err := sql.Open("postgres", dsn)
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("pgexample: %w", err)
 	}
 	db.SetMaxOpenConns(8)
-	return &pgBackend{db: db, table: pq.QuoteIdentifier(table)}, nil
+	return &pgBackend{db: db, table: pgx.Identifier{table}.Sanitize()}, nil
 }
 
 // pgSchema is the DDL of a lock table.
@@ -71,7 +72,7 @@ func pgSchema(table string) string {
 		owner_hash bytea,
 		fence      bigint NOT NULL,
 		expires_at timestamptz
-	)`, pq.QuoteIdentifier(table))
+	)`, pgx.Identifier{table}.Sanitize())
 }
 
 func ownerHash(owner string) []byte {
@@ -214,14 +215,14 @@ func (h *pgHarness) NewBackend(context.Context) (driver.Backend, error) {
 // Invalidate frees the key as an operator would, keeping its fence.
 func (h *pgHarness) Invalidate(ctx context.Context, key string) error {
 	_, err := h.admin.ExecContext(ctx, fmt.Sprintf(
-		`UPDATE %s SET owner_hash = NULL, expires_at = NULL WHERE key = $1`, pq.QuoteIdentifier(h.table)), []byte(key))
+		`UPDATE %s SET owner_hash = NULL, expires_at = NULL WHERE key = $1`, pgx.Identifier{h.table}.Sanitize()), []byte(key))
 	return err
 }
 
 // Expire ends the key's lease now, as if its TTL had passed.
 func (h *pgHarness) Expire(ctx context.Context, key string) error {
 	_, err := h.admin.ExecContext(ctx, fmt.Sprintf(
-		`UPDATE %s SET expires_at = now() WHERE key = $1 AND owner_hash IS NOT NULL`, pq.QuoteIdentifier(h.table)), []byte(key))
+		`UPDATE %s SET expires_at = now() WHERE key = $1 AND owner_hash IS NOT NULL`, pgx.Identifier{h.table}.Sanitize()), []byte(key))
 	return err
 }
 
@@ -234,15 +235,15 @@ func (h *pgHarness) Config() conformance.Config { return conformance.Config{} }
 func (h *pgHarness) NewGuard(ctx context.Context) (conformance.Guard, error) {
 	table := h.table + "_guard"
 	_, err := h.admin.ExecContext(ctx, fmt.Sprintf(`CREATE TABLE %s (
-		id int PRIMARY KEY, fence bigint NOT NULL, holder text NOT NULL, value text NOT NULL)`, pq.QuoteIdentifier(table)))
+		id int PRIMARY KEY, fence bigint NOT NULL, holder text NOT NULL, value text NOT NULL)`, pgx.Identifier{table}.Sanitize()))
 	if err != nil {
 		return nil, err
 	}
-	_, err = h.admin.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %s VALUES (1, 0, '', '')`, pq.QuoteIdentifier(table)))
+	_, err = h.admin.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %s VALUES (1, 0, '', '')`, pgx.Identifier{table}.Sanitize()))
 	if err != nil {
 		return nil, err
 	}
-	return &pgGuard{db: h.admin, table: pq.QuoteIdentifier(table)}, nil
+	return &pgGuard{db: h.admin, table: pgx.Identifier{table}.Sanitize()}, nil
 }
 
 // pgGuard applies the fencing rule in the UPDATE that writes the value.
@@ -281,8 +282,8 @@ func (g *pgGuard) Read(ctx context.Context) (string, error) {
 // TestPostgresExample runs the conformance suite on the example backend
 // against a real PostgreSQL server started for the test.
 func TestPostgresExample(t *testing.T) {
-	srv := pgtest.Start(t)
-	admin, err := sql.Open("postgres", srv.DSN())
+	srv := testserver.StartPostgres(t)
+	admin, err := sql.Open("pgx", srv.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // such errors are transient, and an outcome the store may have applied is
 // never reported as "held by another" or "not held"). A harness over a
 // network store puts a proxy or a wrapped net.Conn between the backend's
-// client and the server (the Redis harnesses use a TCP proxy); an
+// client and the server (the Redis and etcd harnesses use a TCP proxy); an
 // in-process store wraps the calls into it.
 type FaultInjector interface {
 	// NewFaultyBackend is NewBackend for a backend whose requests to the
@@ -96,9 +96,8 @@ func (e *env) healed(call func() error) error {
 }
 
 func testStoreFaults(t *testing.T, e *env) {
-	fi, ok := e.h.(FaultInjector)
+	fi, ok := harnessIs[FaultInjector](t, e)
 	if !ok {
-		t.Logf("%T is not a FaultInjector: nothing to check", e.h)
 		return
 	}
 	b, f, err := fi.NewFaultyBackend(e.ctx)
@@ -109,120 +108,174 @@ func testStoreFaults(t *testing.T, e *env) {
 		t.Fatal("harness NewFaultyBackend returned a nil backend or Faults")
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	probe := e.backend(t)
-	var seen []string // what the backend reported, for the log
-	saw := func(what string, err error) { seen = append(seen, fmt.Sprintf("%s: %v", what, err)) }
-	bound := e.schedAllowance() + e.ttl // a call meeting a fault returns within it
-	callCtx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(e.ctx, bound) }
-	release := func(what string, g driver.Grant) {
-		t.Helper()
-		if err := e.healed(func() error { return b.Release(e.ctx, g) }); err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			t.Fatalf("%s: the owner's Release once the faults ended: %v", what, err)
-		}
-		if e.heldOn(t, probe, g.Key) {
-			t.Fatalf("%s: %s held after its owner's Release", what, quote(g.Key))
-		}
-	}
+	r := &faultRun{t: t, e: e, b: b, f: f, probe: e.backend(t), bound: e.schedAllowance() + e.ttl}
+	r.refused()
+	r.lostAcquire()
+	r.lostRenewRelease()
+	r.lateReplies()
+	t.Logf("refused, lost and late replies reported as transient errors or the context's; the store's state after each is the request's:\n\t%s", strings.Join(r.seen, "\n\t"))
+}
 
-	// Refused: nothing reaches the store. Transient errors, and nothing
-	// changed: a free key stays free, a held key stays held.
+// faultRun is one run of StoreFaults: a backend b behind the faults f, and
+// a healthy backend probe that reads the store's state after each fault.
+type faultRun struct {
+	t     *testing.T
+	e     *env
+	b     driver.Backend
+	f     Faults
+	probe driver.Backend
+	seen  []string      // what the backend reported, for the log
+	bound time.Duration // a call meeting a fault returns within it
+}
+
+func (r *faultRun) saw(what string, err error) {
+	r.seen = append(r.seen, fmt.Sprintf("%s: %v", what, err))
+}
+
+func (r *faultRun) callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.e.ctx, r.bound)
+}
+
+// release is the owner's clean-up once the faults ended: it must leave the
+// key free whatever the faulty call did.
+func (r *faultRun) release(what string, g driver.Grant) {
+	r.t.Helper()
+	if err := r.e.healed(func() error { return r.b.Release(r.e.ctx, g) }); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		r.t.Fatalf("%s: the owner's Release once the faults ended: %v", what, err)
+	}
+	if r.e.heldOn(r.t, r.probe, g.Key) {
+		r.t.Fatalf("%s: %s held after its owner's Release", what, quote(g.Key))
+	}
+}
+
+// renewHealed fails the test unless g's owner can renew once the faults
+// ended.
+func (r *faultRun) renewHealed(after string, g driver.Grant) {
+	r.t.Helper()
+	if err := r.e.healed(func() error { return errOf(r.b.Renew(r.e.ctx, g, r.e.hold)) }); err != nil {
+		r.t.Fatalf("the holder's Renew %s: %v", after, err)
+	}
+}
+
+// refused: nothing reaches the store. Transient errors, and nothing
+// changed: a free key stays free, a held key stays held and renewable.
+// A refused Release comes last: the holder asked to end its lease, and a
+// backend may then end its own side of it (etcd revokes the grant's lease
+// in the background once the store answers again, which frees the key at
+// once instead of after its TTL, and deletes nothing else: the lease
+// carries only that key); so afterwards the key may be the holder's or
+// free, and the owner's Release leaves it free.
+func (r *faultRun) refused() {
+	t, e, b := r.t, r.e, r.b
 	held := e.grab(t, b, e.key("refused-held"))
 	free := e.key("refused-free")
-	f.Refuse(true)
-	ctx, cancel := callCtx()
-	_, err = b.Acquire(ctx, driver.AcquireRequest{Key: free, Owner: owner(), TTL: e.hold})
+	r.f.Refuse(true)
+	ctx, cancel := r.callCtx()
+	_, err := b.Acquire(ctx, driver.AcquireRequest{Key: free, Owner: owner(), TTL: e.hold})
 	wantTransient(t, "Acquire refused by the connection", err)
-	saw("refused Acquire", err)
+	r.saw("refused Acquire", err)
 	_, err = b.Renew(ctx, held, e.hold)
 	wantTransient(t, "Renew refused by the connection", err)
-	saw("refused Renew", err)
-	err = b.Release(ctx, held)
-	wantTransient(t, "Release refused by the connection", err)
-	saw("refused Release", err)
+	r.saw("refused Renew", err)
 	cancel()
-	f.Refuse(false)
-	if e.heldOn(t, probe, free) {
+	r.f.Refuse(false)
+	if e.heldOn(t, r.probe, free) {
 		t.Fatalf("%s held after an Acquire that never reached the store", quote(free))
 	}
-	if !e.heldOn(t, probe, held.Key) {
-		t.Fatalf("%s free after a Release that never reached the store", quote(held.Key))
+	if !e.heldOn(t, r.probe, held.Key) {
+		t.Fatalf("%s free after a Renew that never reached the store", quote(held.Key))
 	}
-	if err := e.healed(func() error { return errOf(b.Renew(e.ctx, held, e.hold)) }); err != nil {
-		t.Fatalf("the holder's Renew once the connection works again: %v", err)
-	}
-	release("after refused requests", held)
-
-	// Applied, the reply lost: the outcome is unknown to the backend, so
-	// no "held by another" nor "not held"; the store's state is the
-	// request's. (A harness on a real connection cannot always tell which
-	// reply it drops: the client's own handshake may be the one lost, and
-	// the request not sent. So an error is checked only against either
-	// outcome; a success must be the request's.) Each fault is armed on a
-	// connection that has just carried a request: warm.
-	warm := func() {
-		t.Helper()
-		err := e.healed(func() error { return b.Release(e.ctx, driver.Grant{Key: e.key("warm"), Owner: owner()}) })
-		if !errors.Is(err, driver.ErrNotHeld) {
-			t.Fatalf("Release of a never-held key once the faults ended: %v, want ErrNotHeld", err)
-		}
-	}
-	req := driver.AcquireRequest{Key: e.key("lost-acquire"), Owner: owner(), TTL: e.hold}
-	warm()
-	f.DropReplies(1)
-	ctx, cancel = callCtx()
-	g, err := b.Acquire(ctx, req)
+	r.renewHealed("once the connection works again", held)
+	r.f.Refuse(true)
+	ctx, cancel = r.callCtx()
+	err = b.Release(ctx, held)
 	cancel()
-	saw("Acquire, reply lost", err)
+	r.f.Refuse(false)
+	wantTransient(t, "Release refused by the connection", err)
+	r.saw("refused Release", err)
+	r.release("after refused requests", held)
+}
+
+// dropNext arms the loss of the next reply on a connection that has just
+// carried a request (warm), and returns the context of the call to make.
+// Applied, the reply lost: the outcome is unknown to the backend, so no
+// "held by another" nor "not held"; the store's state is the request's.
+// (A harness on a real connection cannot always tell which reply it drops:
+// the client's own handshake may be the one lost, and the request not
+// sent. So an error is checked only against either outcome; a success must
+// be the request's.)
+func (r *faultRun) dropNext() (context.Context, context.CancelFunc) {
+	r.t.Helper()
+	err := r.e.healed(func() error { return r.b.Release(r.e.ctx, driver.Grant{Key: r.e.key("warm"), Owner: owner()}) })
+	if !errors.Is(err, driver.ErrNotHeld) {
+		r.t.Fatalf("Release of a never-held key once the faults ended: %v, want ErrNotHeld", err)
+	}
+	r.f.DropReplies(1)
+	return r.callCtx()
+}
+
+// lostAcquire: an Acquire applied, its reply lost, is a grant or a
+// transient error, and the Locker's clean-up after an unknown outcome
+// frees the key.
+func (r *faultRun) lostAcquire() {
+	t, e := r.t, r.e
+	req := driver.AcquireRequest{Key: e.key("lost-acquire"), Owner: owner(), TTL: e.hold}
+	ctx, cancel := r.dropNext()
+	g, err := r.b.Acquire(ctx, req)
+	cancel()
+	r.saw("Acquire, reply lost", err)
 	if err == nil {
 		e.checkGrant(t, g, req.Key, req.TTL)
-		if !e.heldOn(t, probe, req.Key) {
+		if !e.heldOn(t, r.probe, req.Key) {
 			t.Fatalf("%s free after an Acquire granted (a reply lost on the way)", quote(req.Key))
 		}
 	} else {
 		wantTransient(t, "Acquire whose reply was lost", err)
 	}
-	// The Locker's clean-up after an unknown outcome frees it.
-	release("after an Acquire whose reply was lost", driver.Grant{Key: req.Key, Owner: req.Owner})
+	r.release("after an Acquire whose reply was lost", driver.Grant{Key: req.Key, Owner: req.Owner})
+}
 
-	g = e.grab(t, b, e.key("lost-renew"))
-	warm()
-	f.DropReplies(1)
-	ctx, cancel = callCtx()
-	_, err = b.Renew(ctx, g, e.hold)
+// lostRenewRelease: a Renew, then a Release, applied with their replies
+// lost, report success or a transient error, and the key is held after
+// the Renew, free after a Release that returned nil.
+func (r *faultRun) lostRenewRelease() {
+	t, e := r.t, r.e
+	g := e.grab(t, r.b, e.key("lost-renew"))
+	ctx, cancel := r.dropNext()
+	_, err := r.b.Renew(ctx, g, e.hold)
 	cancel()
-	saw("Renew, reply lost", err)
+	r.saw("Renew, reply lost", err)
 	if err != nil {
 		wantTransient(t, "Renew whose reply was lost", err)
 	}
-	if !e.heldOn(t, probe, g.Key) {
+	if !e.heldOn(t, r.probe, g.Key) {
 		t.Fatalf("%s free after its owner's Renew whose reply was lost", quote(g.Key))
 	}
-	if err := e.healed(func() error { return errOf(b.Renew(e.ctx, g, e.hold)) }); err != nil {
-		t.Fatalf("the holder's Renew after one whose reply was lost: %v", err)
-	}
+	r.renewHealed("after one whose reply was lost", g)
 
-	warm()
-	f.DropReplies(1)
-	ctx, cancel = callCtx()
-	err = b.Release(ctx, g)
+	ctx, cancel = r.dropNext()
+	err = r.b.Release(ctx, g)
 	cancel()
-	saw("Release, reply lost", err)
+	r.saw("Release, reply lost", err)
 	if err != nil {
 		wantTransient(t, "Release whose reply was lost", err)
-	} else if e.heldOn(t, probe, g.Key) {
+	} else if e.heldOn(t, r.probe, g.Key) {
 		t.Fatalf("%s held after its owner's Release returned nil (a reply lost on the way)", quote(g.Key))
 	}
-	release("after a Release whose reply was lost", g)
+	r.release("after a Release whose reply was lost", g)
+}
 
-	// Late replies: a call whose context ends before its reply arrives
-	// returns promptly with the context's error or a transient one; the
-	// owner's clean-up then frees the key whatever the outcome.
+// lateReplies: a call whose context ends before its reply arrives returns
+// promptly with the context's error or a transient one; the owner's
+// clean-up then frees the key whatever the outcome.
+func (r *faultRun) lateReplies() {
+	t, e, b := r.t, r.e, r.b
 	short := e.ttl / 2
 	delay := short + 2*e.schedAllowance()
-	g = e.grab(t, b, e.key("late-renew"))
-	f.DelayReplies(delay)
+	g := e.grab(t, b, e.key("late-renew"))
+	r.f.DelayReplies(delay)
 	late := e.key("late-acquire")
-	req = driver.AcquireRequest{Key: late, Owner: owner(), TTL: e.hold}
+	req := driver.AcquireRequest{Key: late, Owner: owner(), TTL: e.hold}
 	for _, c := range []struct {
 		what string
 		call func(ctx context.Context) error
@@ -235,7 +288,7 @@ func testStoreFaults(t *testing.T, e *env) {
 		err := c.call(ctx)
 		took := time.Since(start)
 		cancel()
-		saw(c.what+", reply late", err)
+		r.saw(c.what+", reply late", err)
 		if err == nil {
 			t.Fatalf("%s whose reply is %v late, with a context of %v: nil, want the context's error", c.what, delay, short)
 		}
@@ -246,19 +299,15 @@ func testStoreFaults(t *testing.T, e *env) {
 			t.Fatalf("%s with a context of %v, its reply %v late, returned after %v: a backend must return promptly once its context is done", c.what, short, delay, took.Round(time.Millisecond))
 		}
 	}
-	f.DelayReplies(0)
-	release("after an Acquire whose reply came late", driver.Grant{Key: late, Owner: req.Owner})
-	if err := e.healed(func() error { return errOf(b.Renew(e.ctx, g, e.hold)) }); err != nil {
-		t.Fatalf("the holder's Renew after one whose reply came late: %v", err)
-	}
-	release("after a Renew whose reply came late", g)
-	t.Logf("refused, lost and late replies reported as transient errors or the context's; the store's state after each is the request's:\n\t%s", strings.Join(seen, "\n\t"))
+	r.f.DelayReplies(0)
+	r.release("after an Acquire whose reply came late", driver.Grant{Key: late, Owner: req.Owner})
+	r.renewHealed("after one whose reply came late", g)
+	r.release("after a Renew whose reply came late", g)
 }
 
 func testForeignValue(t *testing.T, e *env) {
-	c, ok := e.h.(Corrupter)
+	c, ok := harnessIs[Corrupter](t, e)
 	if !ok {
-		t.Logf("%T is not a Corrupter: nothing to check", e.h)
 		return
 	}
 	b := e.backend(t)

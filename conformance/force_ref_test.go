@@ -16,9 +16,7 @@ import (
 const bugForceKeepsFence bug = 1 << 20
 
 func init() {
-	brokenVariants = append(brokenVariants,
-		variant{"ForceReleaseKeepsFence", []string{"ForceReleaser"}, plain(bugForceKeepsFence)})
-	exclusive["ForceReleaseKeepsFence"] = true // no other property calls ForceRelease
+	addExclusive("ForceReleaseKeepsFence", "ForceReleaser", bugForceKeepsFence) // no other property calls ForceRelease
 	// A Renew without owner check keeps a forcibly released lease alive
 	// once the waiter holds the key: ForceReleaser reports it too.
 	for i := range brokenVariants {

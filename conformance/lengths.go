@@ -18,7 +18,8 @@ import (
 // here must be held until the TTL asked for it, from when its request was
 // sent, and be free within ExpirySlack after, from when it returned. It
 // also checks the store's state after a failed Acquire: a contender's
-// attempt on a held key, with a TTL of its own, changes nothing.
+// attempt on a held key, with a TTL of its own, changes nothing; and after
+// the holder's own Acquire again (a retry whose first reply was lost).
 
 // longLeaseFactor is how many MinTTLs the long leases last: long enough to
 // tell a capped or shared TTL from the one asked, short enough to keep the
@@ -97,7 +98,22 @@ func testLeaseLengths(t *testing.T, e *env) {
 	lost := driver.Grant{Key: l.key, Owner: owner(), Fence: 1}
 	wantNotHeld(t, "Renew by an owner that does not hold the key", errOf(contender.Renew(e.ctx, lost, short)))
 
-	// Wait them out: poll every key until it is free.
+	// The holder's own Acquire again (a retry whose first reply was lost),
+	// asking a longer TTL, then a shorter one.
+	l, g = acquire(fmt.Sprintf("a lease of %v after its holder's repeated Acquire of %v", short, long), short)
+	e.repeatByHolder(t, b, l, g, long)
+	l, g = acquire(fmt.Sprintf("a lease of %v after its holder's repeated Acquire of %v", long, short), long)
+	e.repeatByHolder(t, b, l, g, short)
+
+	e.waitOut(t, probe, leases)
+	t.Logf("%d leases of %v and %v on one client each held for the TTL asked and freed within ExpirySlack", len(leases), short, long)
+}
+
+// waitOut polls every lease's key on probe until it is free, and fails
+// the test if one is free before its TTL or still held past its TTL +
+// ExpirySlack.
+func (e *env) waitOut(t *testing.T, probe driver.Backend, leases []*timedLease) {
+	t.Helper()
 	interval := e.pollInterval()
 	left := len(leases)
 	for left > 0 {
@@ -125,5 +141,34 @@ func testLeaseLengths(t *testing.T, e *env) {
 		}
 		time.Sleep(interval)
 	}
-	t.Logf("%d leases of %v and %v on one client each held for the TTL asked and freed within ExpirySlack", len(leases), short, long)
+}
+
+// repeatByHolder sends the holder's Acquire of l's key again, with the
+// same owner and a lease of ttl, as a client retries a request whose first
+// reply was lost (acquire.lua grants it; backend/memory reports the key
+// held). Either outcome is right, each with its store state: ErrNotAcquired
+// changes nothing (l keeps its window), and a grant carries the holder's
+// fence again (never a lower one) with the lease set to ttl from this
+// request (l's window moves to it). Any other error fails: the store holds
+// a valid lock of this very owner.
+func (e *env) repeatByHolder(t *testing.T, b driver.Backend, l *timedLease, g driver.Grant, ttl time.Duration) {
+	t.Helper()
+	sent := time.Now()
+	g2, err := b.Acquire(e.ctx, driver.AcquireRequest{Key: g.Key, Owner: g.Owner, TTL: ttl})
+	switch {
+	case errors.Is(err, fencedlock.ErrNotAcquired):
+		l.what += " (refused: the lease must be unchanged)"
+	case err != nil:
+		t.Fatalf("the holder's repeated Acquire of %s (a retry whose first reply was lost): %v, want a grant or ErrNotAcquired", quote(g.Key), err)
+	default:
+		e.checkGrant(t, g2, g.Key, ttl)
+		if g2.Fence < g.Fence {
+			t.Fatalf("the holder's repeated Acquire of %s granted fence %v, below the fence %v it holds", quote(g.Key), g2.Fence, g.Fence)
+		}
+		if g2.Owner != g.Owner {
+			t.Errorf("Grant.Owner of the holder's repeated Acquire of %s is not the request's owner token", quote(g.Key))
+		}
+		l.what += fmt.Sprintf(" (granted again, fence %v after %v: the lease must be the new TTL)", g2.Fence, g.Fence)
+		l.sent, l.got, l.ttl = sent, time.Now(), grantTTL(g2.TTL, ttl)
+	}
 }

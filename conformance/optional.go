@@ -14,52 +14,69 @@ import (
 )
 
 // This file holds the properties of the optional capabilities, found by
-// type assertion on a backend and checked only when present: Notifier,
-// WaitAcquirer, Inspector and KeepAliver.
+// type assertion on a backend and checked only when present: Notifier and
+// WaitAcquirer (Inspector, KeepAliver and ForceReleaser: inspect.go).
 
 func testNotifier(t *testing.T, e *env) {
 	if !implements[driver.Notifier](t, e) {
 		return
 	}
-	key := e.key("notify")
 	b1, b2 := e.backend(t), e.backend(t)
 	n := b2.(driver.Notifier)
-	wake := e.hold / 2 // well before the holder's TTL
+	e.notifyWatch(t, b1, b2, n)
+	e.notifyTwoWatches(t, b1, n)
+	e.notifyLockerWaiter(t)
+}
+
+// notifyWake is how long after a release a watcher must be woken: well
+// before the holder's TTL.
+func (e *env) notifyWake() time.Duration { return e.hold / 2 }
+
+// woken fails the test unless ch delivers a wake-up within notifyWake;
+// why says what its absence means. The caller stops the watch.
+func (e *env) woken(t *testing.T, ch <-chan struct{}, why string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-ch:
+		return time.Since(start)
+	case <-time.After(e.notifyWake()):
+		t.Fatalf("%v after the release: %s", e.notifyWake(), why)
+		return 0
+	}
+}
+
+// notifyWatch checks that a release of a key held on b1 wakes a watch of
+// it on b2, that the woken watcher can take the key, and that a wake-up
+// while the watcher is not receiving is kept (a buffer of one).
+func (e *env) notifyWatch(t *testing.T, b1, b2 driver.Backend, n driver.Notifier) {
+	t.Helper()
+	key := e.key("notify")
 	g := e.grabTTL(t, b1, key, e.hold)
 	ch, stop, err := n.Watch(e.ctx, key)
 	if err != nil {
 		t.Fatalf("Watch: %v", err)
 	}
-	released := time.Now()
+	defer stop()
 	if err := b1.Release(e.ctx, g); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	select {
-	case <-ch:
-		t.Logf("watcher woken %v after the release", time.Since(released).Round(time.Microsecond))
-	case <-time.After(wake):
-		stop()
-		t.Fatalf("watcher not woken %v after the release (the holder's TTL was %v)", wake, e.hold)
-	}
+	took := e.woken(t, ch, fmt.Sprintf("watcher not woken (the holder's TTL was %v)", e.hold))
+	t.Logf("watcher woken %v after the release", took.Round(time.Microsecond))
 	g2 := e.grab(t, b2, key) // agreement: the woken watcher can take the key
-	// A wake-up while the watcher is not receiving is kept (a buffer of
-	// one), not dropped.
 	if err := b2.Release(e.ctx, g2); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	select {
-	case <-ch:
-	case <-time.After(wake):
-		stop()
-		t.Fatalf("a release while the watcher was not receiving left no pending wake-up %v after it (the channel must have a buffer of one)", wake)
-	}
-	stop()
+	e.woken(t, ch, "a release while the watcher was not receiving left no pending wake-up (the channel must have a buffer of one)")
+}
 
-	// Two watches of one key on one backend: stopping one leaves the other
-	// in effect (a backend that keeps one subscription per key must count
-	// its watchers).
-	key = e.key("notify-two")
-	g = e.grab(t, b1, key)
+// notifyTwoWatches checks two watches of one key on one backend: stopping
+// one leaves the other in effect (a backend that keeps one subscription
+// per key must count its watchers).
+func (e *env) notifyTwoWatches(t *testing.T, b1 driver.Backend, n driver.Notifier) {
+	t.Helper()
+	key := e.key("notify-two")
+	g := e.grab(t, b1, key)
 	_, stopA, err := n.Watch(e.ctx, key)
 	if err != nil {
 		t.Fatalf("Watch: %v", err)
@@ -69,33 +86,28 @@ func testNotifier(t *testing.T, e *env) {
 		stopA()
 		t.Fatalf("second Watch of the same key: %v", err)
 	}
+	defer stopB()
 	stopA()
 	if err := b1.Release(e.ctx, g); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	select {
-	case <-chB:
-	case <-time.After(wake):
-		stopB()
-		t.Fatalf("watcher not woken %v after the release: stopping another watch of the same key on the same backend ended it too", wake)
-	}
-	stopB()
+	e.woken(t, chB, "watcher not woken: stopping another watch of the same key on the same backend ended it too")
+}
 
-	// A Locker's waiting Acquire is woken by the release too.
-	key = e.key("notify-locker")
+// notifyLockerWaiter checks that a Locker's waiting Acquire is woken by
+// the release too, and granted a greater fence.
+func (e *env) notifyLockerWaiter(t *testing.T) {
+	t.Helper()
+	key := e.key("notify-locker")
 	holder := e.locker(t, nil)
 	waiter := e.locker(t, func(o *fencedlock.Options) { o.MaxRetryDelay = e.hold })
 	h, err := e.tryAcquire(t, holder, key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	got := make(chan acquired, 1)
-	go func() {
-		ls, err := waiter.Acquire(e.ctx, key)
-		got <- acquired{ls, err}
-	}()
+	got := e.acquireAsync(waiter, key)
 	time.Sleep(e.ttl) // let the waiter fail once and start watching
-	released = time.Now()
+	released := time.Now()
 	if err := h.Release(e.ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
@@ -110,8 +122,8 @@ func testNotifier(t *testing.T, e *env) {
 			t.Errorf("woken waiter's fence %v, want > %v", ls.Fence(), h.Fence())
 		}
 		_ = ls.Release(e.ctx)
-	case <-time.After(wake):
-		t.Fatalf("waiting Acquire not woken %v after the release (the holder's TTL was %v)", wake, e.hold)
+	case <-time.After(e.notifyWake()):
+		t.Fatalf("waiting Acquire not woken %v after the release (the holder's TTL was %v)", e.notifyWake(), e.hold)
 	}
 }
 
@@ -121,44 +133,59 @@ func testWaitAcquirer(t *testing.T, e *env) {
 	}
 	key := e.key("queue")
 	b1 := e.backend(t)
-	w1 := b1.(driver.WaitAcquirer)
 	req := func() driver.AcquireRequest {
 		return driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
 	}
+	e.waitFree(t, b1, req())
+	holder := e.locker(t, nil)
+	e.waitHeld(t, b1, holder, req())
+	e.waitFIFO(t, holder, req)
+	e.waitPastTTL(t)
+	e.cancelRacesGrant(t, "AcquireWait", nil, func(ctx context.Context, b driver.Backend, req driver.AcquireRequest) (driver.Grant, error) {
+		return b.(driver.WaitAcquirer).AcquireWait(ctx, req)
+	})
+}
 
-	// A free key is granted at once, exclusively.
+// waited is the outcome of an AcquireWait run in a goroutine, and when it
+// returned.
+type waited struct {
+	g   driver.Grant
+	err error
+	at  time.Time
+}
+
+// waitFree checks that AcquireWait grants a free key at once, exclusively.
+func (e *env) waitFree(t *testing.T, b driver.Backend, req driver.AcquireRequest) {
+	t.Helper()
 	start := time.Now()
-	g, err := w1.AcquireWait(e.ctx, req())
+	g, err := b.(driver.WaitAcquirer).AcquireWait(e.ctx, req)
 	if err != nil {
 		t.Fatalf("AcquireWait of a free key: %v", err)
 	}
-	e.checkGrant(t, g, key, e.hold)
+	e.checkGrant(t, g, req.Key, e.hold)
 	if !g.Sent.IsZero() && g.Sent.Before(start) {
 		t.Errorf("Grant.Sent lies %v before the AcquireWait call that made the lease", start.Sub(g.Sent))
 	}
-	if !e.held(t, key) {
+	if !e.held(t, req.Key) {
 		t.Fatal("key free after AcquireWait granted it")
 	}
-	if err := b1.Release(e.ctx, g); err != nil {
+	if err := b.Release(e.ctx, g); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
+}
 
-	// A held key blocks the waiter until released; the waiter's fence is
-	// greater.
-	holder := e.locker(t, nil)
-	h, err := e.tryAcquire(t, holder, key)
+// waitHeld checks that a key held by holder blocks AcquireWait until
+// released, and that the waiter's fence is greater.
+func (e *env) waitHeld(t *testing.T, b driver.Backend, holder *fencedlock.Locker, req driver.AcquireRequest) {
+	t.Helper()
+	h, err := e.tryAcquire(t, holder, req.Key)
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	type result struct {
-		g   driver.Grant
-		err error
-		at  time.Time
-	}
-	res := make(chan result, 1)
+	res := make(chan waited, 1)
 	go func() {
-		g, err := w1.AcquireWait(e.ctx, req())
-		res <- result{g, err, time.Now()}
+		g, err := b.(driver.WaitAcquirer).AcquireWait(e.ctx, req)
+		res <- waited{g, err, time.Now()}
 	}()
 	time.Sleep(2 * e.ttl) // the holder renews meanwhile
 	select {
@@ -177,27 +204,30 @@ func testWaitAcquirer(t *testing.T, e *env) {
 		if r.g.Fence <= h.Fence() {
 			t.Fatalf("waiter's fence %v, want > holder's %v", r.g.Fence, h.Fence())
 		}
-		if !e.held(t, key) {
+		if !e.held(t, req.Key) {
 			t.Fatal("key free after AcquireWait granted it")
 		}
-		if err := b1.Release(e.ctx, r.g); err != nil {
+		if err := b.Release(e.ctx, r.g); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	case <-time.After(e.hold / 2):
 		t.Fatalf("waiter not granted the key %v after the holder released it", e.hold/2)
 	}
+}
 
-	// FIFO: waiters are granted in the order they queued. The suite cannot
-	// see when a waiter is queued, so it starts them QueueDelay apart; if
-	// the order is wrong it tries once more with 4x the delay, and fails
-	// only if the order is wrong again (an unfair queue is unfair both
-	// times; a slow registration is unlikely to be that slow twice).
+// waitFIFO checks that waiters are granted in the order they queued. The
+// suite cannot see when a waiter is queued, so it starts them QueueDelay
+// apart; if the order is wrong it tries once more with 4x the delay, and
+// fails only if the order is wrong again (an unfair queue is unfair both
+// times; a slow registration is unlikely to be that slow twice).
+func (e *env) waitFIFO(t *testing.T, holder *fencedlock.Locker, req func() driver.AcquireRequest) {
+	t.Helper()
 	delay := e.cfg.QueueDelay
 	for attempt := 1; ; attempt++ {
 		order := e.fifoRound(t, holder, req, delay)
 		if slices.IsSorted(order) {
 			t.Logf("%d waiters granted in FIFO order %v (started %v apart)", len(order), order, delay)
-			break
+			return
 		}
 		if attempt == 2 {
 			t.Fatalf("waiters granted in order %v, want FIFO (waiters started %v apart, after a first round with %v)", order, delay, e.cfg.QueueDelay)
@@ -205,10 +235,6 @@ func testWaitAcquirer(t *testing.T, e *env) {
 		t.Logf("waiters granted in order %v with starts %v apart; trying again with %v", order, delay, 4*delay)
 		delay *= 4
 	}
-	e.waitPastTTL(t)
-	e.cancelRacesGrant(t, "AcquireWait", nil, func(ctx context.Context, b driver.Backend, req driver.AcquireRequest) (driver.Grant, error) {
-		return b.(driver.WaitAcquirer).AcquireWait(ctx, req)
-	})
 }
 
 // waitPastTTL checks that a waiter that waits longer than its own TTL is
@@ -219,23 +245,18 @@ func (e *env) waitPastTTL(t *testing.T) {
 	key := e.key("wait-past-ttl")
 	hb, wb := e.backend(t), e.backend(t)
 	h := e.grab(t, hb, key)
-	type result struct {
-		g   driver.Grant
-		err error
-		at  time.Time
-	}
-	res := make(chan result, 1)
+	res := make(chan waited, 1)
 	called := time.Now()
 	go func() {
 		g, err := wb.(driver.WaitAcquirer).AcquireWait(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
-		res <- result{g, err, time.Now()}
+		res <- waited{g, err, time.Now()}
 	}()
 	wait := 2*e.ttl + e.cfg.ExpirySlack // longer than the waiter's TTL
 	time.Sleep(wait)
 	if err := hb.Release(e.ctx, h); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	var r result
+	var r waited
 	select {
 	case r = <-res:
 	case <-time.After(e.hold / 2):
@@ -256,11 +277,31 @@ func (e *env) waitPastTTL(t *testing.T) {
 		t.Fatalf("AcquireWait granted a lease that had run out %v before it returned (Grant.Sent %v after the call, TTL %v): a waiter whose lease expired while it waited was granted the key",
 			r.at.Sub(end).Round(time.Millisecond), sent.Sub(called).Round(time.Millisecond), ttl)
 	}
-	if !e.held(t, key) {
-		t.Fatalf("key free right after AcquireWait granted it to a waiter that waited %v (its TTL %v): its lease expired while it waited", wait, e.ttl)
+	// The probe's backend first: opening one may take longer than the
+	// lease on a loaded machine (a PostgreSQL pool and its tables), and
+	// the age below must be the probe's, not the start of that.
+	probe := e.backend(t)
+	checked := time.Now()
+	if !e.heldOn(t, probe, key) {
+		// Judged by the measured times: free while less than its TTL (less
+		// the lateness measured) had passed since the grant's request was
+		// sent, the lease was not live when granted. Later, on a loaded
+		// machine, it may simply have run out since (seen at load 20: the
+		// check 250ms after the send of a 250ms lease); that case is
+		// judged by the check of Sent and TTL above.
+		if age := checked.Sub(sent); age < ttl-2*e.lag.max() {
+			t.Fatalf("key free %v after the request that AcquireWait granted to a waiter that waited %v was sent (its TTL %v): its lease expired while it waited", age.Round(time.Millisecond), wait, ttl)
+		}
+		t.Logf("key free when checked %v after the grant's request was sent (TTL %v, lateness up to %v): ran out since; judged by Sent and TTL only", checked.Sub(sent).Round(time.Millisecond), ttl, e.lag.max())
+		return
 	}
+	renewed := time.Now()
 	if _, err := wb.Renew(e.ctx, r.g, e.ttl); err != nil {
-		t.Fatalf("the waiter granted after %v (its TTL %v) cannot renew: %v", wait, e.ttl, err)
+		if age := renewed.Sub(sent); age < ttl-2*e.lag.max() || !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("the waiter granted after %v (its TTL %v) cannot renew %v after the grant's request was sent: %v", wait, e.ttl, age.Round(time.Millisecond), err)
+		}
+		t.Logf("the waiter's renewal %v after the grant's request was sent (TTL %v) came too late to judge: %v", renewed.Sub(sent).Round(time.Millisecond), ttl, err)
+		return
 	}
 	if err := wb.Release(e.ctx, r.g); err != nil {
 		t.Fatalf("Release: %v", err)
@@ -278,21 +319,17 @@ func (e *env) cancelRacesGrant(t *testing.T, name string, before func(*testing.T
 	t.Helper()
 	const rounds = 24
 	hb := e.backend(t)
-	type round struct {
-		key    string
-		w      driver.Backend
-		h      driver.Grant
-		ctx    context.Context
-		cancel context.CancelFunc
-		res    chan error
-		g      driver.Grant
-	}
-	rs := make([]*round, rounds)
+	rs := make([]*raceRound, rounds)
+	// Every waiter's backend first (each may dial and create tables: slow
+	// on a loaded machine), then the holder's grants: the first grant must
+	// still be live (e.hold) when the race releases it (24 backends opened
+	// between grants once outlasted a 5 s hold at load 20).
 	for i := range rs {
-		r := &round{key: e.key("cancel-race"), w: e.backend(t), res: make(chan error, 1)}
+		rs[i] = &raceRound{key: e.key("cancel-race"), w: e.backend(t), res: make(chan error, 1)}
+	}
+	for _, r := range rs {
 		r.h = e.grab(t, hb, r.key)
 		r.ctx, r.cancel = context.WithCancel(e.ctx)
-		rs[i] = r
 		req := driver.AcquireRequest{Key: r.key, Owner: owner(), TTL: e.hold}
 		if before != nil {
 			before(t, r.w, req)
@@ -309,12 +346,39 @@ func (e *env) cancelRacesGrant(t *testing.T, name string, before func(*testing.T
 		}
 	}()
 	time.Sleep(e.cfg.QueueDelay)
+	e.releaseRacingCancels(t, hb, rs)
+	granted, cancelled := 0, 0
+	for i, r := range rs {
+		if e.raceOutcome(t, i, r, name) {
+			granted++
+		} else {
+			cancelled++
+		}
+	}
+	t.Logf("%d cancels raced the grant of %s: %d waiters granted, %d cancelled without a trace", rounds, name, granted, cancelled)
+}
+
+// raceRound is one waiter of cancelRacesGrant: its key, held by h until
+// the race, its backend w, its context and the outcome of its wait.
+type raceRound struct {
+	key    string
+	w      driver.Backend
+	h      driver.Grant
+	ctx    context.Context
+	cancel context.CancelFunc
+	res    chan error
+	g      driver.Grant
+}
+
+// releaseRacingCancels releases every round's key on hb at about the
+// moment its waiter is cancelled: mostly cancel first, then release (the
+// grant races the waiter's leaving the queue), every fourth the other way.
+func (e *env) releaseRacingCancels(t *testing.T, hb driver.Backend, rs []*raceRound) {
+	t.Helper()
 	var wg sync.WaitGroup
-	relErrs := make([]error, rounds)
+	relErrs := make([]error, len(rs))
 	for i, r := range rs {
 		wg.Go(func() {
-			// Mostly cancel first, then release: the grant races the
-			// waiter's leaving the queue.
 			gap := time.Duration(i%3) * time.Millisecond / 2
 			if i%4 != 3 {
 				r.cancel()
@@ -331,30 +395,32 @@ func (e *env) cancelRacesGrant(t *testing.T, name string, before func(*testing.T
 	if err := errors.Join(relErrs...); err != nil {
 		t.Fatalf("the holders' Release: %v", err)
 	}
-	granted, cancelled := 0, 0
-	for i, r := range rs {
-		var err error
-		select {
-		case err = <-r.res:
-		case <-time.After(e.ttl + e.schedAllowance()):
-			t.Fatalf("round %d: %s still waiting %v after its context was cancelled", i+1, name, e.ttl+e.schedAllowance())
-		}
-		if err == nil {
-			granted++
-			if err := r.w.Release(e.ctx, r.g); err != nil {
-				t.Fatalf("round %d: Release of the granted waiter: %v", i+1, err)
-			}
-			continue
-		}
-		cancelled++
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("round %d: cancelled %s: %v, want an error wrapping context.Canceled", i+1, name, err)
-		}
-		if e.held(t, r.key) {
-			t.Fatalf("round %d: key held after the holder released it and the only waiter's %s returned %v: a cancel racing the grant left the key to no one", i+1, name, err)
-		}
+}
+
+// raceOutcome judges round i's wait: granted (then released), or the
+// context's error with the key left free. It reports whether it was
+// granted.
+func (e *env) raceOutcome(t *testing.T, i int, r *raceRound, name string) bool {
+	t.Helper()
+	var err error
+	select {
+	case err = <-r.res:
+	case <-time.After(e.ttl + e.schedAllowance()):
+		t.Fatalf("round %d: %s still waiting %v after its context was cancelled", i+1, name, e.ttl+e.schedAllowance())
 	}
-	t.Logf("%d cancels raced the grant of %s: %d waiters granted, %d cancelled without a trace", rounds, name, granted, cancelled)
+	if err == nil {
+		if err := r.w.Release(e.ctx, r.g); err != nil {
+			t.Fatalf("round %d: Release of the granted waiter: %v", i+1, err)
+		}
+		return true
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("round %d: cancelled %s: %v, want an error wrapping context.Canceled", i+1, name, err)
+	}
+	if e.held(t, r.key) {
+		t.Fatalf("round %d: key held after the holder released it and the only waiter's %s returned %v: a cancel racing the grant left the key to no one", i+1, name, err)
+	}
+	return false
 }
 
 // fifoRound holds the key with holder, starts 4 waiters (each on its own
@@ -406,214 +472,4 @@ func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() driv
 		t.Fatal(err)
 	}
 	return order
-}
-
-func testInspector(t *testing.T, e *env) {
-	if !implements[driver.Inspector](t, e) {
-		return
-	}
-	key := e.key("inspect")
-	b1, b2 := e.backend(t), e.backend(t)
-	in := b2.(driver.Inspector)
-	inspect := func(what string) driver.Info {
-		t.Helper()
-		info, err := in.Inspect(e.ctx, key)
-		if err != nil {
-			t.Fatalf("Inspect %s: %v", what, err)
-		}
-		return info
-	}
-
-	info := inspect("of a never-used key")
-	if info.Held || info.Holder != "" || info.TTL != 0 {
-		t.Fatalf("Inspect of a never-used key = %+v, want not held", info)
-	}
-	if e.held(t, key) {
-		t.Fatal("never-used key is held")
-	}
-	// held() above took and released the key once; start from here.
-	g := e.grab(t, b1, key)
-	info = inspect("of a held key")
-	if !info.Held {
-		t.Fatal("Inspect reports a held key free")
-	}
-	if info.Fence != g.Fence {
-		t.Errorf("Inspect fence %v, want the holder's %v", info.Fence, g.Fence)
-	}
-	if limit := grantTTL(g.TTL, e.hold) + e.cfg.ExpirySlack; info.TTL <= 0 || info.TTL > limit {
-		t.Errorf("Inspect TTL %v, want in (0, %v]", info.TTL, limit)
-	}
-	if info.Holder != "" && info.Holder != driver.HolderID(g.Owner) {
-		// Not printed: it may be the secret itself.
-		t.Errorf("Inspect Holder (%d bytes) is not HolderID(owner) nor empty", len(info.Holder))
-	}
-	noSecret(t, "Info", fmt.Sprintf("%#v", info), g.Owner)
-	if !e.held(t, key) {
-		t.Fatal("Acquire finds free a key Inspect reports held")
-	}
-	if err := b1.Release(e.ctx, g); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	info = inspect("after release")
-	if info.Held {
-		t.Fatal("Inspect reports a released key held")
-	}
-	if info.Fence != 0 && info.Fence != g.Fence {
-		t.Errorf("Inspect fence after release %v, want the last granted %v (or 0)", info.Fence, g.Fence)
-	}
-	if e.held(t, key) {
-		t.Fatal("Acquire finds held a key Inspect reports free")
-	}
-	g = e.grab(t, b1, key)
-	e.invalidate(t, key)
-	if info = inspect("after invalidation"); info.Held {
-		t.Fatal("Inspect reports an invalidated key held")
-	}
-}
-
-func testKeepAliver(t *testing.T, e *env) {
-	if !implements[driver.KeepAliver](t, e) {
-		return
-	}
-	key := e.key("keepalive")
-	b := e.backend(t)
-	ka := b.(driver.KeepAliver)
-	if st, ok := b.(driver.KeepAliveStopper); ok {
-		keepAliveStop(t, e, b, st)
-	}
-	g := e.grabTTL(t, b, key, e.ttl)
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	ch := ka.KeepAlive(ctx, g)
-	ttl := grantTTL(g.TTL, e.ttl)
-	until := time.Now().Add(2*ttl + e.cfg.ExpirySlack)
-	renewals := 0
-	for time.Now().Before(until) {
-		select {
-		case r, ok := <-ch:
-			if !ok {
-				t.Fatalf("KeepAlive channel closed after %d renewals of a held key", renewals)
-			}
-			if r.Err != nil {
-				t.Fatalf("KeepAlive of a held key reported %v", r.Err)
-			}
-			if r.TTL <= 0 {
-				t.Fatalf("KeepAlive Renewal.TTL = %v", r.TTL)
-			}
-			renewals++
-		case <-time.After(ttl + e.schedAllowance()):
-			t.Fatalf("no KeepAlive renewal within a TTL (%v) after %d renewals", ttl, renewals)
-		}
-	}
-	if !e.held(t, key) {
-		t.Fatalf("key free after %v of KeepAlive (%d renewals)", 2*ttl, renewals)
-	}
-	// A KeepAlive whose context ends closes its channel.
-	ctx2, cancel2 := context.WithCancel(e.ctx)
-	ch2 := ka.KeepAlive(ctx2, g)
-	cancel2()
-	closed := make(chan struct{})
-	go func() {
-		for range ch2 {
-		}
-		close(closed)
-	}()
-	if !e.waitDone(closed, ttl+e.schedAllowance()) {
-		t.Fatalf("KeepAlive channel still open %v after its context ended", ttl+e.schedAllowance())
-	}
-	e.invalidate(t, key)
-	bound := ttl + e.cfg.ExpirySlack + e.schedAllowance()
-	timeout := time.After(bound)
-	for {
-		select {
-		case r, ok := <-ch:
-			if !ok {
-				t.Logf("%d renewals, then the channel closed after invalidation", renewals)
-				return
-			}
-			if r.Err != nil {
-				if !errors.Is(r.Err, fencedlock.ErrNotHeld) {
-					t.Logf("KeepAlive error after invalidation (not ErrNotHeld, treated as transient): %v", r.Err)
-					continue
-				}
-				t.Logf("%d renewals, then ErrNotHeld after invalidation", renewals)
-				return
-			}
-		case <-timeout:
-			t.Fatalf("KeepAlive did not report the invalidated key within %v", bound)
-		}
-	}
-}
-
-// stopRounds is how many keepalives keepAliveStop stops. One look right
-// after stop returns catches a stop that only asks the keepalive to end
-// unless the keepalive's goroutine happens to run and close the channel
-// in between, which a loaded machine makes possible: the reference
-// KeepAliveStopAsync passed the suite once in a loaded run. Each round is
-// another chance to catch it.
-const stopRounds = 8
-
-// keepAliveStop checks a KeepAliveStopper's stop: once it has returned,
-// the channel is closed (after the Renewals already in it), stop may be
-// called again, and the key is no longer kept alive: it expires within its
-// TTL. The Locker's Release relies on it to send the release at once.
-// The first keepalive is stopped after a confirmed renewal, stopRounds-1
-// more at once, each on a key of its own released after it.
-func keepAliveStop(t *testing.T, e *env, b driver.Backend, st driver.KeepAliveStopper) {
-	t.Helper()
-	key := e.key("keepalive-stop")
-	g := e.grabTTL(t, b, key, e.ttl)
-	ttl := grantTTL(g.TTL, e.ttl)
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	ch, stop := st.KeepAliveStop(ctx, g)
-	// A confirmed renewal first: stop ends a keepalive that runs.
-	select {
-	case r, ok := <-ch:
-		if !ok || r.Err != nil {
-			t.Fatalf("KeepAliveStop of a held key: channel open %v, Renewal.Err %v; want a renewal", ok, r.Err)
-		}
-	case <-time.After(ttl + e.schedAllowance()):
-		t.Fatalf("KeepAliveStop: no renewal within a TTL (%v)", ttl)
-	}
-	stop()
-	stoppedClosed(t, ch, "after a renewal")
-	stop() // again: a no-op
-	stopped := time.Now()
-	for i := 1; i < stopRounds; i++ {
-		gi := e.grabTTL(t, b, e.key(fmt.Sprintf("keepalive-stop-%d", i)), e.ttl)
-		chi, stopi := st.KeepAliveStop(ctx, gi)
-		stopi()
-		stoppedClosed(t, chi, fmt.Sprintf("stopped at once (round %d of %d)", i+1, stopRounds))
-		if err := b.Release(e.ctx, gi); err != nil {
-			t.Fatalf("KeepAliveStop: Release after stop (round %d of %d): %v", i+1, stopRounds, err)
-		}
-	}
-	bound := ttl + e.cfg.ExpirySlack + e.schedAllowance()
-	for e.held(t, key) {
-		if time.Since(stopped) > bound {
-			t.Fatalf("KeepAliveStop: key still held %v after stop returned: renewals go on", bound)
-		}
-		time.Sleep(ttl / 10)
-	}
-}
-
-// stoppedClosed checks that the channel of a keepalive whose stop has
-// returned is closed: a receive never blocks, and ends within what was
-// buffered.
-func stoppedClosed(t *testing.T, ch <-chan driver.Renewal, when string) {
-	t.Helper()
-	for n := 0; ; n++ {
-		select {
-		case _, ok := <-ch:
-			if !ok {
-				return
-			}
-			if n >= cap(ch) {
-				t.Fatalf("KeepAliveStop (%s): %d Renewals received after stop returned, more than the channel holds (%d)", when, n+1, cap(ch))
-			}
-		default:
-			t.Fatalf("KeepAliveStop (%s): the channel is still open when stop has returned (after %d buffered Renewals)", when, n)
-		}
-	}
 }

@@ -14,8 +14,9 @@ import (
 // line. Every doc is one sentence, logged by its subtest and listed in the
 // package documentation (TestDocListsProperties checks that doc.go lists
 // exactly these names, in this order). Each check is in the file of its
-// family: core.go, cancel.go, timing.go, loss.go, optional.go, force.go
-// and tryfirst.go; this file also holds the helpers that several families
+// family: core.go, cancel.go, timing.go, loss.go, optional.go, inspect.go
+// and tryfirst.go (the harness's fault hooks: faults.go, fencerecord.go);
+// this file also holds the helpers that several families
 // share.
 var properties = []property{
 	{"TryAcquire", "TryAcquire takes a free key with a non-zero fence, fails with ErrNotAcquired on a held key (from another backend or the same one), and succeeds again after Release with a greater fence.", testTryAcquire},
@@ -24,7 +25,7 @@ var properties = []property{
 	{"RenewKeepsLease", "The watchdog's renewals keep a lease held past 3x its TTL, and no other backend can take the key meanwhile.", testRenewKeepsLease},
 	{"RenewTTL", "Renew sets the lease to the TTL it returns from when it was sent (to ttl from now, not by ttl): after one renewal, or three in a row, and no more, the key stays held that long and is free within ExpirySlack after.", testRenewTTL},
 	{"ExpiryWithoutRenew", "A lease that is not renewed lets another backend in within TTL + ExpirySlack, never before its TTL, and its holder sees it lost.", testExpiry},
-	{"LeaseLengths", "Leases of different lengths from one client (MinTTL and 5x MinTTL, asked in either order, renewed from one to the other, or contended by a failed Acquire or Renew with another TTL) are each held for the TTL asked and free within ExpirySlack after.", testLeaseLengths},
+	{"LeaseLengths", "Leases of different lengths from one client (MinTTL and 5x MinTTL, asked in either order, renewed from one to the other, or contended by a failed Acquire or Renew with another TTL, or asked again by their holder) are each held for the TTL asked and free within ExpirySlack after.", testLeaseLengths},
 	{"InvalidationReported", "A key deleted or revoked out of band ends its lease's Context (cause ErrLeaseLost) within TTL + renew interval, and a manual Renew reports ErrNotHeld at once.", testInvalidationReported},
 	{"ReleaseAfterLoss", "Release after loss, a double Release and a Release of a never-held key return ErrNotHeld and delete nothing, in particular not a new holder's lock.", testReleaseAfterLoss},
 	{"RenewAfterLoss", "Renew by an owner that lost the key returns ErrNotHeld and changes nothing: it neither recreates a free key nor takes or extends another holder's lock.", testRenewAfterLoss},
@@ -35,6 +36,8 @@ var properties = []property{
 	{"CancelledAttempt", "An Acquire of a free key whose context ends at a random point of its round trip returns a grant or an error that is not ErrNotAcquired without the context's error, and its owner's Release of Grant{Key, Owner} leaves the key free.", testCancelledAttempt},
 	{"StoreFaults", "If the harness is a FaultInjector: a request refused on its way, applied with its reply lost, or answered after its context ended is reported as a transient error or the context's (never ErrPermanent, nor \"held\" or \"not held\"), promptly, and the store's state afterwards is the request's.", testStoreFaults},
 	{"ForeignValue", "If the harness is a Corrupter: a lock holding a value the backend never wrote is reported with ErrPermanent by Acquire (not as held by another), and its owner's Renew and Release fail without changing it.", testForeignValue},
+	{"FenceRecord", "If the harness is a FenceCorrupter: a fence record the backend never writes (of another type, not a number, below 1, at or above the greatest fence, or expiring) makes Acquire of the free key fail with ErrPermanent, grant nothing and leave the record as it was, and the holder's repeated Acquire is refused so or granted its own fence; a valid record's next grant is above it.", testFenceRecord},
+	{"WriteRefused", "If the harness is a WriteRefuser: while the store refuses writes, Acquire of a free key fails with an error that is not ErrNotAcquired and takes nothing, and Acquire of a held key grants nothing and leaves it to its holder.", testWriteRefused},
 	{"SentIsSendTime", "Grant.Sent, Renewal.Sent and the TTLs reported with them never overstate a lease: with the responses delayed (if the harness is a Delayer), another owner never gets the key before the holder's local deadline.", testSentIsSendTime},
 	{"PausedHolder", "A holder paused past its lease writes with its old fence after the next holder wrote, and the guard rejects the write with fencing.ErrStale.", testPausedHolder},
 	{"AwkwardKeys", "Keys with slashes, Unicode, braces, a leading '}', spaces, control and invalid UTF-8 bytes, and of exactly MaxKeyLen bytes are distinct working keys; \"\" and MaxKeyLen+1 bytes fail with ErrInvalid.", testAwkwardKeys},
@@ -111,9 +114,43 @@ func implements[I any](t *testing.T, e *env) bool {
 	return true
 }
 
+// harnessIs returns e's harness as an I (an optional harness capability),
+// and logs that there is nothing to check if it is not one.
+func harnessIs[I any](t *testing.T, e *env) (I, bool) {
+	t.Helper()
+	h, ok := e.h.(I)
+	if !ok {
+		t.Logf("%T is not a %v: nothing to check", e.h, reflect.TypeFor[I]())
+	}
+	return h, ok
+}
+
 // acquired is the outcome of an Acquire run in a goroutine (which must not
 // call t's methods: it may outlive a failed test).
 type acquired struct {
 	ls  *fencedlock.Lease
 	err error
+}
+
+// acquireAsync starts l.Acquire of key in a goroutine and returns the
+// channel its outcome arrives on.
+func (e *env) acquireAsync(l *fencedlock.Locker, key string) <-chan acquired {
+	got := make(chan acquired, 1)
+	go func() {
+		ls, err := l.Acquire(e.ctx, key)
+		got <- acquired{ls, err}
+	}()
+	return got
+}
+
+// renewalOK fails the test unless r, received (ok) from KeepAlive's
+// channel of a held key after renewals others, is a confirmed renewal.
+func renewalOK(t *testing.T, r driver.Renewal, ok bool, renewals int) {
+	t.Helper()
+	if !ok {
+		t.Fatalf("KeepAlive channel closed after %d renewals of a held key", renewals)
+	}
+	if r.Err != nil {
+		t.Fatalf("KeepAlive of a held key reported %v", r.Err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/procfault"
 )
 
 // This file holds a small in-memory backend written only for the suite's
@@ -195,7 +197,14 @@ const (
 	// own (found by mutation testing of backend/memory): stopping one
 	// watch ends the others on the key.
 	bugWatchStopDropsOthers
+	// A fence record the backend never wrote (not a number, negative,
+	// expiring, at or above the greatest fence) is taken for an empty one
+	// and replaced: the key's fences restart at 1, below those granted.
+	bugFenceRecordRestarts
 )
+
+// refMaxFence is the reference backend's greatest fence.
+const refMaxFence fencing.Token = 1 << 53
 
 // refStore is the shared state: one per harness.
 type refStore struct {
@@ -203,6 +212,8 @@ type refStore struct {
 	mu       sync.Mutex
 	locks    map[string]*refLock
 	fences   map[string]fencing.Token
+	badFence map[string]conformance.FenceRecord // fence records no refBackend writes (refHarness.SetFenceRecord)
+	refusing bool                               // the store refuses writes (refHarness.RefuseWrites)
 	watchers map[string]map[chan struct{}]struct{}
 }
 
@@ -219,6 +230,7 @@ type refWaiter struct {
 	req     driver.AcquireRequest
 	queued  time.Time
 	granted chan driver.Grant // buffered: receives the grant once
+	refused chan error        // buffered: receives the error of a refused fence record
 }
 
 func newRefStore(b bug) *refStore {
@@ -226,6 +238,7 @@ func newRefStore(b bug) *refStore {
 		bug:      b,
 		locks:    make(map[string]*refLock),
 		fences:   make(map[string]fencing.Token),
+		badFence: make(map[string]conformance.FenceRecord),
 		watchers: make(map[string]map[chan struct{}]struct{}),
 	}
 }
@@ -268,6 +281,13 @@ func (s *refStore) settle(key string, now time.Time) *refLock {
 		}
 	}
 	if l.owner == "" && len(l.queue) > 0 {
+		if err := s.fenceUsable(key, l.queue[0].req.Key); err != nil {
+			// Not handed over: the first waiter is told (wait.lua runs
+			// the same checks as acquire.lua).
+			l.queue[0].refused <- err
+			l.queue = l.queue[1:]
+			return l
+		}
 		i := 0
 		if s.bug == bugLIFOQueue {
 			i = len(l.queue) - 1
@@ -325,7 +345,7 @@ type refBackend struct {
 	closed bool
 	local  map[string]fencing.Token // bugFenceRepeats: this client's counters
 	first  time.Duration            // bugOneTTLPerClient: the TTL of its first Acquire
-	faults *procFaults              // the way to the store (refHarness.NewFaultyBackend); nil: no faults
+	faults *procfault.Faults        // the way to the store (refHarness.NewFaultyBackend); nil: no faults
 }
 
 // foreign is the error of op on a key whose lock holds a value the
@@ -340,7 +360,7 @@ func (s *refStore) foreign(op, key string, acquire bool) error {
 	return s.notHeld(op, driver.Grant{Key: key})
 }
 
-// transport wraps an error of the way to the store (procFaults).
+// transport wraps an error of the way to the store (procfault.Faults).
 func (b *refBackend) transport(op, key string, err error) error {
 	if b.s.bug == bugTransportPermanent && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("ref: %s %q: %w: %w", op, key, err, driver.ErrPermanent)
@@ -353,12 +373,12 @@ func (b *refBackend) transport(op, key string, err error) error {
 // the reply is (sent again once with bugRetryLostReply).
 func roundTrip[T any](ctx context.Context, b *refBackend, op, key string, call func() (T, error)) (T, error) {
 	var zero T
-	if err := b.faults.send(); err != nil {
+	if err := b.faults.Send(); err != nil {
 		return zero, b.transport(op, key, err)
 	}
 	v, err := call()
-	rerr := b.faults.reply(ctx, b.s.bug == bugReplyIgnoresCtx)
-	if errors.Is(rerr, errReset) && b.s.bug == bugRetryLostReply {
+	rerr := b.faults.Reply(ctx, b.s.bug == bugReplyIgnoresCtx)
+	if errors.Is(rerr, procfault.ErrReset) && b.s.bug == bugRetryLostReply {
 		return roundTrip(ctx, b, op, key, call)
 	}
 	if rerr != nil {
@@ -432,6 +452,9 @@ func (b *refBackend) acquireStore(ctx context.Context, req driver.AcquireRequest
 	}
 	if l.owner != "" {
 		defer s.mu.Unlock()
+		if l.owner == req.Owner && s.regrants() {
+			return s.regrant(key, req, l, now), nil
+		}
 		retry := l.expires.Sub(now)
 		if s.bug == bugRetryAfterTooLong {
 			retry *= 1000
@@ -443,6 +466,14 @@ func (b *refBackend) acquireStore(ctx context.Context, req driver.AcquireRequest
 			l.expires = now.Add(s.enforced(req.TTL))
 		}
 		return driver.Grant{}, &driver.HeldError{Key: req.Key, RetryAfter: retry}
+	}
+	if err := s.fenceUsable(key, req.Key); err != nil {
+		s.mu.Unlock()
+		return driver.Grant{}, err
+	}
+	if s.refusing {
+		s.mu.Unlock()
+		return driver.Grant{}, s.refusedWrite(req.Key)
 	}
 	if s.bug == bugCheckThenSet {
 		// The check above and the set below are two round trips.
@@ -661,7 +692,7 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequ
 		return driver.Grant{}, err
 	}
 	s, key := b.s, b.s.mangle(req.Key)
-	w := &refWaiter{req: req, queued: time.Now(), granted: make(chan driver.Grant, 1)}
+	w := &refWaiter{req: req, queued: time.Now(), granted: make(chan driver.Grant, 1), refused: make(chan error, 1)}
 	s.mu.Lock()
 	l := s.settle(key, time.Now())
 	l.queue = append(l.queue, w)
@@ -678,6 +709,8 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequ
 		select {
 		case g := <-w.granted:
 			return g, nil
+		case err := <-w.refused:
+			return driver.Grant{}, err
 		case <-timer.C:
 		case <-ctx.Done():
 			if s.bug == bugQueueGhost {
@@ -868,7 +901,7 @@ func (h *refHarness) NewDelayedBackend(_ context.Context, delay time.Duration) (
 
 // NewFaultyBackend makes the harness a conformance.FaultInjector.
 func (h *refHarness) NewFaultyBackend(context.Context) (driver.Backend, conformance.Faults, error) {
-	f := &procFaults{}
+	f := &procfault.Faults{}
 	return h.wrap(&refBackend{s: h.s, faults: f}), f, nil
 }
 
@@ -880,6 +913,54 @@ func (h *refHarness) Corrupt(_ context.Context, key string) error {
 	defer s.mu.Unlock()
 	l := s.settle(key, time.Now())
 	l.owner, l.corrupt = "", true
+	return nil
+}
+
+// SetFenceRecord makes the harness a conformance.FenceCorrupter.
+func (h *refHarness) SetFenceRecord(_ context.Context, key string, rec conformance.FenceRecord) error {
+	s, key := h.s, h.s.mangle(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.badFence, key)
+	n, err := strconv.ParseUint(rec.Value, 10, 64)
+	if rec.Foreign || rec.Expires || err != nil || n == 0 || fencing.Token(n) > refMaxFence {
+		s.badFence[key] = rec
+		return nil
+	}
+	s.fences[key] = fencing.Token(n)
+	return nil
+}
+
+// ReadFenceRecord describes key's fence record.
+func (h *refHarness) ReadFenceRecord(_ context.Context, key string) (string, error) {
+	s, key := h.s, h.s.mangle(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec, ok := s.badFence[key]; ok {
+		return "bad " + rec.String(), nil
+	}
+	return fmt.Sprintf("fence %d", s.fences[key]), nil
+}
+
+// MaxFence is the reference backend's greatest fence.
+func (h *refHarness) MaxFence() fencing.Token { return refMaxFence }
+
+// fenceUsable returns the error of an Acquire of key (asked as
+// name) whose fence record the backend never wrote, or is at
+// refMaxFence; nil if the next fence can be granted. s.mu must be held.
+func (s *refStore) fenceUsable(key, name string) error {
+	_, bad := s.badFence[key]
+	if s.bug == bugFenceRecordRestarts && bad {
+		delete(s.badFence, key)
+		s.fences[key] = 0
+		return nil
+	}
+	switch {
+	case bad:
+		return fmt.Errorf("ref: acquire %q: a fence record the backend never wrote: %w", name, driver.ErrPermanent)
+	case s.fences[key] >= refMaxFence:
+		return fmt.Errorf("ref: acquire %q: fences exhausted: %w", name, driver.ErrPermanent)
+	}
 	return nil
 }
 
@@ -1071,6 +1152,14 @@ var brokenVariants = []variant{
 	{"ReplyIgnoresCtx", []string{"StoreFaults"}, plain(bugReplyIgnoresCtx)},
 	{"ForeignValueHeld", []string{"ForeignValue"}, plain(bugForeignValueHeld)},
 	{"WatchStopDropsOthers", []string{"Notifier"}, plain(bugWatchStopDropsOthers)},
+	{"FenceRecordRestarts", []string{"FenceRecord"}, plain(bugFenceRecordRestarts)},
+}
+
+// addExclusive registers a broken variant of the plain reference backend
+// with bug b that only property reports (see exclusive).
+func addExclusive(name, property string, b bug) {
+	brokenVariants = append(brokenVariants, variant{name, []string{property}, plain(b)})
+	exclusive[name] = true
 }
 
 // exclusive names the broken variants that only the properties in their
@@ -1090,13 +1179,14 @@ var exclusive = map[string]bool{
 	"WaitHeldQueuesBehindOwn": true, "WaitHeldRegrants": true,
 	"RenewCheckThenWrite": true, "TTLCapped": true, "RenewWritesFirst": true,
 	"TransportPermanent": true, "RetryLostReply": true, "ReplyIgnoresCtx": true, "ForeignValueHeld": true,
-	"WatchStopDropsOthers": true,
+	"WatchStopDropsOthers": true, "FenceRecordRestarts": true,
 }
 
 // TestReference runs the suite on the correct reference backend: as a
 // polling backend with Notifier, Inspector and an Expirer harness, as a
 // queueing WaitAcquirer, as one that is also a TryFirstWaiter, as a
-// KeepAliver with and without KeepAliveStop, and with a GuardMaker.
+// KeepAliver with and without KeepAliveStop, with a GuardMaker, and as one
+// that grants a holder's repeated Acquire (regrant: repeat_ref_test.go).
 func TestReference(t *testing.T) {
 	for _, v := range correctVariants {
 		t.Run(v.name, func(t *testing.T) {

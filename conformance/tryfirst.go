@@ -142,17 +142,7 @@ func (e *env) waitHeldBlocks(t *testing.T) {
 	if c.returned() {
 		t.Fatalf("AcquireWaitHeld returned (%v, fence %v) while another owner held the key", c.err, c.g.Fence)
 	}
-	released := time.Now()
-	if err := hb.Release(e.ctx, h); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if bound := e.hold / 2; !e.waitDone(c.done, bound) {
-		t.Fatalf("AcquireWaitHeld not granted the key %v after the holder released it", bound)
-	}
-	if c.err != nil {
-		t.Fatalf("AcquireWaitHeld after the holder's release: %v", c.err)
-	}
-	t.Logf("AcquireWaitHeld granted %v after the release", c.at.Sub(released).Round(time.Microsecond))
+	e.releaseToWaiter(t, hb, h, c, "AcquireWaitHeld", "")
 	e.checkGrant(t, c.g, key, e.hold)
 	if c.g.Owner != req.Owner {
 		t.Fatal("AcquireWaitHeld's Grant.Owner is not the request's owner token") // not printed: a secret
@@ -288,17 +278,7 @@ func (e *env) waitHeldCancelled(t *testing.T) {
 	live := startWait(ctx, wb.(driver.TryFirstWaiter).AcquireWaitHeld, req)
 	defer e.stopWait(wb, live, cancel)
 	time.Sleep(e.cfg.QueueDelay)
-	released := time.Now()
-	if err := hb.Release(e.ctx, h); err != nil {
-		t.Fatalf("holder's Release: %v", err)
-	}
-	if bound := e.hold / 2; !e.waitDone(live.done, bound) {
-		t.Fatalf("live waiter still waiting %v after the holder released: a cancelled AcquireWaitHeld holds up the queue", bound)
-	}
-	if live.err != nil {
-		t.Fatalf("live waiter: %v", live.err)
-	}
-	t.Logf("live waiter granted %v after the release", live.at.Sub(released).Round(time.Millisecond))
+	e.releaseToWaiter(t, hb, h, live, "live waiter", ": a cancelled AcquireWaitHeld holds up the queue")
 	if live.g.Fence <= h.Fence {
 		t.Fatalf("live waiter's fence %v, want > the holder's %v", live.g.Fence, h.Fence)
 	}
@@ -308,4 +288,22 @@ func (e *env) waitHeldCancelled(t *testing.T) {
 	if e.held(t, key) {
 		t.Fatal("key held after the live waiter released it: a cancelled AcquireWaitHeld left something behind")
 	}
+}
+
+// releaseToWaiter releases h on hb and fails the test unless the wait w,
+// queued behind it, is granted within hold/2 (why says what a wait past
+// that bound means).
+func (e *env) releaseToWaiter(t *testing.T, hb driver.Backend, h driver.Grant, w *waitCall, what, why string) {
+	t.Helper()
+	released := time.Now()
+	if err := hb.Release(e.ctx, h); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	if bound := e.hold / 2; !e.waitDone(w.done, bound) {
+		t.Fatalf("%s still waiting %v after the holder released%s", what, bound, why)
+	}
+	if w.err != nil {
+		t.Fatalf("%s after the holder's release: %v", what, w.err)
+	}
+	t.Logf("%s granted %v after the release", what, w.at.Sub(released).Round(time.Microsecond))
 }

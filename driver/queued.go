@@ -3,8 +3,8 @@ package driver
 import "context"
 
 // QueueObserver is told when a [WaitAcquirer] finds a request queued
-// behind another holder. A Locker with an observer (fencedlock's
-// Options.Observer) puts one in the context it passes to AcquireWait;
+// behind another holder. A Locker with a trace (fencedlock's
+// Options.Trace) puts one in the context it passes to AcquireWait;
 // backends do not implement it, they call [NoteQueued].
 type QueueObserver interface {
 	Queued(ctx context.Context)

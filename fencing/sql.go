@@ -25,7 +25,7 @@ var (
 type Placeholder int
 
 const (
-	// Dollar numbers parameters $1, $2, ... (PostgreSQL: lib/pq, pgx). The
+	// Dollar numbers parameters $1, $2, ... (PostgreSQL: pgx). The
 	// zero value.
 	Dollar Placeholder = iota
 	// Question writes every parameter as ? (MySQL, SQLite).

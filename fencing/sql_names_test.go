@@ -130,7 +130,7 @@ func isStale(err error, accepted fencing.Token, from string) bool {
 }
 
 // TestSQLNamesPostgres runs testSQLNames on PostgreSQL, whose user is
-// "postgres" (pgtest's superuser).
+// "postgres" (the superuser of testserver.StartPostgres).
 func TestSQLNamesPostgres(t *testing.T) {
 	db := openPG(t)
 	var user string

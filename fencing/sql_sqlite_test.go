@@ -5,12 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/fencedlock/fencedlock/fencing"
-	"github.com/fencedlock/fencedlock/internal/guardtest"
 	_ "modernc.org/sqlite"
 )
 
@@ -25,31 +22,14 @@ import (
 func openSQLite(t *testing.T) *sql.DB {
 	t.Helper()
 	dsn := "file:" + filepath.Join(t.TempDir(), "guard.db") + "?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(`CREATE TABLE resources (
-	    key    text    PRIMARY KEY,
-	    value  text,
-	    fence  integer NOT NULL DEFAULT 0,
-	    holder text    NOT NULL DEFAULT ''
-	)`); err != nil {
-		t.Fatal(err)
-	}
-	return db
+	return openResources(t, "sqlite", dsn, "integer")
 }
 
 var sqliteTable = fencing.SQLTable{Table: "resources", Placeholder: fencing.Question}
 
 func readSQLiteRow(t *testing.T, db *sql.DB, key string) row {
 	t.Helper()
-	var r row
-	if err := db.QueryRow(`SELECT value, fence, holder FROM resources WHERE key = ?`, key).Scan(&r.value, &r.fence, &r.holder); err != nil {
-		t.Fatalf("reading %s: %v", key, err)
-	}
-	return r
+	return readRowAt(t, db, "?", key)
 }
 
 // TestSQLiteSetRule applies ruleSteps (tokens up to math.MaxInt64) on
@@ -89,23 +69,5 @@ func TestSQLiteNames(t *testing.T) {
 func TestSQLiteConcurrentWriters(t *testing.T) {
 	db := openSQLite(t)
 	db.SetMaxOpenConns(8)
-	if _, err := db.Exec(`INSERT INTO resources (key) VALUES ('counter')`); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	const writers, perWriter = 8, 30
-	accepted, rejected := guardtest.MixedTokens(t, writers, perWriter, func(int) guardtest.Write {
-		return func(tok fencing.Token, holder string) error {
-			return sqliteTable.Set(ctx, db, "counter", tok.String()+"/"+holder, tok, holder)
-		}
-	})
-	r := readSQLiteRow(t, db, "counter")
-	maxTok := int64(writers * perWriter)
-	if r.fence != maxTok || !strings.HasPrefix(r.value.String, strconv.FormatInt(maxTok, 10)+"/") || !strings.HasSuffix(r.value.String, "/"+r.holder) {
-		t.Fatalf("final row %+v, want fence %d and its writer's value", r, maxTok)
-	}
-	if accepted+rejected != writers*perWriter || accepted == 0 || rejected == 0 {
-		t.Fatalf("accepted %d rejected %d", accepted, rejected)
-	}
-	t.Logf("%d writes with mixed tokens on SQLite: %d accepted, %d rejected", writers*perWriter, accepted, rejected)
+	concurrentWriters(t, db, sqliteTable, "?", "SQLite")
 }

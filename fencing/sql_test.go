@@ -19,25 +19,32 @@ import (
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/guardtest"
 	"github.com/fencedlock/fencedlock/internal/history"
-	"github.com/fencedlock/fencedlock/internal/pgtest"
-	_ "github.com/lib/pq"
+	"github.com/fencedlock/fencedlock/internal/testserver"
+	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx"
 )
 
-// openPG starts a PostgreSQL server, opens it with lib/pq and creates the
+// openPG starts a PostgreSQL server, opens it with pgx's database/sql driver and creates the
 // documented table shape.
 func openPG(t *testing.T) *sql.DB {
 	t.Helper()
-	srv := pgtest.Start(t)
-	db, err := sql.Open("postgres", srv.DSN())
+	return openResources(t, "pgx", testserver.StartPostgres(t).DSN(), "bigint")
+}
+
+// openResources opens dsn with the database/sql driver driverName, closed
+// when the test ends, and creates the documented table shape, its fence
+// column of type fenceType.
+func openResources(t *testing.T, driverName, dsn, fenceType string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driverName, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
 	if _, err := db.Exec(`CREATE TABLE resources (
-	    key    text   PRIMARY KEY,
+	    key    text PRIMARY KEY,
 	    value  text,
-	    fence  bigint NOT NULL DEFAULT 0,
-	    holder text   NOT NULL DEFAULT ''
+	    fence  ` + fenceType + ` NOT NULL DEFAULT 0,
+	    holder text NOT NULL DEFAULT ''
 	)`); err != nil {
 		t.Fatal(err)
 	}
@@ -50,10 +57,17 @@ type row struct {
 	holder string
 }
 
+// readRow reads the row of key on PostgreSQL.
 func readRow(t *testing.T, db *sql.DB, key string) row {
 	t.Helper()
+	return readRowAt(t, db, "$1", key)
+}
+
+// readRowAt reads the row of key, the statement's placeholder written ph.
+func readRowAt(t *testing.T, db *sql.DB, ph, key string) row {
+	t.Helper()
 	var r row
-	if err := db.QueryRow(`SELECT value, fence, holder FROM resources WHERE key = $1`, key).Scan(&r.value, &r.fence, &r.holder); err != nil {
+	if err := db.QueryRow(`SELECT value, fence, holder FROM resources WHERE key = `+ph, key).Scan(&r.value, &r.fence, &r.holder); err != nil {
 		t.Fatalf("reading %s: %v", key, err)
 	}
 	return r
@@ -303,18 +317,26 @@ func TestSQLWhereOwnUpdate(t *testing.T) {
 func TestSQLConcurrentWriters(t *testing.T) {
 	db := openPG(t)
 	db.SetMaxOpenConns(16)
-	ctx := context.Background()
+	concurrentWriters(t, db, fencing.SQLTable{Table: "resources"}, "$1", "PostgreSQL")
+}
+
+// concurrentWriters runs 8 writers of 30 mixed tokens each on the row
+// counter of db through tab at once (ph: the driver's placeholder), and
+// checks that the row ends with the greatest token and its writer's value,
+// and that some writes were accepted and some rejected.
+func concurrentWriters(t *testing.T, db *sql.DB, tab fencing.SQLTable, ph, name string) {
+	t.Helper()
 	if _, err := db.Exec(`INSERT INTO resources (key) VALUES ('counter')`); err != nil {
 		t.Fatal(err)
 	}
-	tab := fencing.SQLTable{Table: "resources"}
+	ctx := context.Background()
 	const writers, perWriter = 8, 30
 	accepted, rejected := guardtest.MixedTokens(t, writers, perWriter, func(int) guardtest.Write {
 		return func(tok fencing.Token, holder string) error {
 			return tab.Set(ctx, db, "counter", tok.String()+"/"+holder, tok, holder)
 		}
 	})
-	r := readRow(t, db, "counter")
+	r := readRowAt(t, db, ph, "counter")
 	maxTok := int64(writers * perWriter)
 	if r.fence != maxTok || !strings.HasPrefix(r.value.String, strconv.FormatInt(maxTok, 10)+"/") || !strings.HasSuffix(r.value.String, "/"+r.holder) {
 		t.Fatalf("final row %+v, want fence %d and its writer's value", r, maxTok)
@@ -322,13 +344,13 @@ func TestSQLConcurrentWriters(t *testing.T) {
 	if accepted+rejected != writers*perWriter || accepted == 0 || rejected == 0 {
 		t.Fatalf("accepted %d rejected %d", accepted, rejected)
 	}
-	t.Logf("%d writes with mixed tokens on PostgreSQL: %d accepted, %d rejected; final fence %d", writers*perWriter, accepted, rejected, r.fence)
+	t.Logf("%d writes with mixed tokens on %s: %d accepted, %d rejected; final fence %d", writers*perWriter, name, accepted, rejected, r.fence)
 }
 
 // ExampleSQLTable_Set guards a row of a PostgreSQL table with the fence
 // of a lease.
 func ExampleSQLTable_Set() {
-	var db *sql.DB // sql.Open("postgres", dsn), with the table of SQLTable's doc
+	var db *sql.DB // sql.Open("pgx", dsn), with the table of SQLTable's doc
 	var fence fencing.Token
 	var holder string // lease.Fence(), lease.Holder()
 	if db == nil {

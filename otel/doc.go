@@ -1,11 +1,11 @@
 // Package otelfencedlock records the events of fencedlock Lockers as
 // OpenTelemetry metrics and traces. It is a module of its own
 // (github.com/fencedlock/fencedlock/otel), so the library itself has no
-// OpenTelemetry dependency; the library's [fencedlock.Observer] hook costs
-// nothing while unset.
+// OpenTelemetry dependency; the library's hooks (fencedlock.Options.Trace,
+// package [locktrace]) cost nothing while unset.
 //
 //	obs, err := otelfencedlock.New() // the global providers; see the Options
-//	locker, err := fencedlock.New(backend, fencedlock.Options{Observer: obs})
+//	locker, err := fencedlock.New(backend, fencedlock.Options{Trace: obs.Trace()})
 //
 // # Metrics
 //

@@ -36,7 +36,7 @@ func Example_prometheus() {
 		panic(err)
 	}
 
-	locker, err := fencedlock.New(memory.New(), fencedlock.Options{TTL: 10 * time.Second, Observer: obs})
+	locker, err := fencedlock.New(memory.New(), fencedlock.Options{TTL: 10 * time.Second, Trace: obs.Trace()})
 	if err != nil {
 		panic(err)
 	}

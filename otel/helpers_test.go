@@ -14,13 +14,13 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/locktrace"
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
 
-// telemetry is an Observer on in-memory SDK providers.
+// telemetry is an otelfencedlock.Observer on in-memory SDK providers.
 type telemetry struct {
 	obs    *otelfencedlock.Observer
 	reader *sdkmetric.ManualReader
@@ -123,22 +123,28 @@ func hist(t *testing.T, ms map[string]metricdata.Metrics, name string, want ...a
 	return count, total, most
 }
 
+// attributeSets returns the attribute sets of m's data points (the
+// counters' and the histograms').
+func attributeSets(m metricdata.Metrics) []attribute.Set {
+	var sets []attribute.Set
+	switch d := m.Data.(type) {
+	case metricdata.Sum[int64]:
+		for _, dp := range d.DataPoints {
+			sets = append(sets, dp.Attributes)
+		}
+	case metricdata.Histogram[float64]:
+		for _, dp := range d.DataPoints {
+			sets = append(sets, dp.Attributes)
+		}
+	}
+	return sets
+}
+
 // noKeyAttribute fails t if any metric or span carries fencedlock.key.
 func (tm *telemetry) noKeyAttribute(t *testing.T, ms map[string]metricdata.Metrics) {
 	t.Helper()
 	for name, m := range ms {
-		var sets []attribute.Set
-		switch d := m.Data.(type) {
-		case metricdata.Sum[int64]:
-			for _, dp := range d.DataPoints {
-				sets = append(sets, dp.Attributes)
-			}
-		case metricdata.Histogram[float64]:
-			for _, dp := range d.DataPoints {
-				sets = append(sets, dp.Attributes)
-			}
-		}
-		for _, s := range sets {
+		for _, s := range attributeSets(m) {
 			if s.HasValue(otelfencedlock.AttrKey) {
 				t.Fatalf("%s carries the key without WithKeyAttribute", name)
 			}
@@ -221,23 +227,24 @@ func waitKinds(s sdktrace.ReadOnlySpan) []string {
 	return kinds
 }
 
-// signal is an Observer that passes everything on and reports each wait.
+// signal is a Trace that passes every event on to an Observer and
+// reports each wait.
 type signal struct {
-	*otelfencedlock.Observer
-	waits chan fencedlock.WaitKind
+	tr    *locktrace.Trace
+	waits chan locktrace.WaitKind
 }
 
 func newSignal(o *otelfencedlock.Observer) *signal {
-	return &signal{Observer: o, waits: make(chan fencedlock.WaitKind, 1000)}
-}
-
-func (s *signal) AcquireWait(ctx context.Context, e fencedlock.AcquireWaitEvent) {
-	s.Observer.AcquireWait(ctx, e)
-	s.waits <- e.Kind
+	s := &signal{tr: o.Trace(), waits: make(chan locktrace.WaitKind, 1000)}
+	s.tr.AcquireWait = func(ctx context.Context, e locktrace.AcquireWaitEvent) {
+		o.AcquireWait(ctx, e)
+		s.waits <- e.Kind
+	}
+	return s
 }
 
 // await returns when the n-th wait of kind was reported.
-func (s *signal) await(t *testing.T, kind fencedlock.WaitKind, n int) {
+func (s *signal) await(t *testing.T, kind locktrace.WaitKind, n int) {
 	t.Helper()
 	timeout := time.NewTimer(30 * time.Second)
 	defer timeout.Stop()
@@ -260,7 +267,7 @@ type store struct {
 	name        string                            // the backend name in events
 	backend     func(t *testing.T) driver.Backend // a new backend (another process)
 	del         func(t *testing.T, key string)    // deletes key's lock behind its holder's back
-	waitKind    fencedlock.WaitKind               // how a waiter behind a holder is reported
+	waitKind    locktrace.WaitKind                // how a waiter behind a holder is reported
 	waitsBefore int                               // waits of waitKind after which a release is announced
 	ttl         time.Duration
 }

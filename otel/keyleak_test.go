@@ -9,11 +9,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
 
@@ -42,18 +41,7 @@ func (tm *telemetry) telemetryText(t *testing.T) []string {
 		}
 	}
 	for name, m := range tm.metrics(t) {
-		var sets []attribute.Set
-		switch d := m.Data.(type) {
-		case metricdata.Sum[int64]:
-			for _, dp := range d.DataPoints {
-				sets = append(sets, dp.Attributes)
-			}
-		case metricdata.Histogram[float64]:
-			for _, dp := range d.DataPoints {
-				sets = append(sets, dp.Attributes)
-			}
-		}
-		for _, s := range sets {
+		for _, s := range attributeSets(m) {
 			kvs("metric "+name, s.ToSlice())
 		}
 	}
@@ -66,13 +54,13 @@ func (tm *telemetry) telemetryText(t *testing.T) []string {
 // names the key, all of secretKey, and returns the telemetry recorded.
 func keyLeak(t *testing.T, opts ...otelfencedlock.Option) (*telemetry, []string) {
 	tm := newTelemetry(t, opts...)
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, err := redis.New(srv.Client(t, nil), redis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	l := locker(t, b, tm.obs, fencedlock.Options{TTL: 10 * time.Second, ReleaseTimeout: time.Second})
+	l := locker(t, b, tm.obs.Trace(), fencedlock.Options{TTL: 10 * time.Second, ReleaseTimeout: time.Second})
 	ctx := context.Background()
 	err = l.Do(ctx, secretKey, func(context.Context, *fencedlock.Lease) error {
 		return fmt.Errorf("updating %s: %w", secretKey, errors.ErrUnsupported)

@@ -11,6 +11,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/locktrace"
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
 
@@ -26,7 +27,7 @@ func memoryStore(*testing.T) store {
 				t.Fatalf("no lock on %q", key)
 			}
 		},
-		waitKind:    fencedlock.WaitHeld,
+		waitKind:    locktrace.WaitHeld,
 		waitsBefore: 2,
 		ttl:         time.Second,
 	}
@@ -41,7 +42,7 @@ func TestMemoryLostByDel(t *testing.T) { lostByDel(t, memoryStore(t)) }
 // caller's span; a failed function marks the critical section.
 func TestDoSpans(t *testing.T) {
 	tm := newTelemetry(t)
-	l := locker(t, memory.New(), tm.obs, fencedlock.Options{TTL: time.Second})
+	l := locker(t, memory.New(), tm.obs.Trace(), fencedlock.Options{TTL: time.Second})
 	ctx, root := tm.tp.Tracer("test").Start(context.Background(), "root")
 	var fence uint64
 	err := l.Do(ctx, "orders", func(ctx context.Context, ls *fencedlock.Lease) error {
@@ -94,7 +95,7 @@ func TestDoSpans(t *testing.T) {
 // counted with cause deadline.
 func TestLostAtDeadline(t *testing.T) {
 	tm := newTelemetry(t)
-	l := locker(t, memory.New(), tm.obs, fencedlock.Options{TTL: fencedlock.MinTTL, ManualRenew: true})
+	l := locker(t, memory.New(), tm.obs.Trace(), fencedlock.Options{TTL: fencedlock.MinTTL, ManualRenew: true})
 	ls, err := l.TryAcquire(context.Background(), "orders")
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestAcquireOutcomes(t *testing.T) {
 	tm := newTelemetry(t)
 	s := memory.NewStore()
 	holder := locker(t, s.Backend(), nil, fencedlock.Options{})
-	l := locker(t, s.Backend(), tm.obs, fencedlock.Options{})
+	l := locker(t, s.Backend(), tm.obs.Trace(), fencedlock.Options{})
 	ctx := context.Background()
 	if _, err := holder.TryAcquire(ctx, "orders"); err != nil {
 		t.Fatal(err)
@@ -143,5 +144,28 @@ func TestAcquireOutcomes(t *testing.T) {
 	spans := tm.ended("fencedlock.acquire")
 	if len(spans) != 2 || spans[0].Status().Code == codes.Error || spans[1].Status().Code != codes.Error {
 		t.Fatalf("acquire spans: %s", tm.describe())
+	}
+}
+
+// TestErrorType: each class of error.type, for its sentinel wrapped, and
+// the first class in ErrorType's order when an error matches two.
+func TestErrorType(t *testing.T) {
+	wrap := func(err error) error { return errors.Join(errors.New("fencedlock: key \"k\""), err) }
+	for err, want := range map[error]string{
+		nil:                             "",
+		errors.New("other"):             "_OTHER",
+		wrap(fencedlock.ErrLeaseLost):   "lease_lost",
+		wrap(fencedlock.ErrNotHeld):     "not_held",
+		wrap(fencedlock.ErrClosed):      "closed",
+		wrap(fencedlock.ErrInvalid):     "invalid",
+		wrap(fencedlock.ErrPermanent):   "permanent",
+		wrap(context.DeadlineExceeded):  "timeout",
+		wrap(context.Canceled):          "canceled",
+		wrap(fencedlock.ErrNotAcquired): "not_acquired",
+		errors.Join(fencedlock.ErrNotAcquired, context.Canceled): "canceled",
+	} {
+		if got := otelfencedlock.ErrorType(err); got != want {
+			t.Errorf("ErrorType(%v) = %q, want %q", err, got, want)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/locktrace"
 )
 
 // ScopeName is the instrumentation scope of the meter and the tracer.
@@ -69,8 +70,8 @@ func WithKeyAttribute() Option {
 }
 
 // Observer records a Locker's events as OpenTelemetry metrics and spans.
-// Set it as fencedlock.Options.Observer. It is safe for concurrent use and
-// may serve several Lockers.
+// Set its [Observer.Trace] as fencedlock.Options.Trace. It is safe for
+// concurrent use and may serve several Lockers.
 type Observer struct {
 	tracer  trace.Tracer
 	withKey bool
@@ -86,7 +87,22 @@ type Observer struct {
 	criticalDur metric.Float64Histogram
 }
 
-var _ fencedlock.Observer = (*Observer)(nil)
+// Trace returns the hooks that record into o, every one set: give it to
+// fencedlock.Options.Trace. A caller may replace a field with a function
+// that calls o's method of the same name and then does its own work.
+func (o *Observer) Trace() *locktrace.Trace {
+	return &locktrace.Trace{
+		AcquireStart:  o.AcquireStart,
+		AcquireWait:   o.AcquireWait,
+		AcquireEnd:    o.AcquireEnd,
+		Renewed:       o.Renewed,
+		LeaseEnd:      o.LeaseEnd,
+		CriticalStart: o.CriticalStart,
+		CriticalEnd:   o.CriticalEnd,
+		ReleaseStart:  o.ReleaseStart,
+		ReleaseEnd:    o.ReleaseEnd,
+	}
+}
 
 // Bucket boundaries, in seconds: short for single round trips, long for
 // waits and holds.
@@ -147,7 +163,7 @@ func (o *Observer) attrs(backend, key string, extra ...attribute.KeyValue) []att
 	return append(a, extra...)
 }
 
-func leaseAttrs(e fencedlock.LeaseInfo) []attribute.KeyValue {
+func leaseAttrs(e locktrace.LeaseInfo) []attribute.KeyValue {
 	return []attribute.KeyValue{AttrFence.Int64(int64(e.Fence)), AttrHolder.String(e.Holder)}
 }
 
@@ -157,27 +173,31 @@ func seconds(d time.Duration) float64 { return d.Seconds() }
 // class of fencedlock's sentinel errors and context errors, "_OTHER" for
 // the rest, "" for nil.
 func ErrorType(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return ""
-	case errors.Is(err, fencedlock.ErrLeaseLost):
-		return "lease_lost"
-	case errors.Is(err, fencedlock.ErrNotHeld):
-		return "not_held"
-	case errors.Is(err, fencedlock.ErrClosed):
-		return "closed"
-	case errors.Is(err, fencedlock.ErrInvalid):
-		return "invalid"
-	case errors.Is(err, fencedlock.ErrPermanent):
-		return "permanent"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, context.Canceled):
-		return "canceled"
-	case errors.Is(err, fencedlock.ErrNotAcquired):
-		return "not_acquired"
+	}
+	for _, c := range errorTypes {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
 	}
 	return "_OTHER"
+}
+
+// errorTypes are the classes of ErrorType, the first that err matches
+// (errors.Is) naming it.
+var errorTypes = []struct {
+	err  error
+	name string
+}{
+	{fencedlock.ErrLeaseLost, "lease_lost"},
+	{fencedlock.ErrNotHeld, "not_held"},
+	{fencedlock.ErrClosed, "closed"},
+	{fencedlock.ErrInvalid, "invalid"},
+	{fencedlock.ErrPermanent, "permanent"},
+	{context.DeadlineExceeded, "timeout"},
+	{context.Canceled, "canceled"},
+	{fencedlock.ErrNotAcquired, "not_acquired"},
 }
 
 // fail records err on span (the event "exception", as span.RecordError
@@ -228,14 +248,14 @@ func errorTypeName(err error) string {
 }
 
 // AcquireStart starts the span fencedlock.acquire.
-func (o *Observer) AcquireStart(ctx context.Context, e fencedlock.AcquireStartEvent) context.Context {
+func (o *Observer) AcquireStart(ctx context.Context, e locktrace.AcquireStartEvent) context.Context {
 	ctx, _ = o.tracer.Start(ctx, "fencedlock.acquire", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(o.attrs(e.Backend, e.Key, AttrBlocking.Bool(e.Blocking))...))
 	return ctx
 }
 
 // AcquireWait adds the event fencedlock.wait to the acquire span.
-func (o *Observer) AcquireWait(ctx context.Context, e fencedlock.AcquireWaitEvent) {
+func (o *Observer) AcquireWait(ctx context.Context, e locktrace.AcquireWaitEvent) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -251,9 +271,9 @@ func (o *Observer) AcquireWait(ctx context.Context, e fencedlock.AcquireWaitEven
 }
 
 // AcquireEnd records the acquire metrics and ends the acquire span.
-func (o *Observer) AcquireEnd(ctx context.Context, e fencedlock.AcquireEndEvent) {
+func (o *Observer) AcquireEnd(ctx context.Context, e locktrace.AcquireEndEvent) {
 	extra := []attribute.KeyValue{AttrBlocking.Bool(e.Blocking), AttrOutcome.String(string(e.Outcome))}
-	if e.Outcome == fencedlock.AcquireErr {
+	if e.Outcome == locktrace.AcquireErr {
 		extra = append(extra, AttrErrorType.String(ErrorType(e.Err)))
 	}
 	o.acquireDur.Record(ctx, seconds(e.Duration), metric.WithAttributes(o.attrs(e.Backend, e.Key, extra...)...))
@@ -261,7 +281,7 @@ func (o *Observer) AcquireEnd(ctx context.Context, e fencedlock.AcquireEndEvent)
 	if e.Blocking {
 		o.waitDur.Record(ctx, seconds(e.Waited), metric.WithAttributes(o.attrs(e.Backend, e.Key, AttrOutcome.String(string(e.Outcome)))...))
 	}
-	if e.Outcome == fencedlock.Acquired {
+	if e.Outcome == locktrace.Acquired {
 		o.active.Add(ctx, 1, base)
 		if e.HandOff {
 			o.handoffs.Add(ctx, 1, base)
@@ -271,9 +291,9 @@ func (o *Observer) AcquireEnd(ctx context.Context, e fencedlock.AcquireEndEvent)
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(AttrOutcome.String(string(e.Outcome)), AttrWaited.Float64(seconds(e.Waited)))
 	switch e.Outcome {
-	case fencedlock.Acquired:
+	case locktrace.Acquired:
 		span.SetAttributes(append(leaseAttrs(e.LeaseInfo), AttrHandOff.Bool(e.HandOff))...)
-	case fencedlock.AcquireErr:
+	case locktrace.AcquireErr:
 		o.fail(span, e.Key, e.Err)
 	}
 	span.End()
@@ -282,7 +302,7 @@ func (o *Observer) AcquireEnd(ctx context.Context, e fencedlock.AcquireEndEvent)
 // Renewed records the renewal metrics: one renew.duration point per
 // renewal, with error.type when it failed (the count of failures is that
 // histogram's count with error.type; no second instrument repeats it).
-func (o *Observer) Renewed(ctx context.Context, e fencedlock.RenewEvent) {
+func (o *Observer) Renewed(ctx context.Context, e locktrace.RenewEvent) {
 	extra := []attribute.KeyValue{AttrKeepAlive.Bool(e.KeepAlive)}
 	if e.Err != nil {
 		extra = append(extra, AttrErrorType.String(ErrorType(e.Err)))
@@ -294,26 +314,26 @@ func (o *Observer) Renewed(ctx context.Context, e fencedlock.RenewEvent) {
 
 // LeaseEnd records the end of a lease: active leases, held duration and,
 // for a loss, its cause.
-func (o *Observer) LeaseEnd(e fencedlock.LeaseEndEvent) {
+func (o *Observer) LeaseEnd(e locktrace.LeaseEndEvent) {
 	ctx := context.Background()
 	o.active.Add(ctx, -1, metric.WithAttributes(o.attrs(e.Backend, e.Key)...))
 	cause := metric.WithAttributes(o.attrs(e.Backend, e.Key, AttrEndCause.String(string(e.Cause)))...)
 	o.heldDur.Record(ctx, seconds(e.Held), cause)
-	if e.Cause != fencedlock.EndReleased {
+	if e.Cause != locktrace.EndReleased {
 		o.lost.Add(ctx, 1, cause)
 	}
 }
 
 // CriticalStart starts the span fencedlock.critical_section, the parent
 // of the spans of Do's function.
-func (o *Observer) CriticalStart(ctx context.Context, e fencedlock.LeaseInfo) context.Context {
+func (o *Observer) CriticalStart(ctx context.Context, e locktrace.LeaseInfo) context.Context {
 	ctx, _ = o.tracer.Start(ctx, "fencedlock.critical_section", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(append(o.attrs(e.Backend, e.Key), leaseAttrs(e)...)...))
 	return ctx
 }
 
 // CriticalEnd records the critical section's duration and ends its span.
-func (o *Observer) CriticalEnd(ctx context.Context, e fencedlock.CriticalEndEvent) {
+func (o *Observer) CriticalEnd(ctx context.Context, e locktrace.CriticalEndEvent) {
 	o.criticalDur.Record(ctx, seconds(e.Duration), metric.WithAttributes(o.attrs(e.Backend, e.Key, AttrLeaseLost.Bool(e.Lost))...))
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(AttrLeaseLost.Bool(e.Lost))
@@ -326,22 +346,22 @@ func (o *Observer) CriticalEnd(ctx context.Context, e fencedlock.CriticalEndEven
 }
 
 // ReleaseStart starts the span fencedlock.release.
-func (o *Observer) ReleaseStart(ctx context.Context, e fencedlock.LeaseInfo) context.Context {
+func (o *Observer) ReleaseStart(ctx context.Context, e locktrace.LeaseInfo) context.Context {
 	ctx, _ = o.tracer.Start(ctx, "fencedlock.release", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(append(o.attrs(e.Backend, e.Key), leaseAttrs(e)...)...))
 	return ctx
 }
 
 // ReleaseEnd records the release's duration and outcome and ends its span.
-func (o *Observer) ReleaseEnd(ctx context.Context, e fencedlock.ReleaseEndEvent) {
+func (o *Observer) ReleaseEnd(ctx context.Context, e locktrace.ReleaseEndEvent) {
 	extra := []attribute.KeyValue{AttrReleaseResult.String(string(e.Outcome))}
-	if e.Outcome == fencedlock.ReleaseErr {
+	if e.Outcome == locktrace.ReleaseErr {
 		extra = append(extra, AttrErrorType.String(ErrorType(e.Err)))
 	}
 	o.releaseDur.Record(ctx, seconds(e.Duration), metric.WithAttributes(o.attrs(e.Backend, e.Key, extra...)...))
 	span := trace.SpanFromContext(ctx)
 	span.SetAttributes(AttrReleaseResult.String(string(e.Outcome)))
-	if e.Outcome == fencedlock.ReleaseErr {
+	if e.Outcome == locktrace.ReleaseErr {
 		o.fail(span, e.Key, e.Err)
 	}
 	span.End()

@@ -5,16 +5,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
+	"github.com/fencedlock/fencedlock/locktrace"
 )
 
 // redisStore runs the scenarios on a real redis-server with the rueidis
 // backend (a Notifier: waiters are woken by release notifications).
 func redisStore(t *testing.T) store {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	admin := srv.Client(t, nil)
 	return store{
 		name: "redis",
@@ -39,7 +39,7 @@ func redisStore(t *testing.T) store {
 		},
 		// The first held attempt is followed by a watch and a second
 		// attempt; a release after that one is announced.
-		waitKind:    fencedlock.WaitHeld,
+		waitKind:    locktrace.WaitHeld,
 		waitsBefore: 2,
 		ttl:         3 * time.Second,
 	}

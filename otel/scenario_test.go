@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/locktrace"
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
 
@@ -19,9 +20,9 @@ var (
 	releaseNotHeld  = otelfencedlock.AttrReleaseResult.String("not_held")
 )
 
-func locker(t *testing.T, b driver.Backend, obs fencedlock.Observer, opts fencedlock.Options) *fencedlock.Locker {
+func locker(t *testing.T, b driver.Backend, tr *locktrace.Trace, opts fencedlock.Options) *fencedlock.Locker {
 	t.Helper()
-	opts.Observer = obs
+	opts.Trace = tr
 	l, err := fencedlock.New(b, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -41,8 +42,8 @@ func handOff(t *testing.T, st store) {
 	sig := newSignal(tm.obs)
 	// A poll (every MaxRetryDelay at the latest) must not beat the
 	// notification: the hand-off is the notification's.
-	la := locker(t, st.backend(t), tm.obs, fencedlock.Options{TTL: st.ttl})
-	lb := locker(t, st.backend(t), sig, fencedlock.Options{TTL: st.ttl, MaxRetryDelay: time.Minute})
+	la := locker(t, st.backend(t), tm.obs.Trace(), fencedlock.Options{TTL: st.ttl})
+	lb := locker(t, st.backend(t), sig.tr, fencedlock.Options{TTL: st.ttl, MaxRetryDelay: time.Minute})
 	backend := otelfencedlock.AttrBackend.String(st.name)
 
 	a, err := la.Acquire(ctx, "orders")
@@ -120,7 +121,7 @@ func handOff(t *testing.T, st store) {
 	if len(kinds) < st.waitsBefore || kinds[0] != string(st.waitKind) {
 		t.Fatalf("B's waits %v, want %s first", kinds, st.waitKind)
 	}
-	if st.waitKind == fencedlock.WaitHeld && kinds[len(kinds)-1] != string(fencedlock.WaitNotified) {
+	if st.waitKind == locktrace.WaitHeld && kinds[len(kinds)-1] != string(locktrace.WaitNotified) {
 		t.Fatalf("B's waits %v, want notified last", kinds)
 	}
 	if sa := tm.spanOf(t, "fencedlock.acquire", a.Fence()); len(waitKinds(sa)) != 0 {
@@ -143,7 +144,7 @@ func handOff(t *testing.T, st store) {
 func lostByDel(t *testing.T, st store) {
 	ctx := context.Background()
 	tm := newTelemetry(t, otelfencedlock.WithKeyAttribute())
-	l := locker(t, st.backend(t), tm.obs, fencedlock.Options{TTL: st.ttl})
+	l := locker(t, st.backend(t), tm.obs.Trace(), fencedlock.Options{TTL: st.ttl})
 	backend := otelfencedlock.AttrBackend.String(st.name)
 	key := otelfencedlock.AttrKey.String("orders")
 

@@ -13,6 +13,7 @@ command -v redis-server   >/dev/null || need+=(redis-server)
 command -v redis-cli      >/dev/null || need+=(redis-tools)
 command -v redis-sentinel >/dev/null || need+=(redis-sentinel)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+command -v pgbouncer      >/dev/null || need+=(pgbouncer)  # backend/postgres: conformance through a transaction pooler
 command -v setpriv        >/dev/null || need+=(util-linux) # cmd/fencedlock TestKillSwitchUnsignallable
 
 if [ ${#need[@]} -gt 0 ]; then
@@ -25,7 +26,7 @@ fi
 # CI only: package installs may start system-wide services on the default
 # ports; the tests use their own servers, so stop those to free memory.
 if [ "${CI:-}" = true ]; then
-	for svc in redis-server redis-sentinel postgresql; do
+	for svc in redis-server redis-sentinel postgresql pgbouncer; do
 		(service "$svc" stop >/dev/null 2>&1 || true)
 	done
 fi

@@ -52,7 +52,7 @@ func runCIDeps(t *testing.T, ci string) []string {
 }
 
 // TestCIDepsLeavesDeveloperServicesAlone: a developer who runs ci-deps.sh
-// keeps the redis-server and PostgreSQL services running on their machine;
+// keeps the redis-server, PostgreSQL and PgBouncer services running on their machine;
 // only CI (CI=true, set by .ci/run) stops them.
 func TestCIDepsLeavesDeveloperServicesAlone(t *testing.T) {
 	if got := runCIDeps(t, ""); len(got) != 0 {
@@ -61,7 +61,7 @@ func TestCIDepsLeavesDeveloperServicesAlone(t *testing.T) {
 	if got := runCIDeps(t, "false"); len(got) != 0 {
 		t.Errorf("with CI=false, ci-deps.sh touched services: %q", got)
 	}
-	want := []string{"service redis-server stop", "service redis-sentinel stop", "service postgresql stop"}
+	want := []string{"service redis-server stop", "service redis-sentinel stop", "service postgresql stop", "service pgbouncer stop"}
 	if got := runCIDeps(t, "true"); !slices.Equal(got, want) {
 		t.Errorf("with CI=true, ci-deps.sh ran %q, want %q", got, want)
 	}

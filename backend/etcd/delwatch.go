@@ -106,11 +106,7 @@ func (w *delWatch) subscribe(k *keeper, key string, from int64) *delSub {
 	s := &delSub{key: key, from: from, k: k}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.subs == nil {
-		w.subs = make(map[string]*delSub)
-	}
-	s.next = w.subs[key]
-	w.subs[key] = s
+	push(&w.subs, key, s)
 	w.startLocked()
 	// Deletions the watch already dispatched are in the recent log (for
 	// revisions >= recentFrom >= from of the watch); later ones reach s.
@@ -129,17 +125,44 @@ func (w *delWatch) subscribe(k *keeper, key string, from int64) *delSub {
 func (w *delWatch) unsubscribe(s *delSub) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch first := w.subs[s.key]; {
-	case first == s && s.next == nil:
-		delete(w.subs, s.key)
-	case first == s:
-		w.subs[s.key] = s.next
-	default:
-		for p := first; p != nil; p = p.next {
-			if p.next == s {
-				p.next = s.next
-				break
-			}
+	unlink(w.subs, s.key, s)
+}
+
+// chained is a subscription kept in a list per key (delSub, waitSub):
+// next returns the address of its link to the next one.
+type chained[T any] interface {
+	*T
+	nextp() **T
+}
+
+func (s *delSub) nextp() **delSub   { return &s.next }
+func (s *waitSub) nextp() **waitSub { return &s.next }
+
+// push puts s first in m's list of key, making m if it is nil. Under w.mu.
+func push[T any, P chained[T]](m *map[string]P, key string, s P) {
+	if *m == nil {
+		*m = make(map[string]P)
+	}
+	*s.nextp() = (*m)[key]
+	(*m)[key] = s
+}
+
+// unlink takes s out of m's list of key, and the key out of m with its
+// last subscription. Under w.mu.
+func unlink[T any, P chained[T]](m map[string]P, key string, s P) {
+	first := m[key]
+	if first == s {
+		if next := *s.nextp(); next != nil {
+			m[key] = next
+		} else {
+			delete(m, key)
+		}
+		return
+	}
+	for p := first; p != nil; p = *p.nextp() {
+		if *p.nextp() == (*T)(s) {
+			*p.nextp() = *s.nextp()
+			return
 		}
 	}
 }
@@ -330,11 +353,7 @@ func (w *delWatch) subscribeWait(dir, own string, rev int64, ahead map[string]st
 	ws := &waitSub{dir: dir, own: own, from: rev + 1, wake: make(chan struct{}, 1), ahead: ahead}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.waiters == nil {
-		w.waiters = make(map[string]*waitSub)
-	}
-	ws.next = w.waiters[dir]
-	w.waiters[dir] = ws
+	push(&w.waiters, dir, ws)
 	w.startLocked()
 	switch {
 	case w.from == 0:
@@ -399,18 +418,5 @@ func (w *delWatch) install(ws *waitSub, gen, rev int64, ahead map[string]struct{
 func (w *delWatch) unsubscribeWait(ws *waitSub) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.waiters[ws.dir] == ws {
-		if ws.next == nil {
-			delete(w.waiters, ws.dir)
-		} else {
-			w.waiters[ws.dir] = ws.next
-		}
-		return
-	}
-	for p := w.waiters[ws.dir]; p != nil; p = p.next {
-		if p.next == ws {
-			p.next = ws.next
-			return
-		}
-	}
+	unlink(w.waiters, ws.dir, ws)
 }

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"slices"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -79,23 +80,26 @@ func TestWaiterView(t *testing.T) {
 			t.Fatalf("after both entries ahead were deleted: %+v, want held at 13", st)
 		}
 	})
-	t.Run("own entry deleted first", func(t *testing.T) {
-		w := running()
-		ws := w.subscribeWait(dir, own, 10, ahead(a))
-		w.dispatch(del(11, own))
-		w.dispatch(del(12, a))
-		if st := w.state(ws); st.lostAt != 11 || st.heldAt != 0 {
-			t.Fatalf("%+v: want lost at 11, never held", st)
-		}
-	})
-	t.Run("own entry deleted with the last one ahead", func(t *testing.T) {
-		w := running()
-		ws := w.subscribeWait(dir, own, 10, ahead(a))
-		w.dispatch(del(12, a, own)) // one Txn deleting the whole queue
-		if st := w.state(ws); st.lostAt != 12 {
-			t.Fatalf("%+v: want lost at 12", st)
-		}
-	})
+	for _, c := range []struct {
+		name      string
+		dels      [][]*clientv3.Event
+		lostAt    int64
+		neverHeld bool // checked: heldAt stays 0
+	}{
+		{"own entry deleted first", [][]*clientv3.Event{del(11, own), del(12, a)}, 11, true},
+		{"own entry deleted with the last one ahead", [][]*clientv3.Event{del(12, a, own)}, 12, false}, // one Txn deleting the whole queue
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := running()
+			ws := w.subscribeWait(dir, own, 10, ahead(a))
+			for _, evs := range c.dels {
+				w.dispatch(evs)
+			}
+			if st := w.state(ws); st.lostAt != c.lostAt || c.neverHeld && st.heldAt != 0 {
+				t.Fatalf("%+v: want lost at %d (never held: %v)", st, c.lostAt, c.neverHeld)
+			}
+		})
+	}
 	t.Run("deleted before the subscription", func(t *testing.T) {
 		w := running()
 		w.dispatch(del(11, a))
@@ -129,4 +133,42 @@ func TestWaiterView(t *testing.T) {
 			t.Fatal("a read from before the watch restarted was installed")
 		}
 	})
+}
+
+// The subscriptions of one key form a list (push puts the newest first);
+// unlink takes any one out, first, middle or last, keeps the others in
+// order, and drops the key with its last subscription.
+func TestSubscriptionList(t *testing.T) {
+	order := func(m map[string]*delSub) []int64 {
+		var got []int64
+		for s := m["k"]; s != nil; s = s.next {
+			got = append(got, s.from)
+		}
+		return got
+	}
+	var m map[string]*delSub
+	subs := make([]*delSub, 4)
+	for i := range subs {
+		subs[i] = &delSub{key: "k", from: int64(i)}
+		push(&m, "k", subs[i])
+	}
+	push(&m, "other", &delSub{key: "other"})
+	steps := []struct {
+		remove *delSub
+		want   []int64
+	}{
+		{subs[2], []int64{3, 1, 0}}, // middle
+		{subs[0], []int64{3, 1}},    // last
+		{subs[3], []int64{1}},       // first
+		{subs[1], nil},              // the only one
+	}
+	for _, st := range steps {
+		unlink(m, "k", st.remove)
+		if got := order(m); !slices.Equal(got, st.want) {
+			t.Fatalf("after unlinking %d: %v, want %v", st.remove.from, got, st.want)
+		}
+	}
+	if _, ok := m["k"]; ok || m["other"] == nil {
+		t.Fatalf("the emptied key stays or the other goes: %v", m)
+	}
 }

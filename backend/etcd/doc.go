@@ -237,7 +237,8 @@
 //
 // # Fenced writes on etcd
 //
-// [Backend.FencedPut] is the resource-side guard for data kept in etcd: one
-// Txn that compares the resource's stored fence and holder and writes the
-// value and the new fence together, following [fencing.Check].
+// [FencedStore] ([NewFencedStore]) is the resource-side guard for data
+// kept in etcd, a [fencing.Store]: Set is one Txn that compares the
+// resource's stored fence and holder and writes the value and the new fence
+// together, following [fencing.Check]; Update is the read-modify-write form.
 package etcd

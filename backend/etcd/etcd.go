@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/closeonce"
 )
 
 // Defaults of [Options].
@@ -36,8 +35,9 @@ const maxWaitRestarts = 16
 // defaults.
 type Options struct {
 	// KeyPrefix is prepended to every key the backend writes: lock queues
-	// live under KeyPrefix+"locks/", fence records of [Backend.FencedPut]
-	// under KeyPrefix+"fences/". Backends share locks only if they use the
+	// live under KeyPrefix+"locks/", fence records of [FencedStore]
+	// under KeyPrefix+"fences/", leaders' values of elections under
+	// KeyPrefix+"elections/". Backends share locks only if they use the
 	// same KeyPrefix on the same cluster. Default DefaultKeyPrefix. (The
 	// same name and meaning as the Redis backends' Options.KeyPrefix.)
 	KeyPrefix string
@@ -72,8 +72,9 @@ func (o Options) resolve() (Options, error) {
 
 // Backend is a [driver.Backend] on etcd. It also implements
 // [driver.WaitAcquirer] (a FIFO queue of waiters on the server),
-// [driver.KeepAliver] (renewal driven by the backend) and
-// [driver.Inspector]. It is safe for concurrent use.
+// [driver.KeepAliver] (renewal driven by the backend),
+// [driver.Inspector] and [driver.Elector] (election.go). It is safe for
+// concurrent use.
 type Backend struct {
 	c    *clientv3.Client
 	opts Options
@@ -132,15 +133,10 @@ func (b *Backend) Options() Options { return b.opts }
 // [fencedlock.Locker.Close] to release them first). Close is idempotent;
 // calls after Close return errors wrapping [driver.ErrClosed].
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	calls, first := closeonce.Take(&b.mu, &b.closed, &b.calls)
+	if !first {
 		return nil
 	}
-	b.closed = true
-	calls := b.calls
-	b.calls = nil
-	b.mu.Unlock()
 	for _, cancel := range calls {
 		cancel(driver.ErrClosed)
 	}
@@ -185,6 +181,20 @@ func (b *Backend) enter(ctx context.Context) (context.Context, context.CancelCau
 	return ctx, cancel, nil
 }
 
+// enterKey is enter for a call on key, which it validates once the call
+// is registered (op names the call in the error).
+func (b *Backend) enterKey(ctx context.Context, op, key string) (context.Context, context.CancelCauseFunc, error) {
+	ctx, cancel, err := b.enter(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := driver.ValidateKey(key); err != nil {
+		b.leave(ctx, cancel)
+		return nil, nil, fmt.Errorf("etcd: %s: %w", op, err)
+	}
+	return ctx, cancel, nil
+}
+
 // leave ends a call registered by enter.
 func (b *Backend) leave(ctx context.Context, cancel context.CancelCauseFunc) {
 	b.mu.Lock()
@@ -194,107 +204,10 @@ func (b *Backend) leave(ctx context.Context, cancel context.CancelCauseFunc) {
 	b.wg.Done()
 }
 
-// lockDir is the directory of key's queue, ending in "/".
-func (b *Backend) lockDir(key string) string {
-	return b.opts.KeyPrefix + "locks/" + url.PathEscape(key) + "/"
-}
-
-// entry is the etcd key of a place in key's queue held on lease: the lease
-// ID in 16 hex digits. A lease carries at most one key at a time (see
-// pool.go), so the name is unique while it exists, and a pooled lease
-// reuses the names it had: etcd's index keeps every key name created
-// under a directory until compaction, and each read of the queue visits
-// them all, so one new name per acquisition (a name per owner) made every
-// acquire of a busy lock slower until the next compaction.
-func (b *Backend) entry(key string, lease clientv3.LeaseID) string {
-	return entryIn(b.lockDir(key), lease)
-}
-
-// entryIn is the entry of lease in the queue directory dir (lockDir), built
-// in one allocation.
-func entryIn(dir string, lease clientv3.LeaseID) string {
-	const hexDigits = "0123456789abcdef"
-	var sb strings.Builder
-	sb.Grow(len(dir) + 16)
-	sb.WriteString(dir)
-	for shift := 60; shift >= 0; shift -= 4 {
-		sb.WriteByte(hexDigits[uint64(lease)>>shift&0xf])
-	}
-	return sb.String()
-}
-
-// firstCreate reads the first entry of a queue directory: built once, as
-// clientv3.WithFirstCreate builds its options anew (four allocations) at
-// each call. The options only set fields of the Op they apply to.
-var firstCreate = clientv3.WithFirstCreate()
-
-// queueKeys reads the names (and create revisions) of a queue directory's
-// entries, without their values: built once, like firstCreate.
-var queueKeys = []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly()}
-
-// fenceKey is the etcd key holding the fence record of a guarded resource.
-func (b *Backend) fenceKey(resource string) string {
-	return b.opts.KeyPrefix + "fences/" + url.PathEscape(resource)
-}
-
 // ttlSeconds rounds ttl up to whole seconds, at least 1.
 func ttlSeconds(ttl time.Duration) int64 {
 	s := int64((ttl + time.Second - 1) / time.Second)
 	return max(s, 1)
-}
-
-// grant is the private data of a Grant (Grant.Data).
-type grant struct {
-	name  string           // our etcd key
-	lease clientv3.LeaseID // our lease, attached to name only
-	rev   int64            // create revision of name: the fence
-	held  int64            // revision at which we were known to hold the lock
-	ttl   time.Duration    // the TTL the server applied
-	renew time.Duration    // the keepalive interval asked for (AcquireRequest.RenewInterval); 0: ttl/3
-	secs  int64            // the TTL asked for, in seconds: the lease's pool; 0: never pooled
-
-	mu       sync.Mutex
-	lastSent time.Time // send time of the last request that set the lease's expiry
-	retired  bool      // the lease was returned to the pool or is being revoked
-}
-
-// interval is how often g's lease is kept alive: the interval asked for,
-// if it is shorter than the TTL the server applied (which may be longer
-// than the one asked for: whole seconds, etcd's minimum), else TTL/3; at
-// least 10ms.
-func (g *grant) interval() time.Duration {
-	iv := g.ttl / 3
-	if g.renew > 0 && g.renew < g.ttl {
-		iv = g.renew
-	}
-	return max(iv, 10*time.Millisecond)
-}
-
-// retire claims the end of g's lease for the caller, who then pools or
-// revokes it; false if it was already claimed (a second Release): the
-// lease may now be another grant's and must not be touched.
-func (g *grant) retire() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.retired {
-		return false
-	}
-	g.retired = true
-	return true
-}
-
-func (g *grant) sent() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.lastSent
-}
-
-func (g *grant) renewed(sent time.Time) {
-	g.mu.Lock()
-	if sent.After(g.lastSent) {
-		g.lastSent = sent
-	}
-	g.mu.Unlock()
 }
 
 func errorf(format string, args ...any) error {
@@ -512,14 +425,11 @@ func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
 // it: etcd keeps no record of a released key's revision (see the package
 // doc). It never returns an owner token (etcd stores only the holder id).
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	ctx, cancel, err := b.enter(ctx)
+	ctx, cancel, err := b.enterKey(ctx, "inspect", key)
 	if err != nil {
 		return driver.Info{}, err
 	}
 	defer b.leave(ctx, cancel)
-	if err := driver.ValidateKey(key); err != nil {
-		return driver.Info{}, fmt.Errorf("etcd: inspect: %w", err)
-	}
 	resp, err := b.c.Get(ctx, b.lockDir(key), firstCreate...)
 	if err != nil {
 		return driver.Info{}, b.ctxErr(ctx, errorf("inspect %q: %w", key, err))

@@ -95,7 +95,7 @@ func TestTTLSeconds(t *testing.T) {
 }
 
 // The fence record's byte order must be the numeric order of fences: the
-// Txn of FencedPut compares values byte-wise.
+// Txn of FencedStore.Set compares values byte-wise.
 func TestFenceRecordOrder(t *testing.T) {
 	tokens := []fencing.Token{1, 9, 10, 99, 100, 41, 42, 1 << 32, 1<<64 - 1}
 	recs := make([]string, len(tokens))
@@ -114,7 +114,7 @@ func TestFenceRecordOrder(t *testing.T) {
 		}
 	}
 	// "<fence> <holder>" sorts below the bare padded larger token, and not
-	// below its own bare token: the "<" compare of FencedPut.
+	// below its own bare token: the "<" compare of FencedStore.Set.
 	if !(fenceRecord(41, "zzzz") < fenceRecord(42, "")[:fenceDigits]) || fenceRecord(42, "a") < fenceRecord(42, "")[:fenceDigits] {
 		t.Error("record comparison against a bare token is wrong")
 	}
@@ -150,8 +150,14 @@ func TestClosed(t *testing.T) {
 	if _, err := b.Inspect(ctx, "k"); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Inspect after Close: %v", err)
 	}
-	if err := b.FencedPut(ctx, "data", "v", 1, "h"); !errors.Is(err, driver.ErrClosed) {
-		t.Errorf("FencedPut after Close: %v", err)
+	if err := NewFencedStore(b).Set(ctx, "data", "v", 1, "h"); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("FencedStore.Set after Close: %v", err)
+	}
+	if err := NewFencedStore(b).Update(ctx, "data", 1, "h", func(fencing.Record) (string, error) { return "v", nil }); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("FencedStore.Update after Close: %v", err)
+	}
+	if _, err := NewFencedStore(b).Get(ctx, "data"); !errors.Is(err, driver.ErrClosed) {
+		t.Errorf("FencedStore.Get after Close: %v", err)
 	}
 	if _, ok := <-b.KeepAlive(ctx, driver.Grant{Key: "k", Data: &grant{ttl: time.Second}}); ok {
 		t.Error("KeepAlive after Close: channel not closed")
@@ -165,12 +171,15 @@ func TestInvalidInput(t *testing.T) {
 	}
 	defer b.Close()
 	ctx := context.Background()
-	if err := b.FencedPut(ctx, "data", "v", 0, "h"); !errors.Is(err, fencing.ErrInvalidToken) {
+	if err := NewFencedStore(b).Set(ctx, "data", "v", 0, "h"); !errors.Is(err, fencing.ErrInvalidToken) {
 		t.Errorf("zero token: %v", err)
 	}
 	for _, k := range []string{"", DefaultKeyPrefix + "locks/x/y"} {
-		if err := b.FencedPut(ctx, k, "v", 1, "h"); !errors.Is(err, driver.ErrInvalid) {
-			t.Errorf("FencedPut(%q): %v, want ErrInvalid", k, err)
+		if err := NewFencedStore(b).Set(ctx, k, "v", 1, "h"); !errors.Is(err, driver.ErrInvalid) {
+			t.Errorf("FencedStore.Set(%q): %v, want ErrInvalid", k, err)
+		}
+		if err := NewFencedStore(b).Update(ctx, k, 1, "h", nil); !errors.Is(err, driver.ErrInvalid) {
+			t.Errorf("FencedStore.Update(%q): %v, want ErrInvalid", k, err)
 		}
 	}
 	if _, err := b.Inspect(ctx, ""); !errors.Is(err, driver.ErrInvalid) {

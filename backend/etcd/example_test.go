@@ -34,11 +34,12 @@ func Example() {
 	}
 	defer locker.Close()
 
+	store := etcd.NewFencedStore(b) // a fencing.Store, as on every backend
 	ctx := context.Background()
 	err = locker.Do(ctx, "orders", func(ctx context.Context, l *fencedlock.Lease) error {
 		// ctx ends if the lease is lost. The write is fenced: a holder
 		// paused past its lease cannot overwrite a later holder's write.
-		return b.FencedPut(ctx, "myapp/orders/state", "paid", l.Fence(), l.Holder())
+		return store.Set(ctx, "myapp/orders/state", "paid", l.Fence(), l.Holder())
 	})
 	switch {
 	case errors.Is(err, fencing.ErrStale):

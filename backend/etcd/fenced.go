@@ -31,29 +31,23 @@ func parseFenceRecord(v []byte) (fencing.Token, string, error) {
 	return t, s[fenceDigits+1:], nil
 }
 
-// FencedPut writes value at key (an ordinary etcd key of yours; it must lie
-// outside the backend's KeyPrefix) only if the fencing rule accepts token from holder
-// ([fencing.Check]): token greater than the highest accepted for key, or
-// equal to it and from the same holder. The check, the write of value and
-// the write of the new fence record (at KeyPrefix+"fences/"+escaped key) are
-// one Txn, so no other write can come between them. A rejected write
-// returns a *[fencing.StaleError] (wrapping [fencing.ErrStale]) and writes
-// nothing; a zero token returns an error wrapping [fencing.ErrInvalidToken]
-// and an empty holder id one wrapping [driver.ErrInvalid].
-// Pass the lease's fence and holder id: lease.Fence(), lease.Holder().
+// FencedPut is [FencedStore.Set] on b, kept for existing callers; code
+// that may swap backends uses NewFencedStore(b), the same write behind
+// [fencing.Store].
 func (b *Backend) FencedPut(ctx context.Context, key, value string, token fencing.Token, holder string) error {
-	return b.guardedWrite(ctx, "fenced put", key, &value, token, holder)
+	return NewFencedStore(b).Set(ctx, key, value, token, holder)
 }
 
-// guardedWrite is FencedPut (value not nil: key is written with its fence
-// record) and FenceBarrier (value nil: only the record), op naming it in
-// errors: one Txn that applies the guard rule to the fence record of key.
-func (b *Backend) guardedWrite(ctx context.Context, op, key string, value *string, token fencing.Token, holder string) error {
-	ctx, cancel, err := b.enter(ctx)
-	if err != nil {
-		return err
-	}
-	defer b.leave(ctx, cancel)
+// FencedGet is [FencedStore.Get] on b, kept for existing callers; code
+// that may swap backends uses NewFencedStore(b), the same read behind
+// [fencing.Store].
+func (b *Backend) FencedGet(ctx context.Context, key string) (fencing.Record, error) {
+	return NewFencedStore(b).Get(ctx, key)
+}
+
+// checkWrite refuses a guarded write of key that must not reach the
+// server: key empty or inside KeyPrefix, zero token, empty holder id.
+func (b *Backend) checkWrite(op, key string, token fencing.Token, holder string) error {
 	if key == "" || strings.HasPrefix(key, b.opts.KeyPrefix) {
 		return fmt.Errorf("etcd: %s %q: key empty or inside the backend's KeyPrefix %q: %w", op, key, b.opts.KeyPrefix, driver.ErrInvalid)
 	}
@@ -63,6 +57,34 @@ func (b *Backend) guardedWrite(ctx context.Context, op, key string, value *strin
 	if holder == "" {
 		return fmt.Errorf("etcd: %s %q: empty holder id: %w", op, key, driver.ErrInvalid)
 	}
+	return nil
+}
+
+// guardedWrite is FencedStore.Set (value not nil: key is written with its fence
+// record) and FenceBarrier (value nil: only the record), op naming it in
+// errors: one Txn that applies the guard rule to the fence record of key.
+func (b *Backend) guardedWrite(ctx context.Context, op, key string, value *string, token fencing.Token, holder string) error {
+	return b.inWrite(ctx, op, key, token, holder, func(ctx context.Context) error {
+		return b.putIfAccepted(ctx, op, key, value, token, holder)
+	})
+}
+
+// inWrite runs write inside enter and leave, once checkWrite has accepted
+// key, token and holder: the frame of every guarded write.
+func (b *Backend) inWrite(ctx context.Context, op, key string, token fencing.Token, holder string, write func(ctx context.Context) error) error {
+	ctx, cancel, err := b.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.leave(ctx, cancel)
+	if err := b.checkWrite(op, key, token, holder); err != nil {
+		return err
+	}
+	return write(ctx)
+}
+
+// putIfAccepted is the Txn of guardedWrite; ctx comes from enter.
+func (b *Backend) putIfAccepted(ctx context.Context, op, key string, value *string, token fencing.Token, holder string) error {
 	fk := b.fenceKey(key)
 	rec := fenceRecord(token, holder)
 	puts := []clientv3.Op{clientv3.OpPut(fk, rec)}
@@ -108,33 +130,4 @@ func (b *Backend) guardedWrite(ctx context.Context, op, key string, value *strin
 		stale.Accepted, stale.AcceptedFrom = acc, from
 	}
 	return fmt.Errorf("etcd: %s %q: %w", op, key, stale)
-}
-
-// FencedGet reads key and its fence record in one consistent read: the
-// value (Found false if key is absent) and the highest fence accepted by
-// [Backend.FencedPut] for key with its holder id (0 and "" if none).
-func (b *Backend) FencedGet(ctx context.Context, key string) (fencing.Record, error) {
-	var r fencing.Record
-	ctx, cancel, err := b.enter(ctx)
-	if err != nil {
-		return r, err
-	}
-	defer b.leave(ctx, cancel)
-	if key == "" {
-		return r, fmt.Errorf("etcd: fenced get: empty key: %w", driver.ErrInvalid)
-	}
-	resp, err := b.c.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(b.fenceKey(key))).Commit()
-	if err != nil {
-		return r, b.ctxErr(ctx, fmt.Errorf("etcd: fenced get %q: %w", key, err))
-	}
-	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		r.Value, r.Found = string(kvs[0].Value), true
-	}
-	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		r.Fence, r.Holder, err = parseFenceRecord(kvs[0].Value)
-		if err != nil {
-			return fencing.Record{}, fmt.Errorf("etcd: fenced get %q: %w", key, err)
-		}
-	}
-	return r, nil
 }

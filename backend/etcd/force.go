@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -27,17 +26,14 @@ var _ driver.ForceReleaser = (*Backend)(nil)
 // lease lost.
 //
 // Write After to the resources the lock guards with [Backend.FenceBarrier]
-// so that the old holder's next [Backend.FencedPut] is rejected.
+// so that the old holder's next [FencedStore.Set] is rejected.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceResult, error) {
 	var r driver.ForceResult
-	ctx, cancel, err := b.enter(ctx)
+	ctx, cancel, err := b.enterKey(ctx, "force release", key)
 	if err != nil {
 		return r, err
 	}
 	defer b.leave(ctx, cancel)
-	if err := driver.ValidateKey(key); err != nil {
-		return r, fmt.Errorf("etcd: force release: %w", err)
-	}
 	dir := b.lockDir(key)
 	resp, err := b.c.Txn(ctx).Then(
 		clientv3.OpGet(dir, clientv3.WithFirstCreate()...),
@@ -59,9 +55,9 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceRes
 }
 
 // FenceBarrier raises the fence record of key, a resource guarded by
-// [Backend.FencedPut], to token from holder without writing key itself, if
-// the fencing rule accepts it (one Txn, the check of FencedPut). After it,
-// a FencedPut with a smaller token, or the same token from another holder,
+// [FencedStore.Set], to token from holder without writing key itself, if
+// the fencing rule accepts it (one Txn, the check of FencedStore.Set). After it,
+// a FencedStore.Set with a smaller token, or the same token from another holder,
 // is rejected. An operator writes ForceResult.After from
 // [Backend.ForceRelease] this way. A rejection returns an error wrapping a
 // *[fencing.StaleError].

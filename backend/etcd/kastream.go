@@ -58,7 +58,7 @@ func slotOf(id clientv3.LeaseID) int {
 // after it ends. clientv3.Lease.KeepAliveOnce opens a new stream per call,
 // which at thousands of leases costs more than the renewals themselves.
 // Each slot also schedules the renewals of the held leases on its stream
-// (kaSlot, keepalive.go).
+// (kaSlot, kaslot.go).
 type kaMux struct {
 	b     *Backend
 	mu    sync.Mutex

@@ -2,7 +2,7 @@ package etcd
 
 // Renewal of held leases (KeepAlive) and of a waiter's lease (a keeper
 // without a deletion subscription): no goroutine per lease. Each stream
-// slot (kastream.go) has one scheduler goroutine and a heap of its
+// slot (kastream.go) has one scheduler goroutine (kaslot.go) and a heap of its
 // keepers ordered by when each needs attention; it sends the renewals due
 // together, as one batch on the slot's stream, and the stream's receiver
 // hands each answer to its keeper. The shared deletion watch (delwatch.go)
@@ -21,7 +21,6 @@ package etcd
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
@@ -140,23 +139,6 @@ type keeper struct {
 	proving    bool      // a proof of the key runs for pendSent (prove.go)
 }
 
-// kaSlot schedules the renewals of the keepers whose leases use one
-// stream slot.
-type kaSlot struct {
-	mux     *kaMux
-	idx     int
-	mu      sync.Mutex
-	heap    []*keeper // min-heap by due
-	events  []*keeper // keepers told of a deletion or a re-read
-	running bool
-	closed  bool
-	wake    chan struct{} // buffer 1
-	// next is when the scheduler looks at the heap next unless woken (its
-	// timer): a keeper due no earlier needs no wake-up. Zero until it first
-	// runs.
-	next time.Time
-}
-
 // startKeeper starts renewing d's lease, sending Renewals on out, until
 // ctx ends, the lease is lost, or the backend is closed. With watchFrom >
 // 0 it also subscribes to the deletion of d's key at revisions from
@@ -193,27 +175,27 @@ func (b *Backend) startKeeper(ctx context.Context, key string, d *grant, out cha
 
 	if watchFrom > 0 {
 		sub := b.dw.subscribe(k, d.name, watchFrom)
-		s.mu.Lock()
-		ended := k.state == kEnded
-		if !ended {
-			k.sub = sub
-		}
-		s.mu.Unlock()
-		if ended {
-			b.dw.unsubscribe(sub)
-		}
+		k.attach(func() { k.sub = sub }, func() { b.dw.unsubscribe(sub) })
 	}
 	stop := context.AfterFunc(ctx, func() { k.end(nil) })
+	k.attach(func() { k.stopCtx = stop }, func() { stop() })
+	return k
+}
+
+// attach hands k something its end lets go of (set stores it, under the
+// slot's lock) unless k has ended meanwhile: then undo lets go of it at
+// once, without the lock.
+func (k *keeper) attach(set, undo func()) {
+	s := k.slot
 	s.mu.Lock()
 	ended := k.state == kEnded
 	if !ended {
-		k.stopCtx = stop
+		set()
 	}
 	s.mu.Unlock()
 	if ended {
-		stop()
+		undo()
 	}
-	return k
 }
 
 // end ends k once: it sends last (if set) as the final Renewal, closes
@@ -363,270 +345,6 @@ func (k *keeper) reread() {
 		k.rewatch = !ok
 		s.mu.Unlock()
 	}()
-}
-
-// start runs the slot's scheduler if it does not run. Under s.mu; the
-// caller runs inside b.wg.
-func (s *kaSlot) start() {
-	if s.running {
-		return
-	}
-	s.running = true
-	if s.wake == nil {
-		s.wake = make(chan struct{}, 1)
-	}
-	b := s.mux.b
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		s.run()
-	}()
-}
-
-// signal wakes the scheduler. Under s.mu.
-func (s *kaSlot) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run is the slot's scheduler: until the backend is closed, it handles
-// the keepers' events (deletions, re-reads) and their due times: it sends
-// the renewals due (as one batch on the slot's stream) and checks the
-// renewals whose answers are late. At Close it ends every keeper.
-func (s *kaSlot) run() {
-	b := s.mux.b
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	var (
-		batch   []kaWaiter
-		keepers []*keeper
-		lost    []*keeper
-		reads   []*keeper
-		stuck   []*kaStream
-	)
-	for {
-		s.mu.Lock()
-		now := time.Now()
-		// Events first: a deleted key ends its keeper at once.
-		for _, k := range s.events {
-			k.queued = false
-			if k.state == kEnded {
-				continue
-			}
-			if k.deleted > 0 {
-				lost = append(lost, k)
-				continue
-			}
-			if k.recheck {
-				k.recheck = false
-				if !k.rechecking {
-					k.rechecking = true
-					reads = append(reads, k)
-				}
-			}
-		}
-		clear(s.events)
-		s.events = s.events[:0]
-		for len(s.heap) > 0 && !s.heap[0].due.After(now.Add(s.heap[0].interval/batchSlack)) {
-			k := s.heap[0]
-			if k.state != kIdle && k.due.After(now) {
-				break // a check is never early
-			}
-			switch k.state {
-			case kIdle:
-				// reqSent is set again below, once the stream is open.
-				k.state, k.reqSent = kSent, now
-				k.due = now.Add(k.interval)
-				s.fix(k)
-				keepers = append(keepers, k)
-			case kSent:
-				// An interval after the send: if nothing at all came back
-				// on the stream since, the stream (or its member) is
-				// stuck: drop it, so the next renewals open a new one,
-				// possibly to another member. Else wait for the answer as
-				// long as it can still keep the lease (until its expiry as
-				// last confirmed): the server answers a stream's renewals
-				// one by one, so on a busy stream a slow answer comes
-				// before any retry would.
-				if k.stream != nil && k.stream.stuck(k.reqSent) {
-					stuck = append(stuck, k.stream)
-				}
-				k.state = kLate
-				k.due = later(k.d.sent().Add(k.d.ttl), k.reqSent.Add(k.interval))
-				if !k.due.After(now) {
-					k.due = now.Add(time.Millisecond)
-				}
-				s.fix(k)
-			case kLate:
-				// No answer by the lease's confirmed expiry: report it and
-				// retry. The request stays queued on its stream; its
-				// answer, if it comes, still confirms its send time.
-				if k.stream != nil && k.stream.stuck(k.reqSent) {
-					stuck = append(stuck, k.stream)
-				}
-				offer(k.out, driver.Renewal{Sent: k.reqSent,
-					Err: errorf("keepalive %q: no answer before the lease's confirmed expiry: %w", k.key, context.DeadlineExceeded)})
-				k.state = kIdle
-				k.due = now.Add(k.retry)
-				s.fix(k)
-			}
-		}
-		closing := b.closeCtx.Err() != nil
-		if closing {
-			s.closed = true
-		}
-		wait := time.Hour
-		if len(s.heap) > 0 {
-			wait = max(s.heap[0].due.Sub(now), 0)
-		}
-		s.next = now.Add(wait)
-		s.mu.Unlock()
-
-		for _, st := range stuck {
-			st.fail(errUnresponsive)
-		}
-		clear(stuck)
-		stuck = stuck[:0]
-		for _, k := range lost {
-			s.mu.Lock()
-			rev := k.deleted
-			s.mu.Unlock()
-			k.lose(errorf("lock key of %q deleted at revision %d (lease expired or revoked, or key removed): %w",
-				k.key, rev, driver.ErrNotHeld))
-		}
-		clear(lost)
-		lost = lost[:0]
-		for _, k := range reads {
-			k.reread()
-		}
-		clear(reads)
-		reads = reads[:0]
-		if len(keepers) > 0 && !closing {
-			st, err := s.mux.stream(s.idx)
-			// The send time is taken once the stream is open (a stream
-			// opened now counts as having answered now: a send time
-			// before that would never look stuck), before queueing.
-			sent := time.Now()
-			s.mu.Lock()
-			for _, k := range keepers {
-				if k.state != kSent || !k.reqSent.Equal(now) {
-					continue // ended meanwhile
-				}
-				k.reqSent, k.stream = sent, st
-				batch = append(batch, kaWaiter{id: int64(k.d.lease), sent: sent, k: k})
-			}
-			s.mu.Unlock()
-			if err == nil {
-				st.send(batch)
-			} else {
-				for _, w := range batch {
-					w.deliver(kaResult{err: err})
-				}
-			}
-		}
-		clear(batch)
-		batch = batch[:0]
-		clear(keepers)
-		keepers = keepers[:0]
-
-		if closing {
-			s.mu.Lock()
-			all := append([]*keeper(nil), s.heap...)
-			s.mu.Unlock()
-			for _, k := range all {
-				k.end(nil)
-			}
-			return
-		}
-		timer.Reset(wait)
-		select {
-		case <-timer.C:
-		case <-s.wake:
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
-		case <-b.closeCtx.Done():
-		}
-	}
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// The heap of a slot's keepers, by due. Under s.mu.
-
-func (s *kaSlot) push(k *keeper) {
-	k.idx = len(s.heap)
-	s.heap = append(s.heap, k)
-	s.up(k.idx)
-}
-
-func (s *kaSlot) remove(k *keeper) {
-	i, n := k.idx, len(s.heap)-1
-	if i != n {
-		s.swap(i, n)
-	}
-	s.heap[n] = nil
-	s.heap = s.heap[:n]
-	k.idx = -1
-	if i != n {
-		if !s.down(i) {
-			s.up(i)
-		}
-	}
-}
-
-func (s *kaSlot) fix(k *keeper) {
-	if !s.down(k.idx) {
-		s.up(k.idx)
-	}
-}
-
-func (s *kaSlot) swap(i, j int) {
-	h := s.heap
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-
-func (s *kaSlot) up(j int) {
-	for j > 0 {
-		i := (j - 1) / 2
-		if !s.heap[j].due.Before(s.heap[i].due) {
-			break
-		}
-		s.swap(i, j)
-		j = i
-	}
-}
-
-func (s *kaSlot) down(i0 int) bool {
-	i, n := i0, len(s.heap)
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		j := l
-		if r := l + 1; r < n && s.heap[r].due.Before(s.heap[l].due) {
-			j = r
-		}
-		if !s.heap[j].due.Before(s.heap[i].due) {
-			break
-		}
-		s.swap(i, j)
-		i = j
-	}
-	return i > i0
 }
 
 // recheck reads d's key when the shared watch may have missed its

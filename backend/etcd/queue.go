@@ -69,10 +69,9 @@ func (b *Backend) AcquireWait(ctx context.Context, req driver.AcquireRequest) (d
 		return driver.Grant{}, err
 	}
 	defer b.leave(ctx, cancel)
-	start := time.Now()
 	backoff := 50 * time.Millisecond
 	for restarts := 0; ; {
-		g, err := b.wait(ctx, req, start)
+		g, err := b.wait(ctx, req)
 		switch {
 		case err == nil:
 			return g, nil
@@ -107,47 +106,14 @@ func (b *Backend) waitError(ctx context.Context, key string) error {
 	return errorf("acquire %q: %w: %w", key, driver.ErrNotAcquired, ctx.Err())
 }
 
-// wait is one turn of AcquireWait with one lease.
-func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start time.Time) (driver.Grant, error) {
+// wait is one turn of AcquireWait with one lease: enqueue, then, behind a
+// holder, wait for the deletion watch to empty the set of entries ahead.
+func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	dir := b.lockDir(req.Key)
 	secs := ttlSeconds(req.TTL)
-	var (
-		lg   pooledLease
-		name string
-		resp *clientv3.TxnResponse
-	)
-	for fresh := false; ; fresh = true { // fresh: a newly granted lease, after a pooled one was refused
-		var reused bool
-		var err error
-		if lg, reused, err = b.takeLease(ctx, secs, dir, fresh); err != nil {
-			if ctx.Err() != nil {
-				return driver.Grant{}, b.waitError(ctx, req.Key)
-			}
-			return driver.Grant{}, errorf("acquire %q: lease grant: %w", req.Key, err)
-		}
-		name = entryIn(dir, lg.id)
-		resp, err = b.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
-			Then(clientv3.OpPut(name, driver.HolderID(req.Owner), clientv3.WithLease(lg.id)),
-				clientv3.OpGet(dir, queueKeys...)).
-			Commit()
-		if err != nil && reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			// The idle lease was revoked or expired: the Txn was refused
-			// as a whole. Start again with a new lease.
-			continue
-		}
-		if err != nil {
-			rerr := b.revoke(lg.id)
-			err = errorf("acquire %q: enqueue: %w", req.Key, err)
-			if ctx.Err() != nil {
-				err = b.waitError(ctx, req.Key)
-			}
-			if rerr != nil {
-				err = fmt.Errorf("%w (clean-up: revoking the waiter's lease failed, its queue entry expires with the lease: %v)", err, rerr)
-			}
-			return driver.Grant{}, err
-		}
-		break
+	lg, name, resp, err := b.enqueue(ctx, req, dir, secs)
+	if err != nil {
+		return driver.Grant{}, err
 	}
 	g := &grant{name: name, lease: lg.id, ttl: lg.ttl, renew: req.RenewInterval, secs: secs, lastSent: lg.sent}
 	if !resp.Succeeded {
@@ -174,112 +140,216 @@ func (b *Backend) wait(ctx context.Context, req driver.AcquireRequest, start tim
 			ahead[k] = struct{}{}
 		}
 	}
+	w := b.startWaiter(ctx, req.Key, dir, g, ahead)
+	if err := w.await(ctx); err != nil {
+		return driver.Grant{}, w.fail(ctx, err)
+	}
+	w.stop()
+	// The server can expire the lease at the earliest at the send time of
+	// its last confirmed renewal plus its TTL.
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
+}
 
-	// Keep the waiter's lease alive while it waits; the keeper stops when
-	// this turn ends (the Locker's KeepAlive takes over after a grant).
+// enqueue puts the waiter's entry, on a pooled or new lease, and reads the
+// queue in the same Txn. A pooled lease found gone is replaced by a new
+// one; a failed Txn revokes the lease (no entry of a waiter that left).
+func (b *Backend) enqueue(ctx context.Context, req driver.AcquireRequest, dir string, secs int64) (pooledLease, string, *clientv3.TxnResponse, error) {
+	for fresh := false; ; fresh = true { // fresh: a newly granted lease, after a pooled one was refused
+		lg, reused, err := b.takeLease(ctx, secs, dir, fresh)
+		if err != nil {
+			if ctx.Err() != nil {
+				return lg, "", nil, b.waitError(ctx, req.Key)
+			}
+			return lg, "", nil, errorf("acquire %q: lease grant: %w", req.Key, err)
+		}
+		name := entryIn(dir, lg.id)
+		resp, err := b.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(name), "=", 0)).
+			Then(clientv3.OpPut(name, driver.HolderID(req.Owner), clientv3.WithLease(lg.id)),
+				clientv3.OpGet(dir, queueKeys...)).
+			Commit()
+		if err != nil && reused && errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The idle lease was revoked or expired: the Txn was refused
+			// as a whole. Start again with a new lease.
+			continue
+		}
+		if err != nil {
+			rerr := b.revoke(lg.id)
+			err = errorf("acquire %q: enqueue: %w", req.Key, err)
+			if ctx.Err() != nil {
+				err = b.waitError(ctx, req.Key)
+			}
+			return lg, "", nil, withCleanup(err, rerr)
+		}
+		return lg, name, resp, nil
+	}
+}
+
+// withCleanup adds to err the failure, if any, of revoking the lease of a
+// waiter that leaves.
+func withCleanup(err, revokeErr error) error {
+	if revokeErr == nil {
+		return err
+	}
+	return fmt.Errorf("%w (clean-up: revoking the waiter's lease failed, its queue entry expires with the lease: %v)", err, revokeErr)
+}
+
+// waiter is a queued turn: its grant, its subscription to the deletion
+// watch and the keeper of its lease.
+type waiter struct {
+	b        *Backend
+	key, dir string
+	g        *grant
+	ws       *waitSub
+	renewals chan driver.Renewal
+	k        *keeper
+	kcancel  context.CancelFunc
+}
+
+// startWaiter keeps the waiter's lease alive while it waits (the keeper
+// stops when this turn ends; the Locker's KeepAlive takes over after a
+// grant) and subscribes it to the deletion watch.
+func (b *Backend) startWaiter(ctx context.Context, key, dir string, g *grant, ahead map[string]struct{}) *waiter {
 	kctx, kcancel := context.WithCancel(ctx)
-	renewals := make(chan driver.Renewal, 1)
-	k := b.startKeeper(kctx, req.Key, g, renewals, 0)
-	ws := b.dw.subscribeWait(dir, name, g.rev, ahead)
-	stop := func() {
-		b.dw.unsubscribeWait(ws)
-		k.end(nil) // at once, on this goroutine: no hand-off to the context's
-		kcancel()
-		<-k.done
-	}
+	w := &waiter{b: b, key: key, dir: dir, g: g, renewals: make(chan driver.Renewal, 1), kcancel: kcancel}
+	w.k = b.startKeeper(kctx, key, g, w.renewals, 0)
+	w.ws = b.dw.subscribeWait(dir, g.name, g.rev, ahead)
+	return w
+}
 
-	fail := func(err error) (driver.Grant, error) {
-		stop()
-		g.retire()
-		rerr := b.revoke(g.lease)
-		if ctx.Err() != nil {
-			err = b.waitError(ctx, req.Key)
-		}
-		if rerr != nil {
-			err = fmt.Errorf("%w (clean-up: revoking the waiter's lease failed, its queue entry expires with the lease: %v)", err, rerr)
-		}
-		return driver.Grant{}, err
-	}
+// stop ends the subscription and the keeper.
+func (w *waiter) stop() {
+	w.b.dw.unsubscribeWait(w.ws)
+	w.k.end(nil) // at once, on this goroutine: no hand-off to the context's
+	w.kcancel()
+	<-w.k.done
+}
 
-	// Wait for the deletion watch to see every entry ahead deleted (or our
-	// own entry deleted, or to ask for a re-read of the queue).
+// fail ends a turn without the lock: it stops the waiter and revokes its
+// lease, which deletes its entry.
+func (w *waiter) fail(ctx context.Context, err error) error {
+	w.stop()
+	w.g.retire()
+	rerr := w.b.revoke(w.g.lease)
+	if ctx.Err() != nil {
+		err = w.b.waitError(ctx, w.key)
+	}
+	return withCleanup(err, rerr)
+}
+
+// await waits for the deletion watch to see every entry ahead deleted (nil,
+// with g.held set), our own entry deleted or our lease lost
+// (errWaiterLost), or ctx to end; when the watch asks, it re-reads the
+// queue.
+func (w *waiter) await(ctx context.Context) error {
 	backoff := 50 * time.Millisecond
 	for read := false; ; {
 		if !read {
-			select {
-			case <-ctx.Done():
-				return fail(ctx.Err())
-			case r, ok := <-renewals:
-				if !ok || errors.Is(r.Err, driver.ErrNotHeld) {
-					return fail(errWaiterLost)
-				}
+			woken, err := w.sleep(ctx)
+			if err != nil {
+				return err
+			}
+			if !woken {
 				continue
-			case <-ws.wake:
 			}
 		}
 		read = false
-		st := b.dw.state(ws)
+		st := w.b.dw.state(w.ws)
 		if st.lostAt > 0 {
-			return fail(errWaiterLost)
+			return errWaiterLost
 		}
 		if st.heldAt > 0 {
 			// The keepalive's watch of our entry starts at the revision
 			// that handed us the lock, not one past it: a deletion of our
 			// entry in that same revision (one Txn deleting the whole
 			// queue) is then reported as its loss.
-			g.held = st.heldAt - 1
-			break
+			w.g.held = st.heldAt - 1
+			return nil
 		}
 		if !st.reread {
 			continue
 		}
-		// The watch may have missed deletions: read the entries ahead of
-		// ours again. Checking our own entry in the same Txn is what keeps
-		// a waiter whose lease expired from taking the lock.
-		resp, err := b.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(name), "=", g.rev)).
-			Then(clientv3.OpGet(dir, append(queueKeys[:len(queueKeys):len(queueKeys)], clientv3.WithMaxCreateRev(g.rev-1))...)).
-			Commit()
-		if err != nil {
-			if ctx.Err() != nil {
-				return fail(err)
-			}
-			// Transient (no leader, connection lost): read again after a
-			// backoff; loss of our lease in the meantime is caught by the
-			// Txn, the keeper or the watch.
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return fail(err)
-			case r, ok := <-renewals:
-				t.Stop()
-				if !ok || errors.Is(r.Err, driver.ErrNotHeld) {
-					return fail(errWaiterLost)
-				}
-			case <-t.C:
-			}
-			backoff = min(2*backoff, time.Second)
-			read = true
+		err := w.reread(ctx, st.gen)
+		if err == nil {
+			backoff = 50 * time.Millisecond
 			continue
 		}
-		backoff = 50 * time.Millisecond
-		if !resp.Succeeded {
-			return fail(errWaiterLost)
+		if ctx.Err() != nil || errors.Is(err, errWaiterLost) {
+			return err
 		}
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		ahead := make(map[string]struct{}, len(kvs))
-		for _, kv := range kvs {
-			ahead[string(kv.Key)] = struct{}{}
+		// Transient (no leader, connection lost): read again after a
+		// backoff; loss of our lease in the meantime is caught by the
+		// Txn, the keeper or the watch.
+		if err := w.pause(ctx, backoff, err); err != nil {
+			return err
 		}
-		// If the watch restarted since (the read may predate it), it has
-		// signalled: wait for that and read again.
-		b.dw.install(ws, st.gen, resp.Header.Revision, ahead)
+		backoff = min(2*backoff, time.Second)
+		read = true
 	}
-	stop()
-	// The server can expire the lease at the earliest at the send time of
-	// its last confirmed renewal plus its TTL.
-	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(g.rev), TTL: g.ttl, Sent: g.sent(), Data: g}, nil
+}
+
+// sleep waits for the watch's signal (true), a renewal (false) or the end
+// of the turn (an error).
+func (w *waiter) sleep(ctx context.Context) (bool, error) {
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case r, ok := <-w.renewals:
+		if lost(r, ok) {
+			return false, errWaiterLost
+		}
+		return false, nil
+	case <-w.ws.wake:
+		return true, nil
+	}
+}
+
+// pause waits d before a re-read that failed with err, ending early with
+// err when ctx ends or with errWaiterLost when the lease is lost.
+func (w *waiter) pause(ctx context.Context, d time.Duration, err error) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return err
+	case r, ok := <-w.renewals:
+		if lost(r, ok) {
+			return errWaiterLost
+		}
+	case <-t.C:
+	}
+	return nil
+}
+
+// lost reports whether a renewal received (ok false: the channel closed)
+// says the waiter's lease is gone.
+func lost(r driver.Renewal, ok bool) bool { return !ok || errors.Is(r.Err, driver.ErrNotHeld) }
+
+// reread reads the entries ahead of ours again, when the watch may have
+// missed deletions, and installs them for the watch generation gen.
+// Checking our own entry in the same Txn is what keeps a waiter whose lease
+// expired from taking the lock (errWaiterLost).
+func (w *waiter) reread(ctx context.Context, gen int64) error {
+	g := w.g
+	resp, err := w.b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(g.name), "=", g.rev)).
+		Then(clientv3.OpGet(w.dir, append(queueKeys[:len(queueKeys):len(queueKeys)], clientv3.WithMaxCreateRev(g.rev-1))...)).
+		Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return errWaiterLost
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	ahead := make(map[string]struct{}, len(kvs))
+	for _, kv := range kvs {
+		ahead[string(kv.Key)] = struct{}{}
+	}
+	// If the watch restarted since (the read may predate it), it has
+	// signalled: wait for that and read again.
+	w.b.dw.install(w.ws, gen, resp.Header.Revision, ahead)
+	return nil
 }
 
 // watchRetry is the pause before re-reading the queue after a watch ended

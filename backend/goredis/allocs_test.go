@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestHotPathAllocs bounds what Acquire, Release and Renew allocate
@@ -20,7 +21,7 @@ import (
 // (fences start above 255 here, as they soon do in use: Go boxes smaller
 // integers without allocating).
 func TestHotPathAllocs(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	req := driver.AcquireRequest{Key: "allocs", Owner: owner(), TTL: 10 * time.Second}
@@ -37,7 +38,7 @@ func TestHotPathAllocs(t *testing.T) {
 	if err := b.Release(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	acquire := []any{"evalsha", redisscript.AcquireSHA, 3, b.LockKey("raw"), b.FenceKey("raw"), b.LockKey("raw") + redisscript.AbandonedSuffix, req.Owner, "10000"}
+	acquire := []any{"evalsha", redisscript.AcquireSHA, 4, b.LockKey("raw"), b.FenceKey("raw"), b.LockKey("raw") + redisnames.AbandonedSuffix, b.LockKey("raw") + redisnames.QueueSuffix, req.Owner, "10000"}
 	release := []any{"evalsha", redisscript.ReleaseSHA, 1, b.LockKey("raw"), req.Owner}
 	client := testing.AllocsPerRun(200, func() {
 		if err := c.Do(ctx, acquire...).Err(); err != nil {
@@ -88,23 +89,11 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 }
 
-// TestConcat: keys that fit the command's buffer are built there, longer
-// ones are allocated; both are the concatenation.
-func TestConcat(t *testing.T) {
-	var buf [8]byte
-	for _, parts := range [][]string{{}, {""}, {"ab", "", "cd"}, {"abcd", "efgh"}, {"abcd", "efghi"}, {strings.Repeat("x", 100)}} {
-		want := strings.Join(parts, "")
-		if got := concat(buf[:], parts...); got != want {
-			t.Errorf("concat(%q) = %q, want %q", parts, got, want)
-		}
-	}
-}
-
 // TestLongKeys: keys longer than the commands' buffers (and with
 // characters LockKey escapes) are acquired, renewed and released as
 // short ones are, under the same Redis keys.
 func TestLongKeys(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := ctxT(t)
 	for _, key := range []string{"short{}%", strings.Repeat("k{", 40), strings.Repeat("long%", 200)} {

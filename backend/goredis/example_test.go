@@ -41,3 +41,26 @@ func Example() {
 		log.Fatal(err)
 	}
 }
+
+// Blocking acquires wait in a queue on the server and are granted in
+// arrival order: a release hands the lock to the first waiter instead of
+// letting every waiter race for it. It needs a running Redis, so it has
+// no Output.
+func ExampleNew_queue() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer client.Close()
+	b, err := goredis.New(client, goredis.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	locker, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second})
+	if err == nil {
+		defer locker.Close()
+		// Queues behind the holder, if any, until its release hands over.
+		err = locker.Do(context.Background(), "orders", func(ctx context.Context, l *fencedlock.Lease) error { return nil })
+	}
+	if err != nil {
+		log.Print(err)
+	}
+}

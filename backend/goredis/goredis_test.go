@@ -13,8 +13,11 @@ import (
 	rbackend "github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/rediscore"
+	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,7 +37,7 @@ func ctxT(t *testing.T) context.Context {
 // same key layout (escaping included), the same scripts and fences, and
 // the same error values.
 func TestSharedWithRueidisBackend(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	g, _ := newBackend(t, srv, Options{KeyPrefix: "app:"})
 	r, err := rbackend.New(srv.Client(t, nil), rbackend.Options{KeyPrefix: "app:"})
 	if err != nil {
@@ -80,7 +83,7 @@ func TestSharedWithRueidisBackend(t *testing.T) {
 // TestErrors: WRONGTYPE and a corrupt or exhausted counter are permanent
 // errors wrapping ErrCorrupt/ErrFenceExhausted; nothing is changed.
 func TestErrors(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := ctxT(t)
 	req := func(key string) driver.AcquireRequest {
@@ -134,7 +137,7 @@ func TestErrors(t *testing.T) {
 // TestClosed: calls after Close, and after the client was closed, return
 // ErrClosed; Close is idempotent.
 func TestClosed(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, _ := newBackend(t, srv, Options{})
 	ctx := ctxT(t)
 	_, stop, err := b.Watch(ctx, "k")
@@ -170,7 +173,7 @@ func TestClosed(t *testing.T) {
 // that owner's later Acquire takes nothing (ErrNotAcquired).
 func TestAcquireArrivingAfterItsCleanup(t *testing.T) {
 	for _, sharded := range []bool{false, true} {
-		srv := redistest.Start(t)
+		srv := testserver.StartRedis(t)
 		b, c := newBackend(t, srv, Options{ShardedPubSub: sharded})
 		ctx := ctxT(t)
 		abandoned := owner()
@@ -184,7 +187,7 @@ func TestAcquireArrivingAfterItsCleanup(t *testing.T) {
 		if n := c.Exists(ctx, b.LockKey("late")).Val(); n != 0 {
 			t.Fatal("lock key written by the late Acquire")
 		}
-		ttl := c.PTTL(ctx, b.LockKey("late")+redisscript.AbandonedSuffix).Val()
+		ttl := c.PTTL(ctx, b.LockKey("late")+redisnames.AbandonedSuffix).Val()
 		if ttl <= 0 || ttl > redisscript.AbandonTTL {
 			t.Fatalf("abandoned record PTTL %v, want in (0, %v]", ttl, redisscript.AbandonTTL)
 		}
@@ -205,7 +208,7 @@ func TestAcquireArrivingAfterItsCleanup(t *testing.T) {
 // TestEvictionPolicy: New refuses a server whose maxmemory-policy may
 // evict, unless AllowEvictingPolicy.
 func TestEvictionPolicy(t *testing.T) {
-	srv := redistest.Start(t, redistest.WithConfig("maxmemory-policy allkeys-lru"))
+	srv := testserver.StartRedis(t, testserver.WithConfig("maxmemory-policy allkeys-lru"))
 	c := newClient(t, srv, 0)
 	if _, err := New(c, Options{}); !errors.Is(err, ErrEvictionPolicy) || !strings.Contains(err.Error(), "allkeys-lru") {
 		t.Fatalf("New on allkeys-lru: %v, want ErrEvictionPolicy", err)
@@ -227,8 +230,8 @@ func TestEvictionPolicy(t *testing.T) {
 // asking for more replicas than exist fails with ErrReplication and leaves
 // the key free.
 func TestWaitReplicas(t *testing.T) {
-	primary := redistest.Start(t)
-	replica := redistest.Start(t, redistest.WithReplicaOf(primary))
+	primary := testserver.StartRedis(t)
+	replica := testserver.StartRedis(t, testserver.WithReplicaOf(primary))
 	_ = replica
 	ctx := ctxT(t)
 	b, c := newBackend(t, primary, Options{WaitReplicas: 1, WaitTimeout: 5 * time.Second})
@@ -269,7 +272,7 @@ func TestWaitReplicas(t *testing.T) {
 // and the guards work as in backend/redis.
 func TestWatchWokenOnRelease(t *testing.T) {
 	for _, sharded := range []bool{false, true} {
-		srv := redistest.Start(t)
+		srv := testserver.StartRedis(t)
 		b, c := newBackend(t, srv, Options{ShardedPubSub: sharded})
 		ctx := ctxT(t)
 		g, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Minute})
@@ -302,9 +305,25 @@ func TestWatchWokenOnRelease(t *testing.T) {
 	}
 }
 
+// TestWatch runs the promises of the wake-up hub (internal/rediscore)
+// through go-redis, as backend/redis runs them through rueidis.
+func TestWatch(t *testing.T) {
+	rediscoretest.RunWatch(t, func(t *testing.T, srv rediscoretest.WatchServer, sharded bool, max int) (rediscoretest.WatchBackend, *rediscore.Hubs) {
+		var c redis.UniversalClient
+		if srv.Redis != nil {
+			c = newClient(t, srv.Redis, 0)
+		} else {
+			c = newClusterClient(t, srv.Cluster, 0)
+		}
+		b, err := New(c, Options{ShardedPubSub: sharded, MaxShardedConns: max})
+		rediscoretest.CloseAtEnd(t, b, err)
+		return b, b.hubs
+	})
+}
+
 // TestGuards: FencedSet/FencedHSet/FencedGet as in backend/redis.
 func TestGuards(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := ctxT(t)
 	if err := b.FencedSet(ctx, "res", "v5", 5, "h5"); err != nil {
@@ -357,7 +376,7 @@ func TestGuards(t *testing.T) {
 // confirmed returns ErrClosed when the backend is closed, instead of
 // waiting for its context.
 func TestCloseEndsPendingWatch(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, err := New(newClient(t, srv, time.Second), Options{}) // confirmations arrive 1s late
 	if err != nil {
 		t.Fatal(err)
@@ -393,8 +412,8 @@ func TestCloseEndsPendingWatch(t *testing.T) {
 // that never saw the scripts) every call falls back to EVAL, with and
 // without the WAIT pipeline.
 func TestScriptFlushRecovers(t *testing.T) {
-	primary := redistest.Start(t)
-	redistest.Start(t, redistest.WithReplicaOf(primary))
+	primary := testserver.StartRedis(t)
+	testserver.StartRedis(t, testserver.WithReplicaOf(primary))
 	ctx := ctxT(t)
 	for _, opts := range []Options{{}, {WaitReplicas: 1, WaitTimeout: 5 * time.Second}} {
 		b, c := newBackend(t, primary, opts)
@@ -421,11 +440,11 @@ func TestScriptFlushRecovers(t *testing.T) {
 }
 
 // TestReleaseHandsOffToFairWaiter: a goredis Release hands the lock to the
-// first waiter queued by backend/redis's FairBackend (wait.lua), in the
+// first waiter queued by backend/redis's Backend (wait.lua), in the
 // same step, as backend/redis's release does; then an AcquireWait of the
 // rueidis backend is granted by a goredis release.
 func TestReleaseHandsOffToFairWaiter(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	g, c := newBackend(t, srv, Options{})
 	ctx := ctxT(t)
 	const key = "fair"
@@ -435,7 +454,7 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := owner()
-	keys := []string{lk, lk + redisscript.FenceSuffix, lk + redisscript.AbandonedSuffix, lk + redisscript.QueueSuffix}
+	keys := []string{lk, lk + redisnames.FenceSuffix, lk + redisnames.AbandonedSuffix, lk + redisnames.QueueSuffix}
 	if r, err := c.Eval(ctx, redisscript.WaitLua, keys, w, "30000", "30000").Slice(); err != nil || len(r) != 2 || r[0] != int64(h.Fence) {
 		t.Fatalf("wait.lua = %v, %v; want {%d, pttl} (queued, the fence counter)", r, err, h.Fence)
 	}
@@ -455,8 +474,8 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A live FairBackend waiter, granted by a goredis release.
-	r, err := rbackend.NewFair(srv.Client(t, nil), rbackend.Options{})
+	// A live backend/redis waiter, granted by a goredis release.
+	r, err := rbackend.New(srv.Client(t, nil), rbackend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,9 +493,9 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 		gr, err := r.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 		res <- result{gr, err}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); c.LLen(ctx, lk+redisscript.QueueSuffix).Val() != 1; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); c.LLen(ctx, lk+redisnames.QueueSuffix).Val() != 1; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the FairBackend waiter did not queue within 10s")
+			t.Fatal("the backend/redis waiter did not queue within 10s")
 		}
 	}
 	if err := g.Release(ctx, h); err != nil {
@@ -488,6 +507,6 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 			t.Fatalf("AcquireWait after a goredis release: fence %d, %v; want %d", r.g.Fence, r.err, h.Fence+1)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the FairBackend waiter was not granted the lock within 10s of the goredis release")
+		t.Fatal("the backend/redis waiter was not granted the lock within 10s of the goredis release")
 	}
 }

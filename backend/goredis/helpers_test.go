@@ -4,18 +4,20 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/go-redis/v9"
 )
 
 // newClient returns a go-redis client of srv, closed when the test ends.
 // delay, if positive, delays everything the client reads by that much.
-func newClient(t testing.TB, srv *redistest.Server, delay time.Duration) *redis.Client {
+func newClient(t testing.TB, srv *testserver.Redis, delay time.Duration) *redis.Client {
 	t.Helper()
 	o := &redis.Options{Addr: srv.Addr}
 	if delay > 0 {
@@ -40,7 +42,7 @@ func delayedDialer(delay time.Duration) func(ctx context.Context, network, addr 
 
 // newClusterClient returns a go-redis cluster client seeded with every
 // node of cl, closed when the test ends.
-func newClusterClient(t testing.TB, cl *redistest.Cluster, delay time.Duration) *redis.ClusterClient {
+func newClusterClient(t testing.TB, cl *testserver.RedisCluster, delay time.Duration) *redis.ClusterClient {
 	t.Helper()
 	o := &redis.ClusterOptions{}
 	for _, s := range cl.Nodes {
@@ -56,7 +58,7 @@ func newClusterClient(t testing.TB, cl *redistest.Cluster, delay time.Duration) 
 
 // newFailoverClient returns a go-redis client that finds the master of g
 // through its sentinels, closed when the test ends.
-func newFailoverClient(t testing.TB, g *redistest.Sentinels, delay time.Duration) *redis.Client {
+func newFailoverClient(t testing.TB, g *testserver.Sentinels, delay time.Duration) *redis.Client {
 	t.Helper()
 	o := &redis.FailoverOptions{MasterName: g.MasterName}
 	for _, s := range g.Nodes {
@@ -72,7 +74,7 @@ func newFailoverClient(t testing.TB, g *redistest.Sentinels, delay time.Duration
 
 // newBackend returns a Backend on its own client of srv, closed when the
 // test ends.
-func newBackend(t testing.TB, srv *redistest.Server, opts Options) (*Backend, *redis.Client) {
+func newBackend(t testing.TB, srv *testserver.Redis, opts Options) (*Backend, *redis.Client) {
 	t.Helper()
 	c := newClient(t, srv, 0)
 	b, err := New(c, opts)
@@ -84,3 +86,52 @@ func newBackend(t testing.TB, srv *redistest.Server, opts Options) (*Backend, *r
 }
 
 func isNotHeld(err error) bool { return errors.Is(err, driver.ErrNotHeld) }
+
+// adapter is this backend's constructors for the test bodies both Redis
+// adapters run (internal/rediscore/rediscoretest): go-redis clients with
+// their default options.
+var adapter = rediscoretest.Adapter[redis.UniversalClient]{
+	Client: func(t testing.TB, addr, user, password string) redis.UniversalClient {
+		c := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: password})
+		t.Cleanup(func() { c.Close() })
+		return c
+	},
+	Cluster: func(t testing.TB, cl *testserver.RedisCluster) redis.UniversalClient {
+		return newClusterClient(t, cl, 0)
+	},
+	Sentinel: func(t testing.TB, g *testserver.Sentinels, _ *testserver.Redis) redis.UniversalClient {
+		return newFailoverClient(t, g, 0)
+	},
+	New: func(c redis.UniversalClient) (rediscoretest.FullBackend, error) { return New(c, Options{}) },
+	Fixture: func(b rediscoretest.FullBackend, c redis.UniversalClient) rediscoretest.Fixture {
+		return fixture(b.(*Backend), c)
+	},
+}
+
+// fixture is the Store of b, whose client is c, for the shared tests.
+func fixture(b *Backend, c redis.UniversalClient) rediscoretest.Fixture {
+	do := func(ctx context.Context, args ...string) (string, error) {
+		cmd := make([]any, len(args))
+		for i, a := range args {
+			cmd[i] = a
+		}
+		v, err := c.Do(ctx, cmd...).Result()
+		if err != nil {
+			return "", err
+		}
+		if n, ok := v.(int64); ok {
+			return strconv.FormatInt(n, 10), nil
+		}
+		s, _ := v.(string)
+		return s, nil
+	}
+	return rediscoretest.Fixture{Store: NewStore(b), Do: do}
+}
+
+// TestCore runs the test bodies both Redis adapters run
+// (internal/rediscore/rediscoretest.Run) on this one's adapter.
+func TestCore(t *testing.T) { rediscoretest.Run(t, adapter) }
+
+// BenchmarkCore runs the microbenchmarks both Redis adapters run
+// (internal/rediscore/rediscoretest.RunBenchmarks) on this one's adapter.
+func BenchmarkCore(b *testing.B) { rediscoretest.RunBenchmarks(b, adapter) }

@@ -11,7 +11,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/hostiletest"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,7 +32,7 @@ func TestCancelledAcquiresLeaveNoOrphan(t *testing.T) {
 	// Locker's clean-up must make it take nothing.
 	for _, ctxTimeouts := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxTimeouts), func(t *testing.T) {
-			srv := redistest.Start(t)
+			srv := testserver.StartRedis(t)
 			base := runtime.NumGoroutine()
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 4, ContextTimeoutEnabled: ctxTimeouts})
 			b, err := New(c, Options{})

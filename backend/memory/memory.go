@@ -7,6 +7,10 @@
 // processes sharing one lock server would; a Store lives only as long as
 // the process, so it cannot protect anything across processes.
 //
+// [FencedStore] is the in-memory [fencing.Store], the guarded writes of the
+// Redis and etcd backends for the unit tests of code that writes under a
+// fence.
+//
 // Time is read with time.Now, so tests using testing/synctest see expiry
 // follow their fake clock.
 package memory
@@ -19,6 +23,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/closeonce"
 )
 
 // Store is the shared state of a set of backends: lock entries and fence
@@ -28,6 +33,9 @@ type Store struct {
 	locks    map[string]entry
 	fences   map[string]fencing.Token // never deleted: fences never go back
 	watchers map[string]map[chan struct{}]struct{}
+	terms    map[string]term                      // leaders' values (election.go)
+	leaderWs map[string]map[*leaderWatch]struct{} // WatchLeader's watches (election.go)
+	rw       map[string]*rwName                   // read-write locks (rwlock.go)
 }
 
 type entry struct {
@@ -42,6 +50,8 @@ func NewStore() *Store {
 		locks:    make(map[string]entry),
 		fences:   make(map[string]fencing.Token),
 		watchers: make(map[string]map[chan struct{}]struct{}),
+		terms:    make(map[string]term),
+		leaderWs: make(map[string]map[*leaderWatch]struct{}),
 	}
 }
 
@@ -60,6 +70,7 @@ func (s *Store) Invalidate(key string) bool {
 	defer s.mu.Unlock()
 	_, ok := s.live(key, time.Now())
 	delete(s.locks, key)
+	s.leaderChanged(key, time.Now())
 	return ok
 }
 
@@ -72,13 +83,15 @@ func (s *Store) live(key string, now time.Time) (entry, bool) {
 	}
 	if !now.Before(e.expires) {
 		delete(s.locks, key)
+		s.leaderChanged(key, now)
 		return entry{}, false
 	}
 	return e, true
 }
 
 // Backend is one client of a Store. It implements [driver.Backend],
-// [driver.Notifier] and [driver.Inspector].
+// [driver.Notifier], [driver.Inspector], [driver.Elector],
+// [driver.RWLocker] and [driver.MultiLocker].
 type Backend struct {
 	s      *Store
 	mu     sync.Mutex
@@ -91,6 +104,7 @@ var (
 	_ driver.Backend   = (*Backend)(nil)
 	_ driver.Notifier  = (*Backend)(nil)
 	_ driver.Inspector = (*Backend)(nil)
+	_ driver.Elector   = (*Backend)(nil)
 )
 
 func (b *Backend) usable(ctx context.Context) error {
@@ -106,36 +120,56 @@ func (b *Backend) usable(ctx context.Context) error {
 	return nil
 }
 
+// lock checks that b is usable (open, ctx not done) and locks its Store:
+// it returns the Store, whose mu the caller unlocks, and the time of the
+// call.
+func (b *Backend) lock(ctx context.Context) (*Store, time.Time, error) {
+	if err := b.usable(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	b.s.mu.Lock()
+	return b.s, time.Now(), nil
+}
+
 // Acquire implements [driver.Backend].
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := b.usable(ctx); err != nil {
+	s, now, err := b.lock(ctx)
+	if err != nil {
 		return driver.Grant{}, err
 	}
+	defer s.mu.Unlock()
 	if req.TTL <= 0 {
 		return driver.Grant{}, fmt.Errorf("memory: TTL %v: %w", req.TTL, driver.ErrInvalid)
 	}
-	s := b.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
 	if e, ok := s.live(req.Key, now); ok {
 		return driver.Grant{}, &driver.HeldError{Key: req.Key, RetryAfter: e.expires.Sub(now)}
 	}
-	fence := s.fences[req.Key] + 1
-	s.fences[req.Key] = fence
-	s.locks[req.Key] = entry{owner: req.Owner, fence: fence, expires: now.Add(req.TTL)}
-	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fence, TTL: req.TTL}, nil
+	return s.grant(req, now), nil
+}
+
+// grant grants req.Key, which is free, to req.Owner with the key's next
+// fence. s.mu must be held.
+func (s *Store) grant(req driver.AcquireRequest, now time.Time) driver.Grant {
+	fence := s.take(req.Key, req.Owner, now.Add(req.TTL))
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fence, TTL: req.TTL}
+}
+
+// take gives key to owner until expires with key's next fence, which it
+// returns. s.mu must be held.
+func (s *Store) take(key, owner string, expires time.Time) fencing.Token {
+	fence := s.fences[key] + 1
+	s.fences[key] = fence
+	s.locks[key] = entry{owner: owner, fence: fence, expires: expires}
+	return fence
 }
 
 // Renew implements [driver.Backend].
 func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (time.Duration, error) {
-	if err := b.usable(ctx); err != nil {
+	s, now, err := b.lock(ctx)
+	if err != nil {
 		return 0, err
 	}
-	s := b.s
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
 	e, ok := s.live(g.Key, now)
 	if !ok || e.owner != g.Owner {
 		return 0, fmt.Errorf("memory: renew %q: %w", g.Key, driver.ErrNotHeld)
@@ -147,24 +181,34 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 
 // Release implements [driver.Backend]. It wakes the key's watchers.
 func (b *Backend) Release(ctx context.Context, g driver.Grant) error {
-	if err := b.usable(ctx); err != nil {
+	s, now, err := b.lock(ctx)
+	if err != nil {
 		return err
 	}
-	s := b.s
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.live(g.Key, time.Now())
+	e, ok := s.live(g.Key, now)
 	if !ok || e.owner != g.Owner {
 		return fmt.Errorf("memory: release %q: %w", g.Key, driver.ErrNotHeld)
 	}
-	delete(s.locks, g.Key)
-	for ch := range s.watchers[g.Key] {
+	s.free(g.Key)
+	return nil
+}
+
+// free deletes key's lock and wakes its watchers. s.mu must be held.
+func (s *Store) free(key string) {
+	delete(s.locks, key)
+	s.leaderChanged(key, time.Now())
+	s.wake(key)
+}
+
+// wake notifies the watchers of key. s.mu must be held.
+func (s *Store) wake(key string) {
+	for ch := range s.watchers[key] {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
-	return nil
 }
 
 // Watch implements [driver.Notifier].
@@ -180,40 +224,24 @@ func (b *Backend) Watch(ctx context.Context, key string) (<-chan struct{}, func(
 	}
 	s.watchers[key][ch] = struct{}{}
 	s.mu.Unlock()
-	b.mu.Lock()
-	b.nextID++
-	id := b.nextID
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			s.mu.Lock()
-			delete(s.watchers[key], ch)
-			if len(s.watchers[key]) == 0 {
-				delete(s.watchers, key)
-			}
-			s.mu.Unlock()
-			b.mu.Lock()
-			delete(b.stops, id)
-			b.mu.Unlock()
-		})
-	}
-	if b.stops == nil {
-		b.stops = make(map[uint64]func())
-	}
-	b.stops[id] = stop
-	b.mu.Unlock()
+	stop := b.addStop(func() {
+		s.mu.Lock()
+		delete(s.watchers[key], ch)
+		if len(s.watchers[key]) == 0 {
+			delete(s.watchers, key)
+		}
+		s.mu.Unlock()
+	})
 	return ch, stop, nil
 }
 
 // Inspect implements [driver.Inspector].
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
-	if err := b.usable(ctx); err != nil {
+	s, now, err := b.lock(ctx)
+	if err != nil {
 		return driver.Info{}, err
 	}
-	s := b.s
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
 	info := driver.Info{Fence: s.fences[key]}
 	if e, ok := s.live(key, now); ok {
 		info.Held, info.TTL, info.Holder = true, e.expires.Sub(now), driver.HolderID(e.owner)
@@ -224,15 +252,10 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // Close implements [driver.Backend]: it ends this backend's watches.
 // Locks it granted stay until released or expired, as on a server.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	stops, first := closeonce.Take(&b.mu, &b.closed, &b.stops)
+	if !first {
 		return nil
 	}
-	b.closed = true
-	stops := b.stops
-	b.stops = nil
-	b.mu.Unlock()
 	for _, stop := range stops {
 		stop()
 	}

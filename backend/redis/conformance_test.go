@@ -3,14 +3,16 @@ package redis
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -18,7 +20,7 @@ import (
 // every backend has its own rueidis client, as a separate process would.
 type harness struct {
 	t   *testing.T
-	srv *redistest.Server
+	srv *testserver.Redis
 	c   rueidis.Client // the operator's client, for Invalidate
 	ops *Backend       // for key names
 }
@@ -68,22 +70,8 @@ func (h *harness) NewFaultyBackend(ctx context.Context) (driver.Backend, conform
 	h.t.Cleanup(func() { px.Close() })
 	c := h.srv.Client(h.t, func(o *rueidis.ClientOption) { o.InitAddress = []string{px.Addr()} })
 	b, err := New(c, Options{})
-	return b, proxyFaults{px}, err
+	return b, faultproxy.Faults{P: px}, err
 }
-
-// proxyFaults is conformance.Faults on a faultproxy.Proxy.
-type proxyFaults struct{ p *faultproxy.Proxy }
-
-// Refuse resets the open connections and refuses new ones while on.
-func (f proxyFaults) Refuse(on bool) {
-	f.p.RefuseNew(on)
-	if on {
-		f.p.ResetAll()
-	}
-}
-
-func (f proxyFaults) DelayReplies(d time.Duration) { f.p.SetReplyLatency(d) }
-func (f proxyFaults) DropReplies(n int)            { f.p.CutReplies(n) }
 
 // Corrupt makes the harness a conformance.Corrupter: key's lock becomes a
 // hash, which the scripts never write.
@@ -95,9 +83,61 @@ func (h *harness) Corrupt(ctx context.Context, key string) error {
 	return h.c.Do(ctx, h.c.B().Hset().Key(lk).FieldValue().FieldValue("foreign", "value").Build()).Error()
 }
 
+// SetFenceRecord makes the harness a conformance.FenceCorrupter: it writes
+// key's fence counter (FenceKey) with the operator's client.
+func (h *harness) SetFenceRecord(ctx context.Context, key string, rec conformance.FenceRecord) error {
+	fk := h.ops.FenceKey(key)
+	if err := h.c.Do(ctx, h.c.B().Del().Key(fk).Build()).Error(); err != nil {
+		return err
+	}
+	if rec.Foreign {
+		return h.c.Do(ctx, h.c.B().Hset().Key(fk).FieldValue().FieldValue("foreign", "value").Build()).Error()
+	}
+	if rec.Expires {
+		return h.c.Do(ctx, h.c.B().Set().Key(fk).Value(rec.Value).Px(time.Hour).Build()).Error()
+	}
+	return h.c.Do(ctx, h.c.B().Set().Key(fk).Value(rec.Value).Build()).Error()
+}
+
+// ReadFenceRecord describes key's fence counter: its type, its value
+// (DUMP's serialization, any type) and whether it has a TTL.
+func (h *harness) ReadFenceRecord(ctx context.Context, key string) (string, error) {
+	fk := h.ops.FenceKey(key)
+	typ, err := h.c.Do(ctx, h.c.B().Type().Key(fk).Build()).ToString()
+	if err != nil {
+		return "", err
+	}
+	dump, err := h.c.Do(ctx, h.c.B().Dump().Key(fk).Build()).ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return "", err
+	}
+	pttl, err := h.c.Do(ctx, h.c.B().Pttl().Key(fk).Build()).AsInt64()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s %q expires=%t", typ, dump, pttl >= 0), nil
+}
+
+// RefuseWrites makes the harness a conformance.WriteRefuser: redis-server
+// over its memory limit (maxmemory 1 byte, noeviction) refuses the first
+// write of a script, SET NX included, with OOM, and still answers reads.
+// The server is this harness's own (testserver.StartRedis per property),
+// and the suite's properties run one at a time.
+func (h *harness) RefuseWrites(ctx context.Context, on bool) error {
+	limit := "0"
+	if on {
+		limit = "1"
+	}
+	cmd := h.c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", "noeviction").ParameterValue("maxmemory", limit).Build()
+	return h.c.Do(ctx, cmd).Error()
+}
+
+// MaxFence is the Redis backend's greatest fence.
+func (h *harness) MaxFence() fencing.Token { return MaxFence }
+
 func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
-		srv := redistest.Start(t)
+		srv := testserver.StartRedis(t)
 		c := srv.Client(t, nil)
 		ops, err := New(c, Options{})
 		if err != nil {

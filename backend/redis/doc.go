@@ -16,7 +16,7 @@
 //	fence key      PREFIX{ESC}:fence      the fence counter: no TTL, deleted only by RetireFence
 //	abandoned key  PREFIX{ESC}:abandoned  a set of SHA-1s of owners whose Acquire was cleaned up,
 //	                                      with a TTL of 5 minutes (see below)
-//	queue key      PREFIX{ESC}:queue      the fair queue of [FairBackend]'s waiters (a list), while
+//	queue key      PREFIX{ESC}:queue      the fair queue of [Backend.AcquireWait]'s waiters (a list), while
 //	                                      some wait, with the TTL of its longest-lived entry
 //	channel        PREFIX{ESC}:released   published on by release
 //
@@ -91,15 +91,16 @@
 //
 // # Fair hand-off
 //
-// [NewFair] returns a [FairBackend]: a Backend whose waiters queue on the
-// server and get the lock in arrival order. [fencedlock.Locker.Acquire]
-// then waits through [FairBackend.AcquireWait] (the Locker's retry delays
-// do not apply). A waiter whose plain attempt finds the lock held
+// A [Backend]'s waiters queue on the server and get the lock in arrival
+// order (before issue 36 only the Backend of NewFair did; New's woke every
+// waiter on a release, to race for the key). [fencedlock.Locker.Acquire]
+// waits through [Backend.AcquireWait] (the Locker's retry delays do not
+// apply). A waiter whose first attempt finds the lock held
 // subscribes to the key's channel and appends an entry to the queue key
 // (internal/redisscript/wait.lua): "<expiry>:<ttl>:<owner token>", the
 // expiry in server time, valid for the waiter's lease TTL (at least 2 s) and pushed back
-// every TTL/3 while it waits. Every release (of any Backend or FairBackend,
-// and of backend/goredis) pops the first entry whose expiry has not passed
+// every TTL/3 while it waits. Every release (of any Backend, and of
+// backend/goredis) pops the first entry whose expiry has not passed
 // and, in the same script, sets the lock to that waiter's token with its
 // TTL, increments the fence counter and publishes
 // "granted <SHA-1 of the token> <fence>", which wakes that waiter alone.
@@ -118,17 +119,18 @@
 //     meanwhile, in one release.lua that also records the owner in the
 //     abandoned key: a wait.lua of that owner that rueidis writes later
 //     neither queues nor takes the lock;
-//   - the uncontended path is unchanged: AcquireWait tries acquire.lua
-//     first (the same commands as [Backend.Acquire]) unless the key's
+//   - the uncontended path costs no queue: AcquireWait tries acquire.lua
+//     first (the same commands as [Backend.Acquire]: one EXISTS answers
+//     whether the queue or the abandoned set exists) unless the key's
 //     channel is still subscribed from a wait less than a second ago;
-//     release.lua costs one EXISTS of the absent queue key more.
+//     release.lua costs one EXISTS of the absent queue key.
 //
-// TryAcquire ([Backend.Acquire]) does not queue. It can take a lock that is
-// free while waiters queue, which happens only when a holder's lease
-// expired (expiry is not announced: waiters look again when the holder's
-// TTL runs out) or after a release by hand with the lock key alone (which
-// publishes "released": the first waiter then takes it). Fairness is
-// best-effort there; exclusion and fences never depend on the queue.
+// TryAcquire ([Backend.Acquire]) does not queue, and does not take a lock
+// that is free while waiters queue (a holder's lease expired: expiry is
+// not announced, waiters look again when the holder's TTL runs out). After
+// a release by hand with the lock key alone (which publishes "released")
+// the first waiter takes it. Exclusion and fences never depend on the
+// queue.
 //
 // # Errors
 //

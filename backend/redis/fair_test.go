@@ -13,45 +13,31 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/rediscore"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
-
-// fairHarness runs the conformance suite against FairBackend on a real
-// redis-server, so that its WaitAcquirer properties (FIFO, exclusive with
-// Acquire, greater fence, a waiter past its TTL, cancelled waiters leave
-// nothing) run on Redis.
-type fairHarness struct{ harness }
-
-func (h *fairHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
-	return NewFair(h.srv.Client(h.t, nil), Options{})
-}
-
-func (h *fairHarness) NewDelayedBackend(ctx context.Context, delay time.Duration) (driver.Backend, error) {
-	c := h.srv.Client(h.t, func(o *rueidis.ClientOption) { o.DialCtxFn = delayedDial(delay) })
-	return NewFair(c, Options{})
-}
-
-func TestConformanceFair(t *testing.T) {
-	conformance.Run(t, func(t *testing.T) conformance.Harness {
-		srv := redistest.Start(t)
-		c := srv.Client(t, nil)
-		ops, err := New(c, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ops.Close() })
-		return &fairHarness{harness{t: t, srv: srv, c: c, ops: ops}}
-	})
-}
 
 // fairKeys returns the KEYS of wait.lua for key.
 func fairKeys(b *Backend, key string) []string {
 	lk := b.LockKey(key)
-	return []string{lk, lk + fenceSuffix, lk + abandonedSuffix, lk + queueSuffix}
+	return []string{lk, lk + redisnames.FenceSuffix, lk + redisnames.AbandonedSuffix, lk + redisnames.QueueSuffix}
+}
+
+// waitReply is the reply of wait.lua: the fence granted, 0 if queued.
+type waitReply struct{ fence uint64 }
+
+// runWaitScript runs wait.lua on c with keys and args.
+func runWaitScript(ctx context.Context, c rueidis.Client, keys, args []string) (waitReply, error) {
+	m, err := rueidis.NewLuaScript(redisscript.WaitLua).Exec(ctx, c, keys, args).ToMessage()
+	if err != nil || m.IsArray() {
+		return waitReply{}, err
+	}
+	n, err := m.AsInt64()
+	return waitReply{fence: uint64(n)}, err
 }
 
 // runWait runs wait.lua for owner with a lease and an entry TTL, and
@@ -64,7 +50,7 @@ func runWait(t *testing.T, b *Backend, key, owner string, ttl, entry time.Durati
 }
 
 // subscribe collects the messages published on channel until the test ends.
-func subscribe(t *testing.T, srv *redistest.Server, channel string) <-chan string {
+func subscribe(t *testing.T, srv *testserver.Redis, channel string) <-chan string {
 	t.Helper()
 	c := srv.Client(t, nil)
 	msgs := make(chan string, 16)
@@ -104,7 +90,7 @@ func subscribe(t *testing.T, srv *redistest.Server, channel string) <-chan strin
 // it alone; then to the next; the last release deletes the lock and the
 // queue is gone.
 func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	const key = "handoff"
@@ -120,12 +106,12 @@ func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
 	// An entry whose expiry passed long ago (a crashed waiter) at the head,
 	// and before it one no fencedlock wrote (a TTL of 0 ms: SET would fail
 	// after the entry was popped).
-	do(t, c, "LPUSH", lk+queueSuffix, "1:10000:"+owner())
-	do(t, c, "LPUSH", lk+queueSuffix, "99999999999999:0:"+owner())
-	if n := num(t, c, "LLEN", lk+queueSuffix); n != 4 {
+	do(t, c, "LPUSH", lk+redisnames.QueueSuffix, "1:10000:"+owner())
+	do(t, c, "LPUSH", lk+redisnames.QueueSuffix, "99999999999999:0:"+owner())
+	if n := num(t, c, "LLEN", lk+redisnames.QueueSuffix); n != 4 {
 		t.Fatalf("queue length %d, want 4", n)
 	}
-	if pttl := num(t, c, "PTTL", lk+queueSuffix); pttl <= 0 || pttl > 5000 {
+	if pttl := num(t, c, "PTTL", lk+redisnames.QueueSuffix); pttl <= 0 || pttl > 5000 {
 		t.Fatalf("queue PTTL %d, want in (0, 5000]: it lives as long as its longest entry", pttl)
 	}
 
@@ -138,7 +124,7 @@ func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
 	if pttl := num(t, c, "PTTL", lk); pttl <= 6000 || pttl > 7000 {
 		t.Fatalf("handed-off lock PTTL %d, want the waiter's 7000 ms", pttl)
 	}
-	want := fmt.Sprintf("%s%s %d", grantedPrefix, ownerID(wa), h.Fence+1)
+	want := fmt.Sprintf("%s%s %d", redisnames.GrantedPrefix, rediscore.OwnerID(wa), h.Fence+1)
 	select {
 	case m := <-msgs:
 		if m != want {
@@ -150,7 +136,7 @@ func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
 	if got := str(t, c, "GET", b.FenceKey(key)); got != strconv.FormatUint(uint64(h.Fence)+1, 10) {
 		t.Fatalf("fence counter %q after the hand-off, want %d", got, h.Fence+1)
 	}
-	if q, _ := do(t, c, "LRANGE", lk+queueSuffix, "0", "-1").AsStrSlice(); len(q) != 1 || !strings.HasSuffix(q[0], ":"+wb) {
+	if q, _ := do(t, c, "LRANGE", lk+redisnames.QueueSuffix, "0", "-1").AsStrSlice(); len(q) != 1 || !strings.HasSuffix(q[0], ":"+wb) {
 		t.Fatalf("queue after the hand-off has %d entries, want only the second waiter's", len(q))
 	}
 	// The waiter's next wait.lua (a missed message) reports the grant.
@@ -176,7 +162,7 @@ func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no release message")
 	}
-	for _, k := range []string{lk, lk + queueSuffix} {
+	for _, k := range []string{lk, lk + redisnames.QueueSuffix} {
 		if n := num(t, c, "EXISTS", k); n != 0 {
 			t.Fatalf("%s exists after the last release", k)
 		}
@@ -187,7 +173,7 @@ func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
 // partitioned) is skipped once its entry TTL has passed: the release
 // deletes the lock instead of handing it to nobody.
 func TestFairExpiredEntryNotGranted(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	const key = "crashed"
 	h := acquire(t, b, key, 10*time.Second)
@@ -207,9 +193,9 @@ func TestFairExpiredEntryNotGranted(t *testing.T) {
 // wait.lua of that owner that arrives afterwards (rueidis writes a queued
 // request after its context ended) neither queues nor takes the lock.
 func TestFairLeaveAndLateWait(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
-	f := &FairBackend{b}
+	f := b
 	const key = "leave"
 	lk := b.LockKey(key)
 	h := acquire(t, b, key, 10*time.Second)
@@ -221,14 +207,14 @@ func TestFairLeaveAndLateWait(t *testing.T) {
 	if _, err := f.AcquireWait(ctx, w); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("AcquireWait with an expiring context: %v", err)
 	}
-	if n := num(t, c, "EXISTS", lk+queueSuffix); n != 0 {
+	if n := num(t, c, "EXISTS", lk+redisnames.QueueSuffix); n != 0 {
 		t.Fatal("the queue still exists after its only waiter gave up")
 	}
 	// Its late request.
-	if _, err := runWait(t, b, key, w.Owner, 10*time.Second, 10*time.Second); err == nil || !strings.Contains(err.Error(), redisscript.AbandonedCode) {
-		t.Fatalf("late wait.lua of a waiter that left: %v, want %s", err, redisscript.AbandonedCode)
+	if _, err := runWait(t, b, key, w.Owner, 10*time.Second, 10*time.Second); err == nil || !strings.Contains(err.Error(), redisnames.AbandonedCode) {
+		t.Fatalf("late wait.lua of a waiter that left: %v, want %s", err, redisnames.AbandonedCode)
 	}
-	if n := num(t, c, "EXISTS", lk+queueSuffix); n != 0 {
+	if n := num(t, c, "EXISTS", lk+redisnames.QueueSuffix); n != 0 {
 		t.Fatal("a late wait.lua queued a waiter that had left")
 	}
 	if err := b.Release(context.Background(), h); err != nil {
@@ -251,7 +237,7 @@ func TestFairLeaveAndLateWait(t *testing.T) {
 // deletes the lock as before, the waiter keeps its place and its next
 // wait.lua reports the counter.
 func TestFairHandOffChecksFenceCounter(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	const key = "fence-ttl"
 	lk := b.LockKey(key)
@@ -271,22 +257,22 @@ func TestFairHandOffChecksFenceCounter(t *testing.T) {
 	if got := str(t, c, "GET", b.FenceKey(key)); got != fence {
 		t.Fatalf("fence counter %q, want it unchanged %q", got, fence)
 	}
-	if n := num(t, c, "LLEN", lk+queueSuffix); n != 1 {
+	if n := num(t, c, "LLEN", lk+redisnames.QueueSuffix); n != 1 {
 		t.Fatalf("queue length %d, want the waiter kept in its place", n)
 	}
 	_, err := runWait(t, b, key, w, 10*time.Second, 10*time.Second)
-	if err == nil || !strings.Contains(err.Error(), redisscript.CorruptCode) {
-		t.Fatalf("wait.lua with a fence counter with a TTL: %v, want %s", err, redisscript.CorruptCode)
+	if err == nil || !strings.Contains(err.Error(), redisnames.CorruptCode) {
+		t.Fatalf("wait.lua with a fence counter with a TTL: %v, want %s", err, redisnames.CorruptCode)
 	}
 }
 
 // TestFairUncontendedCommands: on a free key, AcquireWait runs the
-// commands of Backend.Acquire (acquire.lua, at most 5) and one EXISTS of
-// the queue key, and subscribes to nothing.
+// commands of Backend.Acquire (acquire.lua: EVALSHA, one EXISTS of the
+// abandoned set and the queue, SET NX, INCR, PTTL of the counter), and
+// subscribes to nothing.
 func TestFairUncontendedCommands(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
-	f := &FairBackend{b}
 	ctx := context.Background()
 	const n = 20
 	run := func(what string, acq func(req driver.AcquireRequest) (driver.Grant, error)) map[string]int64 {
@@ -318,32 +304,27 @@ func TestFairUncontendedCommands(t *testing.T) {
 		}
 		return stats
 	}
-	plain := run("plain", func(req driver.AcquireRequest) (driver.Grant, error) { return b.Acquire(ctx, req) })
-	fair := run("fair", func(req driver.AcquireRequest) (driver.Grant, error) { return f.AcquireWait(ctx, req) })
-	// The fair attempt costs one EXISTS of the queue key more (while
-	// waiters are queued the lock is theirs, even if free), nothing else.
-	want := map[string]int64{"exists": n}
-	for k, v := range plain {
-		want[k] += v
-	}
-	if fmt.Sprint(want) != fmt.Sprint(fair) {
-		t.Fatalf("%d uncontended acquires: Backend.Acquire ran %v, FairBackend.AcquireWait %v; want %v", n, plain, fair, want)
+	once := run("once", func(req driver.AcquireRequest) (driver.Grant, error) { return b.Acquire(ctx, req) })
+	wait := run("wait", func(req driver.AcquireRequest) (driver.Grant, error) { return b.AcquireWait(ctx, req) })
+	if fmt.Sprint(once) != fmt.Sprint(wait) {
+		t.Fatalf("%d uncontended acquires: Acquire ran %v, AcquireWait %v; want the same", n, once, wait)
 	}
 	total := int64(0)
-	for _, v := range plain {
+	for _, v := range once {
 		total += v
 	}
-	t.Logf("%d uncontended acquires: Backend %v (%.1f commands each), FairBackend %v", n, plain, float64(total)/n, fair)
-	// EVALSHA, SISMEMBER abandoned, SET NX, INCR, PTTL of the counter (6
-	// before INCR itself validated the counter: a GET first).
-	if total > 5*n {
-		t.Errorf("%.1f commands per uncontended acquire, want at most 5", float64(total)/n)
+	t.Logf("%d uncontended acquires: %v (%.1f commands each)", n, once, float64(total)/n)
+	// EVALSHA, one EXISTS (abandoned set and queue), SET NX, INCR, PTTL of
+	// the counter: 5 (6 while the abandoned set and the queue took an
+	// EXISTS each).
+	if want := map[string]int64{"evalsha": n, "exists": n, "set": n, "incr": n, "pttl": n}; fmt.Sprint(once) != fmt.Sprint(want) {
+		t.Errorf("%d uncontended acquires ran %v, want %v", n, once, want)
 	}
 }
 
 // contendedBackend makes the backends of TestFairContended (a variable so
-// that the same measurement can be run on the plain Backend).
-var contendedBackend = func(c rueidis.Client) (driver.Backend, error) { return NewFair(c, Options{}) }
+// that the same measurement can be run on a wrapped Backend).
+var contendedBackend = func(c rueidis.Client) (driver.Backend, error) { return New(c, Options{}) }
 
 // TestFairContended: 8 workers, one client each, loop on Acquire and
 // Release of one key for 320 acquisitions in all. Each release hands the
@@ -356,7 +337,7 @@ var contendedBackend = func(c rueidis.Client) (driver.Backend, error) { return N
 // are too slow to queue again). The plain Backend, which wakes every
 // waiter on every release, measured 28.6 commands and 0.22.
 func TestFairContended(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	stats := srv.Client(t, nil)
 	const (
 		workers = 8
@@ -474,9 +455,9 @@ func TestFairContended(t *testing.T) {
 // queued. Here the stale message is published by hand while another owner
 // holds the lock.
 func TestFairStaleHandOffMessageIgnored(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
-	f := &FairBackend{b}
+	f := b
 	ctx := context.Background()
 	const key = "stale"
 	lk := b.LockKey(key)
@@ -493,9 +474,9 @@ func TestFairStaleHandOffMessageIgnored(t *testing.T) {
 		g, err := f.AcquireWait(wctx, w)
 		res <- result{g, err}
 	}()
-	waitFor(t, 10*time.Second, "the waiter's entry", func() bool { return num(t, c, "LLEN", lk+queueSuffix) == 1 })
+	waitFor(t, 10*time.Second, "the waiter's entry", func() bool { return num(t, c, "LLEN", lk+redisnames.QueueSuffix) == 1 })
 	time.Sleep(100 * time.Millisecond) // its wait.lua reply is processed
-	do(t, c, "PUBLISH", b.Channel(key), fmt.Sprintf("%s%s %d", grantedPrefix, ownerID(w.Owner), h.Fence))
+	do(t, c, "PUBLISH", b.Channel(key), fmt.Sprintf("%s%s %d", redisnames.GrantedPrefix, rediscore.OwnerID(w.Owner), h.Fence))
 	select {
 	case r := <-res:
 		t.Fatalf("AcquireWait took a stale hand-off message (fence %d, %v) while another owner holds the lock", r.g.Fence, r.err)

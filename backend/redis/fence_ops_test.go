@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -22,7 +22,7 @@ import (
 // with ErrCorrupt, names the problem, and changes nothing: no lock, the
 // counter and its TTL as they were.
 func TestFenceCounterWithTTL(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	g := acquire(t, b, "ttl", time.Minute)
@@ -88,7 +88,7 @@ func (h logRecorder) Handle(_ context.Context, r slog.Record) error {
 // AllowEvictingPolicy, which logs a warning instead. noeviction passes
 // silently.
 func TestEvictionPolicy(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	c := srv.Client(t, nil)
 	for _, policy := range []string{"noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"} {
 		do(t, c, "CONFIG", "SET", "maxmemory-policy", policy)
@@ -122,7 +122,7 @@ func TestEvictionPolicy(t *testing.T) {
 // TestEvictionPolicyUnreadable: a user without INFO (a least-privilege
 // ACL) cannot read the policy: New works and logs a warning saying so.
 func TestEvictionPolicyUnreadable(t *testing.T) {
-	srv := redistest.Start(t, redistest.WithConfig("maxmemory-policy allkeys-lru",
+	srv := testserver.StartRedis(t, testserver.WithConfig("maxmemory-policy allkeys-lru",
 		"user locker on >pw ~* &* +@all -info", "user default on nopass ~* &* +@all"))
 	c := srv.Client(t, func(o *rueidis.ClientOption) { o.Username, o.Password = "locker", "pw" })
 	log, records := newLogRecorder()
@@ -151,7 +151,7 @@ func infoInt(t testing.TB, c rueidis.Client, section, field string) int64 {
 // server after it was released: its fence counter, forever. The figures
 // are in the package documentation ("Memory").
 func TestFenceCounterGrowth(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	const names = 20000
@@ -196,7 +196,7 @@ func TestFenceCounterGrowth(t *testing.T) {
 // reusing the name keeps its fences monotonic. By hand too, with redis-cli
 // --eval as the script's header shows.
 func TestRetireFence(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	var g driver.Grant
@@ -289,7 +289,7 @@ func exists(t testing.TB, c rueidis.Client, key string) bool {
 func TestEvictionBehaviour(t *testing.T) {
 	for _, policy := range []string{"allkeys-lru", "volatile-lru", "noeviction"} {
 		t.Run(policy, func(t *testing.T) {
-			srv := redistest.Start(t, redistest.WithConfig("maxmemory-policy "+policy))
+			srv := testserver.StartRedis(t, testserver.WithConfig("maxmemory-policy "+policy))
 			b, c := newBackend(t, srv, Options{AllowEvictingPolicy: true})
 			ctx := context.Background()
 			var first driver.Grant

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/rediscore"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/redis/rueidis"
 )
@@ -42,7 +43,7 @@ const (
 // record is never deleted by this package; delete the hash yourself when
 // the resource is gone (a later write then starts a new record).
 func (b *Backend) FencedSet(ctx context.Context, key, value string, token fencing.Token, holder string) error {
-	return b.fencedWrite(ctx, "fenced set", key, token, holder, redisscript.ValuePairs(value))
+	return b.store.Set(ctx, key, value, token, holder)
 }
 
 // FencedHSet sets fields of key, a Redis hash of yours, only if the fencing
@@ -54,43 +55,15 @@ func (b *Backend) FencedSet(ctx context.Context, key, value string, token fencin
 // script passes all fields to one HSET, so keep a call to at most a few
 // thousand fields (Lua's stack bounds the arguments of one call).
 func (b *Backend) FencedHSet(ctx context.Context, key string, fields map[string]string, token fencing.Token, holder string) error {
-	pairs, err := redisscript.HSetPairs(key, fields)
-	if err != nil {
-		return err
-	}
-	return b.fencedWrite(ctx, "fenced hset", key, token, holder, pairs)
-}
-
-func (b *Backend) fencedWrite(ctx context.Context, op, key string, token fencing.Token, holder string, pairs []string) error {
-	if b.closed.Load() {
-		return errClosed(op, key)
-	}
-	if err := redisscript.CheckFencedWrite(op, key, b.opts.KeyPrefix, token, holder, pairs); err != nil {
-		return err
-	}
-	args := redisscript.FencedWriteArgs(token, holder, pairs)
-	vals, err := fencedWriteScript.Exec(ctx, b.c, []string{key}, args).ToArray()
-	if err != nil {
-		return wrap(op, key, err)
-	}
-	return redisscript.ReadFencedWrite(op, key, token, holder, values(vals))
+	return b.store.HSet(ctx, key, fields, token, holder)
 }
 
 // FencedGet reads a hash written by [Backend.FencedSet] in one round trip:
 // the value (Found false if the hash has no [ValueField]) and the highest
-// token accepted for key with its holder id (0 and "" if none yet).
+// token accepted for key with its holder id (0 and "" if none yet). It is
+// [Store.Get] of [NewStore](b).
 func (b *Backend) FencedGet(ctx context.Context, key string) (fencing.Record, error) {
-	if b.closed.Load() {
-		return fencing.Record{}, errClosed("fenced get", key)
-	}
-	if err := redisscript.CheckGetKey(key); err != nil {
-		return fencing.Record{}, err
-	}
-	vals, err := b.c.Do(ctx, b.c.B().Hmget().Key(key).Field(redisscript.GetFields...).Build()).ToArray()
-	if err != nil {
-		return fencing.Record{}, wrap("fenced get", key, err)
-	}
-	return redisscript.ReadFencedGet(key, values(vals), func(err error) error { return wrap("fenced get", key, err) })
+	return b.store.Get(ctx, key)
 }
 
 // fencedEvalPreamble is the guard that [FencedScript] runs before the
@@ -218,7 +191,7 @@ func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token
 		if err := redisscript.CheckResourceKey(op, k, b.opts.KeyPrefix); err != nil {
 			return rueidis.RedisMessage{}, err
 		}
-		if cluster && hashSlot(k) != hashSlot(key) {
+		if cluster && rediscore.HashSlot(k) != rediscore.HashSlot(key) {
 			// rueidis would panic building a command across slots.
 			return rueidis.RedisMessage{}, fmt.Errorf("redis: %s %q: key %q in another Cluster slot (give the keys one hash tag): %w", op, key, k, driver.ErrInvalid)
 		}
@@ -240,27 +213,4 @@ func (s *FencedScript) Exec(ctx context.Context, key string, token fencing.Token
 		return rueidis.RedisMessage{}, wrap(op, key, err)
 	}
 	return msg, nil
-}
-
-// hashSlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of the
-// key, or of its hash tag (the bytes between the first '{' and the next
-// '}', if not empty), modulo 16384.
-func hashSlot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for k := 0; k < len(key); k++ {
-		crc ^= uint16(key[k]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % 16384
 }

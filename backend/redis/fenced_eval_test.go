@@ -6,12 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/rediscore"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -70,7 +69,7 @@ func testFencedEvalRule(t *testing.T, b *Backend, c rueidis.Client, res, doc, co
 // accepted rejects an older FencedScript, and the reverse), and refuses bad
 // input before sending anything.
 func TestFencedEvalRule(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	testFencedEvalRule(t, b, c, "res", "doc", "count")
 
@@ -134,7 +133,7 @@ func TestFencedEvalRule(t *testing.T) {
 // is not a uint64 in decimal (sent by hand, past the Go checks), and runs
 // nothing.
 func TestFencedEvalScriptChecksToken(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	_, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	script := fencedEvalPreamble + `return redis.call('SET', KEYS[1], 'ran')` + fencedEvalEnd
@@ -154,15 +153,7 @@ func TestFencedEvalScriptChecksToken(t *testing.T) {
 // keys in several slots, with leases taken through the same client; keys
 // in two slots are refused with ErrInvalid.
 func TestFencedEvalCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	c := cl.Client(t, nil)
-	b, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	locker := mustLocker(t, b, fencedlock.Options{TTL: 5 * time.Second})
-	defer locker.Close()
+	cl, c, b, locker := clusterBackend(t)
 	ctx := context.Background()
 	slots := make(map[int]bool)
 	for _, tag := range []string{"{order:1}", "{order:2}", "{user:7}", "{x}"} {
@@ -190,10 +181,10 @@ func TestFencedEvalCluster(t *testing.T) {
 	if _, err := s.Exec(ctx, "{order:1}", 1<<62, "Z", []string{"{order:2}:doc"}, nil); !errors.Is(err, driver.ErrInvalid) {
 		t.Fatalf("keys in two slots: %v, want ErrInvalid", err)
 	}
-	// hashSlot agrees with CLUSTER KEYSLOT.
+	// rediscore.HashSlot agrees with CLUSTER KEYSLOT.
 	for _, k := range []string{"", "a", "orders", "{order:1}", "{order:1}:doc", "a{}b", "a}b{c", "{}{x}", "{x", "ü {ü}"} {
-		if got, want := int(hashSlot(k)), cl.KeySlot(t, k); got != want {
-			t.Fatalf("hashSlot(%q) = %d, CLUSTER KEYSLOT %d", k, got, want)
+		if got, want := int(rediscore.HashSlot(k)), cl.KeySlot(t, k); got != want {
+			t.Fatalf("HashSlot(%q) = %d, CLUSTER KEYSLOT %d", k, got, want)
 		}
 	}
 	t.Logf("FencedScript on %d slots of a 3-master cluster", len(slots))

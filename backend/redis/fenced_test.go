@@ -18,7 +18,7 @@ import (
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/guardtest"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -111,7 +111,7 @@ func testFencedRule(t *testing.T, b *Backend, c rueidis.Client) {
 }
 
 func TestFencedSetRule(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	calls := commandStats(t, c)
 	testFencedRule(t, b, c)
@@ -130,7 +130,7 @@ func TestFencedSetRuleMiniredis(t *testing.T) {
 }
 
 func TestFencedHSet(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	const key = "account:{42}"
@@ -158,7 +158,7 @@ func TestFencedHSet(t *testing.T) {
 // TestFencedInvalid: bad input is refused before anything is sent, with an
 // error wrapping a sentinel.
 func TestFencedInvalid(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	before := commandStats(t, c)
@@ -200,7 +200,7 @@ func TestFencedInvalid(t *testing.T) {
 // TestFencedCorrupt: a key that is not a hash, or a fence record written by
 // someone else, is reported as ErrCorrupt and left unchanged.
 func TestFencedCorrupt(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	do(t, c, "SET", "str", "x")
@@ -230,7 +230,7 @@ func TestFencedCorrupt(t *testing.T) {
 // mixed tokens at once; the hash ends with the greatest token and the value
 // written with it, and every rejection was of a token that could not win.
 func TestFencedConcurrentWriters(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	const writers, perWriter = 8, 40
 	accepted, rejected := guardtest.MixedTokens(t, writers, perWriter, func(int) guardtest.Write {
 		b, _ := newBackend(t, srv, Options{}) // a client per writer
@@ -255,7 +255,7 @@ func TestFencedConcurrentWriters(t *testing.T) {
 // EQUAL to the previous holder's. Its fenced write is rejected because the
 // holder id differs, and the state written by the first holder survives.
 func TestFencedFailoverDuplicateFence(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	bA, c := newBackend(t, srv, Options{})
 	bB, _ := newBackend(t, srv, Options{})
 	ctx := context.Background()
@@ -310,10 +310,10 @@ func TestFencedFailoverDuplicateFence(t *testing.T) {
 // TestFencedWriteByHand runs the committed script with the real redis-cli,
 // as its header shows.
 func TestFencedWriteByHand(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	_, file, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(file), "..", "..", "internal", "redisscript", "fenced_write.lua")
-	cli := redistest.Binary(t, "redis-cli")
+	cli := testserver.Binary(t, "redis-cli")
 	run := func(args ...string) string {
 		full := append([]string{"-p", fmt.Sprint(srv.Port), "--eval", script}, args...)
 		out, err := exec.Command(cli, full...).CombinedOutput()
@@ -337,15 +337,7 @@ func TestFencedWriteByHand(t *testing.T) {
 // different slots (with and without hash tags) each run on their key's
 // node, with leases taken through the same cluster client.
 func TestFencedCluster(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
-	c := cl.Client(t, nil)
-	b, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	locker := mustLocker(t, b, fencedlock.Options{TTL: 5 * time.Second})
-	defer locker.Close()
+	cl, _, b, locker := clusterBackend(t)
 	ctx := context.Background()
 	keys := []string{"orders", "user:{42}:profile", "{x}", "a}b{c"}
 	slots := make(map[int]bool)
@@ -375,4 +367,21 @@ func TestFencedCluster(t *testing.T) {
 		}
 	}
 	t.Logf("fenced writes on %d keys in %d slots of a 3-master cluster", len(keys), len(slots))
+}
+
+// clusterBackend starts a 3-master Redis Cluster and returns it, a client
+// of it, a Backend on the client and a Locker (TTL 5s) on the Backend, all
+// closed with the test (the Locker first).
+func clusterBackend(t *testing.T) (*testserver.RedisCluster, rueidis.Client, *Backend, *fencedlock.Locker) {
+	t.Helper()
+	cl := testserver.StartRedisCluster(t, 3)
+	c := cl.Client(t, nil)
+	b, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	locker := mustLocker(t, b, fencedlock.Options{TTL: 5 * time.Second})
+	t.Cleanup(func() { locker.Close() })
+	return cl, c, b, locker
 }

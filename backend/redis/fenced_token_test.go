@@ -12,18 +12,18 @@ import (
 	"testing"
 
 	"github.com/fencedlock/fencedlock/fencing"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // evalByHand runs a committed script with the real redis-cli --eval and
 // returns its output, error replies included (redis-cli's exit status is
 // not relied on).
-func evalByHand(t *testing.T, srv *redistest.Server, name string, args ...string) string {
+func evalByHand(t *testing.T, srv *testserver.Redis, name string, args ...string) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(file), "..", "..", "internal", "redisscript", name)
 	full := append([]string{"-p", fmt.Sprint(srv.Port), "--eval", script}, args...)
-	out, _ := exec.Command(redistest.Binary(t, "redis-cli"), full...).CombinedOutput()
+	out, _ := exec.Command(testserver.Binary(t, "redis-cli"), full...).CombinedOutput()
 	return strings.TrimSpace(string(out))
 }
 
@@ -34,7 +34,7 @@ func evalByHand(t *testing.T, srv *redistest.Server, name string, args ...string
 // writes nothing, so the resource is never poisoned for the Go reader
 // (FencedGet) and writer (FencedSet).
 func TestFencedWriteTokenRange(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	if out := evalByHand(t, srv, "fenced_write.lua", "res", ",", "5", "A", "value", "v5"); out != "1" {

@@ -2,18 +2,9 @@ package redis
 
 import (
 	"context"
-	"fmt"
-
-	"github.com/redis/rueidis"
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
-	"github.com/fencedlock/fencedlock/internal/redisscript"
-)
-
-var (
-	forceReleaseScript = rueidis.NewLuaScript(redisscript.ForceReleaseLua)
-	fenceBarrierScript = rueidis.NewLuaScript(redisscript.FenceBarrierLua)
 )
 
 var _ driver.ForceReleaser = (*Backend)(nil)
@@ -31,19 +22,7 @@ var _ driver.ForceReleaser = (*Backend)(nil)
 // a counter at [MaxFence] one wrapping [ErrFenceExhausted]; nothing is
 // changed then.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceResult, error) {
-	var r driver.ForceResult
-	if b.closed.Load() {
-		return r, errClosed("force release", key)
-	}
-	if err := driver.ValidateKey(key); err != nil {
-		return r, fmt.Errorf("redis: force release: %w", err)
-	}
-	lk := b.LockKey(key)
-	vals, err := forceReleaseScript.Exec(ctx, b.c, []string{lk, lk + fenceSuffix}, nil).ToArray()
-	if err != nil {
-		return r, wrap("force release", key, err)
-	}
-	return redisscript.ReadForceRelease(key, values(vals))
+	return b.core.ForceRelease(ctx, key)
 }
 
 // FenceBarrier raises the fence record of key, a hash guarded by
@@ -54,16 +33,5 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (driver.ForceRes
 // An operator writes ForceResult.After from [Backend.ForceRelease] this way.
 // Errors are those of FencedSet: a rejection wraps a *[fencing.StaleError].
 func (b *Backend) FenceBarrier(ctx context.Context, key string, token fencing.Token, holder string) error {
-	const op = "fence barrier"
-	if b.closed.Load() {
-		return errClosed(op, key)
-	}
-	if err := redisscript.CheckFenceBarrier(op, key, b.opts.KeyPrefix, token, holder); err != nil {
-		return err
-	}
-	vals, err := fenceBarrierScript.Exec(ctx, b.c, []string{key}, []string{token.String(), holder}).ToArray()
-	if err != nil {
-		return wrap(op, key, err)
-	}
-	return redisscript.ReadFencedWrite(op, key, token, holder, values(vals))
+	return b.store.FenceBarrier(ctx, key, token, holder)
 }

@@ -14,7 +14,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 )
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 
 // newBackend returns a Backend on its own new client of srv, closed at the
 // end of the test (backend first, then client).
-func newBackend(t testing.TB, srv *redistest.Server, opts Options) (*Backend, rueidis.Client) {
+func newBackend(t testing.TB, srv *testserver.Redis, opts Options) (*Backend, rueidis.Client) {
 	t.Helper()
 	c := srv.Client(t, nil)
 	b, err := New(c, opts)
@@ -246,3 +247,51 @@ func (m *monitor) sync(t testing.TB, c rueidis.Client) []string {
 }
 
 func isNotHeld(err error) bool { return errors.Is(err, driver.ErrNotHeld) }
+
+// adapter is this backend's constructors for the test bodies both Redis
+// adapters run (internal/rediscore/rediscoretest): rueidis clients with
+// their default options (no client-side cache).
+var adapter = rediscoretest.Adapter[rueidis.Client]{
+	Client: func(t testing.TB, addr, user, password string) rueidis.Client {
+		t.Helper()
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Username: user, Password: password, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	},
+	Cluster: func(t testing.TB, cl *testserver.RedisCluster) rueidis.Client { return cl.Client(t, nil) },
+	Sentinel: func(t testing.TB, g *testserver.Sentinels, primary *testserver.Redis) rueidis.Client {
+		return g.Client(t, primary, nil)
+	},
+	New: func(c rueidis.Client) (rediscoretest.FullBackend, error) { return New(c, Options{}) },
+	Fixture: func(b rediscoretest.FullBackend, c rueidis.Client) rediscoretest.Fixture {
+		return fixture(b.(*Backend), c)
+	},
+}
+
+// fixture is the Store of b, whose client is c, for the shared tests.
+func fixture(b *Backend, c rueidis.Client) rediscoretest.Fixture {
+	do := func(ctx context.Context, args ...string) (string, error) { // args: command, key, more
+		// The key is args[1]: routed to its slot's node on a Cluster.
+		m, err := c.Do(ctx, c.B().Arbitrary(args[0]).Keys(args[1]).Args(args[2:]...).Build()).ToMessage()
+		if err != nil {
+			return "", err
+		}
+		if n, err := m.AsInt64(); err == nil {
+			return strconv.FormatInt(n, 10), nil
+		}
+		s, _ := m.ToString()
+		return s, nil
+	}
+	return rediscoretest.Fixture{Store: NewStore(b), Do: do}
+}
+
+// TestCore runs the test bodies both Redis adapters run
+// (internal/rediscore/rediscoretest.Run) on this one's adapter.
+func TestCore(t *testing.T) { rediscoretest.Run(t, adapter) }
+
+// BenchmarkCore runs the microbenchmarks both Redis adapters run
+// (internal/rediscore/rediscoretest.RunBenchmarks) on this one's adapter.
+func BenchmarkCore(b *testing.B) { rediscoretest.RunBenchmarks(b, adapter) }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/internal/hostiletest"
-	"github.com/fencedlock/fencedlock/internal/redisscript"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -44,14 +44,14 @@ import (
 // The subtest "warm" first makes the client dial all 4 of them (a
 // Background context, counted by the dialer): it passed 8 runs of 8, with
 // 1 to 4 redials each; "cold" (a fresh client) failed in 2 runs of 3 to 8.
-// The backend runs such a command again (runScript): both pass.
+// The backend runs such a command again (conn.eval, see foreignCancel): both pass.
 func TestCancelledAcquiresLeaveNoOrphan(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		warm bool
 	}{{"warm", true}, {"cold", false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.Start(t)
+			srv := testserver.StartRedis(t)
 			pauser := srv.Client(t, nil) // its own connection: not one the workers' contexts dial
 			base := runtime.NumGoroutine()
 			var dials atomic.Int32
@@ -86,7 +86,7 @@ func TestCancelledAcquiresLeaveNoOrphan(t *testing.T) {
 			})
 			var abandoned int64
 			for i := range 16 {
-				n, err := c.Do(context.Background(), c.B().Arbitrary("EXISTS", b.LockKey(fmt.Sprintf("hostile/%d", i))+redisscript.AbandonedSuffix).Build()).AsInt64()
+				n, err := c.Do(context.Background(), c.B().Arbitrary("EXISTS", b.LockKey(fmt.Sprintf("hostile/%d", i))+redisnames.AbandonedSuffix).Build()).AsInt64()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
 )
 
 // miniHarness runs the conformance suite on miniredis: the fast path, not
@@ -33,8 +35,22 @@ func (h *miniHarness) client() rueidis.Client {
 }
 
 func (h *miniHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
-	return New(h.client(), Options{})
+	b, err := New(h.client(), Options{})
+	if err != nil {
+		return nil, err
+	}
+	return miniBackend{b}, nil
 }
+
+// miniBackend is a Backend without the election capability: proclaim.lua
+// computes holder ids with the bit library (LuaBitOp), which Redis has
+// and miniredis's Lua lacks. The election properties run on redis-server
+// in TestConformance (and TestConformance of backend/goredis).
+type miniBackend struct{ *Backend }
+
+// Proclaim shadows Backend.Proclaim, so that miniBackend is no
+// driver.Elector.
+func (miniBackend) Proclaim() {}
 
 // NewDelayedBackend makes the harness a conformance.Delayer.
 func (h *miniHarness) NewDelayedBackend(ctx context.Context, delay time.Duration) (driver.Backend, error) {
@@ -115,4 +131,10 @@ func realClock(m *miniredis.Miniredis) {
 		srv.Dispatch(c, append([]string{cmd}, args...))
 		return true
 	})
+}
+
+// SetKeys makes the harness a conformance.SetKeyer: rueidis runs
+// miniredis as a Cluster, where a set must be in one hash slot.
+func (h *miniHarness) SetKeys(prefix string, n int) []string {
+	return rediscoretest.SameSlotKeys(redisscript.DefaultKeyPrefix, prefix, n)
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestAcquireAtOOM: on a server over maxmemory under noeviction (writes
@@ -20,7 +20,7 @@ import (
 // got OOM instead of HeldError, and TestEvictionBehaviour/noeviction
 // failed whenever its fill left the server above maxmemory.)
 func TestAcquireAtOOM(t *testing.T) {
-	srv := redistest.Start(t, redistest.WithConfig("maxmemory-policy noeviction"))
+	srv := testserver.StartRedis(t, testserver.WithConfig("maxmemory-policy noeviction"))
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	first := acquire(t, b, "held", time.Minute)

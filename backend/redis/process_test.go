@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -27,7 +27,7 @@ func TestSeedOneHolderAtATimeProcesses(t *testing.T) {
 		processWorker(t, addr, os.Getenv("FENCEDLOCK_TEST_WORKER_LOG"))
 		return
 	}
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	logPath := filepath.Join(t.TempDir(), "history")
 	exe, err := os.Executable()
 	if err != nil {

@@ -14,8 +14,9 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -23,13 +24,13 @@ import (
 // committed script, from the repository root, with the real redis-cli:
 // redis-cli --eval internal/redisscript/release.lua lock-key , token
 func TestRedisCLIEvalRelease(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	c := srv.Client(t, nil)
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli := redistest.Binary(t, "redis-cli")
+	cli := testserver.Binary(t, "redis-cli")
 	eval := func(token string) string {
 		t.Helper()
 		cmd := exec.Command(cli, "-p", strconv.Itoa(srv.Port),
@@ -51,7 +52,7 @@ func TestRedisCLIEvalRelease(t *testing.T) {
 	sub := srv.Client(t, nil)
 	go func() {
 		recvDone <- sub.Receive(rueidis.WithOnSubscriptionHook(ctx, func(rueidis.PubSubSubscription) { close(subscribed) }),
-			sub.B().Subscribe().Channel("lock-key"+releasedSuffix).Build(),
+			sub.B().Subscribe().Channel("lock-key"+redisnames.ReleasedSuffix).Build(),
 			func(m rueidis.PubSubMessage) { msgs <- m.Channel })
 	}()
 	<-subscribed
@@ -97,7 +98,7 @@ func TestRedisCLIEvalRelease(t *testing.T) {
 // redis-server, that the lock key and the fence key of awkward names share
 // a hash slot, and that different names never share a lock key.
 func TestKeySlots(t *testing.T) {
-	srv := redistest.Start(t, redistest.WithConfig("cluster-enabled yes", "cluster-config-file nodes.conf"))
+	srv := testserver.StartRedis(t, testserver.WithConfig("cluster-enabled yes", "cluster-config-file nodes.conf"))
 	c := srv.Client(t, func(o *rueidis.ClientOption) { o.ForceSingleClient = true })
 	b, err := New(c, Options{})
 	if err != nil {
@@ -162,7 +163,7 @@ func TestOptions(t *testing.T) {
 // TestWrongType: a lock or fence key holding another type gives an error
 // wrapping ErrCorrupt (not "held" or "not held") and nothing is changed.
 func TestWrongType(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	lk, fk := b.LockKey("k"), b.FenceKey("k")
@@ -206,7 +207,7 @@ func TestWrongType(t *testing.T) {
 // TestCorruptFenceCounter: a fence counter that is not a decimal counter
 // fails the acquire before anything is written.
 func TestCorruptFenceCounter(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	for _, bad := range []string{"abc", "-5", "1.5", "0012", "+3", " 7", "", "9007199254740993", "12345678901234567", "9223372036854775807"} {
@@ -252,7 +253,7 @@ func TestCorruptFenceCounter(t *testing.T) {
 // TestScriptFlushRecovers: after SCRIPT FLUSH, every operation falls back
 // from EVALSHA to EVAL and succeeds.
 func TestScriptFlushRecovers(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	before := commandStats(t, c)["eval"]
@@ -287,7 +288,7 @@ func TestScriptFlushRecovers(t *testing.T) {
 // TestClosed: a closed rueidis client and a closed Backend give errors
 // wrapping ErrClosed.
 func TestClosed(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	c, err := rueidis.NewClient(srv.ClientOption())
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +343,7 @@ func TestClosed(t *testing.T) {
 // and leaves nothing on the server; a waiting Acquire ended by its context
 // is both ErrNotAcquired and the context's error.
 func TestCancelledContext(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -376,7 +377,7 @@ func TestCancelledContext(t *testing.T) {
 // the waiter's deadline (10s), so only the release message can explain a
 // success; the hand-off time is logged, not asserted.
 func TestWaiterWokenOnRelease(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	ba, c := newBackend(t, srv, Options{})
 	bb, _ := newBackend(t, srv, Options{})
 	la := mustLocker(t, ba, fencedlock.Options{TTL: 20 * time.Second})
@@ -437,7 +438,7 @@ func numsub(t testing.TB, c rueidis.Client, channel string) int64 {
 // releases); its key expires on the server, which publishes nothing; the
 // waiter acquires after the PTTL hint.
 func TestWaiterWithoutMessage(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	ba, _ := newBackend(t, srv, Options{})
 	bb, _ := newBackend(t, srv, Options{})
 	const ttl = 300 * time.Millisecond
@@ -487,7 +488,7 @@ func TestWaiterWithoutMessage(t *testing.T) {
 // backends, releases and expiries; the counter has no TTL and is kept by
 // release.
 func TestFenceIncreasesAndSurvivesRelease(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b1, c := newBackend(t, srv, Options{})
 	b2, _ := newBackend(t, srv, Options{})
 	ctx := context.Background()
@@ -529,7 +530,7 @@ func TestFenceIncreasesAndSurvivesRelease(t *testing.T) {
 // again (no second increment) and a fresh TTL; another owner is refused
 // with the holder's remaining TTL.
 func TestAcquireSameOwnerAgain(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	req := driver.AcquireRequest{Key: "k", Owner: owner(), TTL: 500 * time.Millisecond}
@@ -560,7 +561,7 @@ func TestAcquireSameOwnerAgain(t *testing.T) {
 
 // TestRenewAndReleaseNotHeld covers the ErrNotHeld paths.
 func TestRenewAndReleaseNotHeld(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	g := acquire(t, b, "k", time.Second)
@@ -600,7 +601,7 @@ func TestRenewAndReleaseNotHeld(t *testing.T) {
 // TestInspectNeverContainsToken: Inspect reports holder id, TTL and fence,
 // never the owner token.
 func TestInspectNeverContainsToken(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, _ := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	info, err := b.Inspect(ctx, "k")
@@ -637,7 +638,7 @@ func TestInspectNeverContainsToken(t *testing.T) {
 // client sent, excluding those a script called). These are counts, not
 // timings.
 func TestRoundTrips(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
 	const n = 50
@@ -708,8 +709,8 @@ func TestRoundTrips(t *testing.T) {
 // TestWaitReplicas: with a replica, WAIT confirms the acquire; without
 // enough replicas the acquire fails with ErrReplication and leaves no lock.
 func TestWaitReplicas(t *testing.T) {
-	primary := redistest.Start(t)
-	replica := redistest.Start(t, redistest.WithReplicaOf(primary))
+	primary := testserver.StartRedis(t)
+	replica := testserver.StartRedis(t, testserver.WithReplicaOf(primary))
 	rc := replica.Client(t, nil)
 	waitFor(t, 10*time.Second, "replica sync", func() bool {
 		return strings.Contains(str(t, rc, "INFO", "replication"), "master_link_status:up")

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -54,7 +54,7 @@ func TestReleaseNotFailedByAnotherCallersDial(t *testing.T) {
 }
 
 func sharedDial(t *testing.T, op func(ctx context.Context, b *Backend, g driver.Grant) error, check func(driver.Info) bool, want string) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	var dials atomic.Int32
 	entered := make(chan struct{}, 1)
 	c := srv.Client(t, func(o *rueidis.ClientOption) {

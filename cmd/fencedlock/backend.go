@@ -16,14 +16,16 @@ import (
 // backendConfig is the server a command talks to, from flags or the
 // environment (flags win).
 type backendConfig struct {
-	redisURL  string
-	etcd      string // comma-separated endpoints
-	cacert    string
-	cert      string
-	key       string
-	user      string
-	password  string
-	keyPrefix string
+	redisURL string
+	// postgresURL is a PostgreSQL connection string (postgres.go).
+	postgresURL string
+	etcd        string // comma-separated endpoints
+	cacert      string
+	cert        string
+	key         string
+	user        string
+	password    string
+	keyPrefix   string
 	// allowEvicting accepts a Redis whose maxmemory-policy may evict lock
 	// keys and fence counters (redis.Options.AllowEvictingPolicy).
 	allowEvicting bool
@@ -62,7 +64,16 @@ etcd:   --etcd ENDPOINTS, or $FENCEDLOCK_ETCD    comma-separated, e.g. https://1
   (--cacert, --cert and --key were renamed --tls-ca, --tls-cert and --tls-key: --key read like
   the lock's KEY. The old names are refused.)
 
-Both:
+PostgreSQL:  --postgres URL, or $FENCEDLOCK_POSTGRES
+  postgres://[user:password@]host:port/dbname[?sslmode=require]
+                                                any libpq URL or key=value string pgx accepts
+                                                ("host=db user=app password=... dbname=app");
+                                                $PGPASSWORD and ~/.pgpass are read when no password is given
+  The lock tables (fencedlock_leases, fencedlock_fences) are created if missing; release --force
+  --resource names keys of the fencedlock_kv table (postgres.KV). Waiters poll (safe behind a
+  transaction pooler such as PgBouncer).
+
+Redis and etcd:
   --key-prefix P     or $FENCEDLOCK_KEY_PREFIX     prefix of every lock key on the server
                                                    (default "fencedlock:" on Redis, "fencedlock/" on etcd)
   --allow-evicting-policy                          Redis: run even if maxmemory-policy may evict locks
@@ -72,13 +83,13 @@ A password in a URL or flag is visible to other users in the process list: prefe
 
 // backendPointer ends the backend part of a command's page.
 const backendPointer = `
-Backends: --redis URL or --etcd ENDPOINTS (or $FENCEDLOCK_REDIS, $FENCEDLOCK_ETCD); the URL forms,
-TLS and credentials: fencedlock help backends.
+Backends: --redis URL, --etcd ENDPOINTS, --postgres URL or $FENCEDLOCK_*: fencedlock help backends.
 `
 
 // addBackendFlags registers the backend flags on fs.
 func addBackendFlags(fs *flag.FlagSet, c *backendConfig) {
 	fs.StringVar(&c.redisURL, "redis", "", "Redis `URL` (or $FENCEDLOCK_REDIS)")
+	fs.StringVar(&c.postgresURL, "postgres", "", "PostgreSQL connection `URL` (or $FENCEDLOCK_POSTGRES)")
 	fs.StringVar(&c.etcd, "etcd", "", "etcd `ENDPOINTS`, comma-separated (or $FENCEDLOCK_ETCD)")
 	fs.StringVar(&c.cacert, "tls-ca", "", "etcd: CA certificate `file`")
 	fs.StringVar(&c.cert, "tls-cert", "", "etcd: client certificate `file`")
@@ -134,9 +145,10 @@ func (c *backendConfig) resolve(getenv func(string) string) error {
 		}
 	}
 	// A backend named by flag excludes the other one's environment variable.
-	if c.redisURL == "" && c.etcd == "" {
+	if c.redisURL == "" && c.etcd == "" && c.postgresURL == "" {
 		fill(&c.redisURL, "FENCEDLOCK_REDIS")
 		fill(&c.etcd, "FENCEDLOCK_ETCD")
+		fill(&c.postgresURL, "FENCEDLOCK_POSTGRES")
 	}
 	fill(&c.cacert, "FENCEDLOCK_ETCD_CACERT")
 	fill(&c.cert, "FENCEDLOCK_ETCD_CERT")
@@ -144,11 +156,14 @@ func (c *backendConfig) resolve(getenv func(string) string) error {
 	fill(&c.user, "FENCEDLOCK_ETCD_USER")
 	fill(&c.password, "FENCEDLOCK_ETCD_PASSWORD")
 	fill(&c.keyPrefix, "FENCEDLOCK_KEY_PREFIX")
-	switch {
-	case c.redisURL == "" && c.etcd == "":
-		return fmt.Errorf("%w: give --redis URL or --etcd ENDPOINTS (or set FENCEDLOCK_REDIS or FENCEDLOCK_ETCD)", errNoBackend)
-	case c.redisURL != "" && c.etcd != "":
-		return fmt.Errorf("both --redis and --etcd given (possibly from FENCEDLOCK_REDIS / FENCEDLOCK_ETCD): choose one")
+	switch n := btoi(c.redisURL != "") + btoi(c.etcd != "") + btoi(c.postgresURL != ""); {
+	case n == 0:
+		return fmt.Errorf("%w: give --redis URL, --etcd ENDPOINTS or --postgres URL (or set FENCEDLOCK_REDIS, FENCEDLOCK_ETCD or FENCEDLOCK_POSTGRES)", errNoBackend)
+	case n > 1:
+		return fmt.Errorf("more than one of --redis, --etcd and --postgres given (possibly from FENCEDLOCK_REDIS / FENCEDLOCK_ETCD / FENCEDLOCK_POSTGRES): choose one")
+	}
+	if c.postgresURL != "" {
+		return c.resolvePostgres()
 	}
 	if c.redisURL != "" {
 		// A malformed URL is a usage error, found before any connection.
@@ -169,6 +184,32 @@ func (c *backendConfig) resolve(getenv func(string) string) error {
 	}
 	if c.user == "" && c.password != "" {
 		return fmt.Errorf("--password needs --user")
+	}
+	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// resolvePostgres checks the flags of a PostgreSQL backend: the
+// connection string parses (a usage error otherwise, found before any
+// connection), and no flag of the other backends is given.
+func (c *backendConfig) resolvePostgres() error {
+	if _, err := postgresConfig(c.postgresURL); err != nil {
+		return err
+	}
+	if c.cacert != "" || c.cert != "" || c.key != "" || c.user != "" || c.password != "" {
+		return fmt.Errorf("--tls-ca, --tls-cert, --tls-key, --user and --password are for etcd; for PostgreSQL put them in the URL (postgres://user:password@host/db?sslmode=verify-full&sslrootcert=ca.pem) or use $PGPASSWORD")
+	}
+	if c.keyPrefix != "" {
+		return fmt.Errorf("--key-prefix (or FENCEDLOCK_KEY_PREFIX) is for Redis and etcd: on PostgreSQL locks live in their own tables, keys are used as given")
+	}
+	if c.allowEvicting {
+		return fmt.Errorf("--allow-evicting-policy is for Redis")
 	}
 	return nil
 }
@@ -216,6 +257,9 @@ func (c *backendConfig) endpoints() []string {
 func (c *backendConfig) describe() string {
 	if c.redisURL != "" {
 		return "redis " + redactURL(c.redisURL)
+	}
+	if c.postgresURL != "" {
+		return "postgres " + redactPostgres(c.postgresURL)
 	}
 	return "etcd " + strings.Join(c.endpoints(), ",")
 }

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/internal/clitest"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // bin is the fencedlock binary built once by TestMain; the tests below
@@ -29,9 +29,9 @@ func lockKey(key string) string { return "fencedlock:{" + key + "}" }
 
 // redisServer starts a redis-server with an ACL user and returns it with
 // the URL the binary is given (user:password form).
-func redisServer(t *testing.T) (*redistest.Server, string) {
+func redisServer(t *testing.T) (*testserver.Redis, string) {
 	t.Helper()
-	s := redistest.Start(t, redistest.WithUser("locker", "s3cret"))
+	s := testserver.StartRedis(t, testserver.WithUser("locker", "s3cret"))
 	return s, "redis://locker:s3cret@" + s.Addr
 }
 
@@ -72,31 +72,15 @@ func release(t *testing.T, holder *clitest.Proc) {
 func TestRunNeverOverlaps(t *testing.T) {
 	_, url := redisServer(t)
 	const procs, rounds, grace = 4, 2, 10 * time.Second // grace: run's default
-	ttl := time.Second
 	env := []string{"FENCEDLOCK_REDIS=" + url}
-	args := func(ttl time.Duration) []string {
-		return []string{"run", "-q", "--ttl", ttl.String(), "--wait", "30s", "shared", "--"}
-	}
-	lag := clitest.StartLag(t)
-	runs := bin.RunsDisjoint(t, env, args(ttl), procs, rounds, switchFired)
-	if len(runs.Cut) > 0 {
-		retry := clitest.RetryTTL(ttl, grace, lag.Max())
-		t.Logf("inconclusive with --ttl %v: %d of %d runs cut short by the supervisor (a renewal at least %v late; this test's scheduling delay max %v); not an overlap: retrying once with --ttl %v. First cut run's stderr:\n%s",
-			ttl, len(runs.Cut), procs*rounds, clitest.SwitchLateness(ttl, grace).Round(time.Millisecond), lag.Max().Round(time.Millisecond), retry, runs.Cut[0])
-		ttl = retry
-		runs = bin.RunsDisjoint(t, env, args(ttl), procs, rounds, nil)
-	}
+	runs, ttl, lag := bin.RunsNeverOverlap(t, env, "shared", 30*time.Second, time.Second, grace, procs, rounds, switchFired)
 	t.Logf("%d runs by %d processes with --ttl %v, no overlap; hand-off gaps (end of one command to start of the next): %v; scheduling delay max %v",
-		len(runs.Gaps)+1, procs, ttl, runs.Gaps, lag.Max().Round(time.Millisecond))
+		len(runs.Gaps)+1, procs, ttl, runs.Gaps, lag)
 }
 
 // switchFired tells a run that the supervisor's dead man's switch cut
-// short (exit 76) while the server still kept its lease: run did not
-// report the lease lost.
-func switchFired(code int, stderr string) bool {
-	_, fired := clitest.SwitchFired(stderr)
-	return code == exitLeaseLost && fired && !strings.Contains(stderr, "fencedlock run: lease on ")
-}
+// short (exit 76) while the server still kept its lease.
+var switchFired = clitest.SwitchCut(exitLeaseLost)
 
 // TestLeaseLostTerminatesCommand loses the lease of a running command in
 // the two ways a server can take it away, and measures the time from the
@@ -278,7 +262,7 @@ func TestExitCodes(t *testing.T) {
 		{"command not found", []string{"run", "k", "--", "no-such-command-fencedlock"}, env, exitNotFound, "cannot start"},
 		{"command not executable", []string{"run", "k", "--", "/etc/passwd"}, env, exitCannotExec, "cannot start"},
 		{"usage", []string{"run", "--ttl", "0s", "k", "--", "true"}, env, exitUsage, "out of range"},
-		{"no backend", []string{"run", "k", "--", "true"}, nil, exitUsage, "give --redis URL or --etcd ENDPOINTS"},
+		{"no backend", []string{"run", "k", "--", "true"}, nil, exitUsage, "give --redis URL, --etcd ENDPOINTS or --postgres URL"},
 		{"server unreachable", []string{"run", "--redis", "redis://127.0.0.1:1", "k", "--", "true"}, nil, exitBackend, "is the server running"},
 		{"wrong password", []string{"run", "--redis", "redis://locker:wrong@" + srv.Addr, "k", "--", "true"}, nil, exitBackend, "credentials"},
 		{"bad URL", []string{"inspect", "--redis", "http://x:secretpw@h", "k"}, nil, exitUsage, "invalid URL scheme"},
@@ -473,7 +457,7 @@ func TestRunChildEnvHasNoCredentials(t *testing.T) {
 // lock keys or their fence counters, commands refuse to run (backend error,
 // naming the policy and the flag) unless --allow-evicting-policy is given.
 func TestEvictingPolicy(t *testing.T) {
-	s := redistest.Start(t, redistest.WithConfig("maxmemory 64mb", "maxmemory-policy allkeys-lru"))
+	s := testserver.StartRedis(t, testserver.WithConfig("maxmemory 64mb", "maxmemory-policy allkeys-lru"))
 	env := []string{"FENCEDLOCK_REDIS=redis://" + s.Addr}
 	code, p := bin.Run(t, env, "inspect", "k")
 	if code != exitBackend || !strings.Contains(p.Stderr.String(), "allkeys-lru") || !strings.Contains(p.Stderr.String(), "--allow-evicting-policy") {

@@ -96,6 +96,9 @@ func (e *env) demo(ctx context.Context, args []string) int {
 		return e.usageError("demo", "--ttl %v out of range [100ms, 1m]", f.ttl)
 	}
 	c := f.backend
+	if c.postgresURL != "" {
+		return e.usageError("demo", "--postgres: the demo runs on Redis or etcd only (its fenced resource is a Redis hash or an etcd key); see docs/postgres.md for the same story on PostgreSQL")
+	}
 	embedded := c.redisURL == "" && c.etcd == ""
 	if embedded && (c.cacert != "" || c.cert != "" || c.key != "" || c.user != "" || c.password != "") {
 		return e.usageError("demo", "--tls-ca, --tls-cert, --tls-key, --user and --password need --etcd ENDPOINTS")

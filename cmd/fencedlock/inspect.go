@@ -10,10 +10,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/human"
 	"github.com/fencedlock/fencedlock/driver"
 )
 
 const inspectHeader = `Usage: fencedlock inspect [flags] KEY
+       fencedlock inspect --limit N [flags] KEY
+       fencedlock inspect --leader [flags] NAME
 
 Show whether the lock KEY is held, the holder id (a non-secret hash of the
 owner token; the token itself is never shown), the remaining lease, and the
@@ -23,6 +26,13 @@ With --watch it follows KEY until interrupted (SIGINT, SIGTERM; exit 0),
 printing one line (or JSON object) with the time each time the state
 changes: taken, released or expired, taken over by another holder (a new
 fence). It reads the state every --interval; a renewal is not a change.
+
+With --limit N it shows the N permits of the semaphore KEY (as run --limit
+N takes them): for each slot 0..N-1, its lock KEY/permit/SLOT's holder id,
+fence and remaining lease; exit 0 if all N are held, 1 if one is free.
+With --leader, KEY names an election (package election): its leader's
+value, term fence, holder id and remaining term; exit 0 if there is a
+leader, 1 if none. Only backends that hold elections (etcd) can answer.
 `
 
 const inspectFooter = backendPointer + `
@@ -33,6 +43,8 @@ Examples:
 JSON output (--json): {"key":"orders","held":true,"holder":"3f2a9c0e1b7d4a65","ttl_ms":8123,"fence":42}
 ("holder" and "ttl_ms" are omitted when the lock is free; "fence" is 0 if no lease was ever granted).
 With --watch, one such object per change and line, with "at" (RFC 3339) added.
+With --limit, one such object per slot and line, with "semaphore" and "slot" added.
+With --leader: {"election":"jobs","held":true,"value":"node-1:8080","fence":7,"holder":"...","ttl_ms":8123}.
 
 ` + inspectExitCodes
 
@@ -46,6 +58,8 @@ type inspectOutput struct {
 	Fence  uint64     `json:"fence"`
 }
 
+// inspect is the inspect command: KEY's holder, lease and last fence,
+// once or, with --watch, at every change.
 func (e *env) inspect(ctx context.Context, args []string) int {
 	var (
 		cfg      backendConfig
@@ -53,12 +67,16 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 		watch    bool
 		interval time.Duration
 		logFmt   string
+		limit    int
+		leader   bool
 	)
 	fs := e.newFlagSet("inspect", inspectHeader, inspectFooter)
 	addBackendFlags(fs, &cfg)
 	fs.BoolVar(&jsonOut, "json", false, "print one JSON object instead of text")
 	fs.BoolVar(&watch, "watch", false, "follow KEY's state changes until interrupted")
 	fs.DurationVar(&interval, "interval", 250*time.Millisecond, "with --watch: how often to read the state")
+	fs.IntVar(&limit, "limit", 0, "show the `N` permits of the semaphore KEY (its slot locks KEY/permit/0..N-1)")
+	fs.BoolVar(&leader, "leader", false, "KEY names an election: show its leader (value, term fence, holder, TTL)")
 	logFormatFlag(fs, &logFmt)
 	if code, stop := e.parse(fs, args); stop {
 		return code
@@ -66,18 +84,23 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	if err := checkLogFormat(logFmt); err != nil {
 		return e.usageError("inspect", "%v", err)
 	}
+	if n := btoi(watch) + btoi(limit != 0) + btoi(leader); n > 1 {
+		return e.usageError("inspect", "--watch, --limit and --leader exclude each other (watch one slot: inspect --watch KEY/permit/SLOT)")
+	}
 	if logFmt == logJSON {
 		e = &env{stdin: e.stdin, stdout: e.stdout, stderr: newJSONLines(e.stderr, "inspect"), getenv: e.getenv, open: e.open, self: e.self}
 	}
 	if interval < 10*time.Millisecond {
 		return e.usageError("inspect", "--interval %v is below 10ms", interval)
 	}
-	if fs.NArg() != 1 {
-		return e.usageError("inspect", "want exactly one KEY, got %d arguments", fs.NArg())
+	key, code, stop := e.oneKey("inspect", fs)
+	if stop {
+		return code
 	}
-	key := fs.Arg(0)
-	if err := driver.ValidateKey(key); err != nil {
-		return e.usageError("inspect", "%s", errText(err))
+	if limit != 0 {
+		if err := validateTarget(key, limit); err != nil {
+			return e.usageError("inspect", "%s", errText(err))
+		}
 	}
 	if err := cfg.resolve(e.getenv); err != nil {
 		return e.usageError("inspect", "%v", err)
@@ -87,6 +110,9 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 		return e.openError("inspect", err)
 	}
 	defer closeBackend()
+	if leader {
+		return e.inspectLeader(ctx, b, cfg, key, jsonOut)
+	}
 	in, ok := b.(driver.Inspector)
 	if !ok {
 		fmt.Fprintf(e.stderr, "fencedlock inspect: the %s backend cannot describe locks\n", cfg.describe())
@@ -95,13 +121,28 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	if watch {
 		return e.watch(ctx, in, key, interval, jsonOut)
 	}
+	if limit != 0 {
+		return e.inspectPermits(ctx, in, cfg, key, limit, jsonOut)
+	}
 	ictx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	info, err := in.Inspect(ictx, key)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "fencedlock inspect: %s\n(check that the server at %s is reachable and the credentials are right)\n", errText(err), cfg.describe())
-		return exitBackend
+		return e.readFailed(cfg, err)
 	}
+	return e.printInfo(key, info, jsonOut)
+}
+
+// readFailed reports that inspect could not read the server and returns
+// its exit code, 69.
+func (e *env) readFailed(cfg backendConfig, err error) int {
+	fmt.Fprintf(e.stderr, "fencedlock inspect: %s\n(check that the server at %s is reachable and the credentials are right)\n", errText(err), cfg.describe())
+	return exitBackend
+}
+
+// printInfo prints what inspect found of key, as text or JSON, and
+// returns inspect's exit code.
+func (e *env) printInfo(key string, info driver.Info, jsonOut bool) int {
 	out := inspectOutput{Key: key, Held: info.Held, Fence: uint64(info.Fence)}
 	if info.Held {
 		out.Holder = info.Holder
@@ -117,7 +158,7 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "key:     %q\n", key)
 	if info.Held {
-		fmt.Fprintf(e.stdout, "held:    yes\nholder:  %s\nttl:     %v\n", info.Holder, roundDuration(info.TTL))
+		fmt.Fprintf(e.stdout, "held:    yes\nholder:  %s\nttl:     %v\n", info.Holder, human.Duration(info.TTL))
 	} else {
 		fmt.Fprintf(e.stdout, "held:    no\n")
 	}
@@ -205,5 +246,5 @@ func describeState(o inspectOutput) string {
 	if o.Holder == "" {
 		holder = "another owner"
 	}
-	return fmt.Sprintf("held by %s, fence %d, lease ends in %v unless renewed", holder, o.Fence, roundDuration(time.Duration(o.TTLms)*time.Millisecond))
+	return fmt.Sprintf("held by %s, fence %d, lease ends in %v unless renewed", holder, o.Fence, human.Duration(time.Duration(o.TTLms)*time.Millisecond))
 }

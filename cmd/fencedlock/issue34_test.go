@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestOldTLSFlagsRefused: --key was the etcd client's private key file
@@ -120,8 +121,10 @@ func TestHelpPages(t *testing.T) {
 		if !strings.Contains(page, "fencedlock help backends") {
 			t.Errorf("%s -help does not point to fencedlock help backends", cmd)
 		}
-		if n := strings.Count(page, "\n"); n > 85 {
-			t.Errorf("%s -help is %d lines, want at most 85 (they were 70 to 118 with the backend block)", cmd, n)
+		// 88: run's page gained --read, --write and sets of KEYs (issue
+		// 32) after the 85 set when the backend block left (70 to 118).
+		if n := strings.Count(page, "\n"); n > 88 {
+			t.Errorf("%s -help is %d lines, want at most 88 (they were 70 to 118 with the backend block)", cmd, n)
 		}
 	}
 	e, out, _ = memEnv(memory.NewStore(), nil)
@@ -191,6 +194,7 @@ func TestJSONLinesLevels(t *testing.T) {
 // -buildvcs=false (the test asks for stamping), and Go stamps nothing in a
 // git worktree, whose .git is a file.
 func TestVersionFromCheckoutBuild(t *testing.T) {
+	testserver.SkipShort(t, "a git clone of the checkout and a go build of the CLI in it")
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
 		t.Fatalf("git rev-parse (the test needs the git checkout it runs in): %v", err)

@@ -21,7 +21,7 @@ import (
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/internal/clitest"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // switchRuns is the number of runs of each case of the kill-switch tests
@@ -32,7 +32,7 @@ var switchRuns = flag.Int("switch-runs", 2, "runs of each case of TestKillSwitch
 // switchRig is what every case of the kill-switch tests shares: a redis
 // server, its URL and a poller (a second holder, in the test process).
 type switchRig struct {
-	srv    *redistest.Server
+	srv    *testserver.Redis
 	url    string
 	poller *fencedlock.Locker
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/human"
 	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -34,6 +35,9 @@ It is built to be safe on a production server with millions of keys:
   etcd:  ranges of at most --count keys under <prefix>locks/, keys only,
          --pace between them; a free lock leaves no key on etcd, so only held
          and waited-for locks are listed (fence 0 once free).
+  PostgreSQL: pages of --count keys (an index range scan of both tables, in
+         byte order), --pace between them; every key ever granted is listed,
+         held or free, with its last fence.
 It stops after --max locks (saying so on standard error and exiting 1) or
 --timeout. A lock that changes while the listing runs is shown as it was
 when it was inspected.
@@ -110,6 +114,13 @@ func (e *env) list(ctx context.Context, args []string) int {
 		}
 		defer func() { _ = b.Close(); client.Close() }()
 		n, err = listRedis(ctx, client, b, prefix, f, out.print)
+	} else if cfg.postgresURL != "" {
+		b, closeBackend, oerr := e.open(ctx, cfg)
+		if oerr != nil {
+			return e.openError("list", oerr)
+		}
+		defer closeBackend()
+		n, err = listPostgres(ctx, b, prefix, f, out.print)
 	} else {
 		octx, ocancel := openContext(ctx)
 		client, b, derr := dialEtcd(octx, cfg)
@@ -134,6 +145,21 @@ func (e *env) list(ctx context.Context, args []string) int {
 	return exitOK
 }
 
+// pause waits d between two pages of a listing, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 var errListMax = fmt.Errorf("fencedlock list: --max reached")
 
 // listPrinter prints locks as a table or as JSON lines.
@@ -153,7 +179,7 @@ func (p *listPrinter) print(o inspectOutput) error {
 	}
 	held, holder, ttl := "no", "-", "-"
 	if o.Held {
-		held, holder, ttl = "yes", o.Holder, roundDuration(time.Duration(o.TTLms)*time.Millisecond).String()
+		held, holder, ttl = "yes", o.Holder, human.Duration(time.Duration(o.TTLms)*time.Millisecond).String()
 		if holder == "" {
 			holder = "?"
 		}
@@ -209,11 +235,9 @@ func listRedis(ctx context.Context, client rueidis.Client, b *redisb.Backend, pr
 		node := nodes[addr]
 		var cursor uint64
 		for first := true; first || cursor != 0; first = false {
-			if !first && f.pace > 0 {
-				select {
-				case <-ctx.Done():
-					return n, ctx.Err()
-				case <-time.After(f.pace):
+			if !first {
+				if err := pause(ctx, f.pace); err != nil {
+					return n, err
 				}
 			}
 			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(match).Count(f.count).Build()).AsScanEntry()
@@ -233,12 +257,7 @@ func listRedis(ctx context.Context, client rueidis.Client, b *redisb.Backend, pr
 				if !ok || strings.ContainsAny(esc, "{}") {
 					continue
 				}
-				name, err := url.PathUnescape(esc)
-				if err != nil || !strings.HasPrefix(name, prefix) || seen[name] {
-					continue
-				}
-				seen[name] = true
-				names = append(names, name)
+				names = addLockName(names, esc, prefix, seen)
 			}
 			if err := inspectLocks(ctx, b, names, &n, f, print); err != nil {
 				return n, err
@@ -246,6 +265,17 @@ func listRedis(ctx context.Context, client rueidis.Client, b *redisb.Backend, pr
 		}
 	}
 	return n, nil
+}
+
+// addLockName appends to names the lock name that esc escapes (as in the
+// backend's keys) if it starts with prefix and was not seen yet.
+func addLockName(names []string, esc, prefix string, seen map[string]bool) []string {
+	name, err := url.PathUnescape(esc)
+	if err != nil || !strings.HasPrefix(name, prefix) || seen[name] {
+		return names
+	}
+	seen[name] = true
+	return append(names, name)
 }
 
 // globEscape escapes the glob characters of SCAN MATCH.
@@ -270,11 +300,9 @@ func listEtcd(ctx context.Context, client *clientv3.Client, b *etcdb.Backend, pr
 	seen := make(map[string]bool)
 	n := 0
 	for first := true; ; first = false {
-		if !first && f.pace > 0 {
-			select {
-			case <-ctx.Done():
-				return n, ctx.Err()
-			case <-time.After(f.pace):
+		if !first {
+			if err := pause(ctx, f.pace); err != nil {
+				return n, err
 			}
 		}
 		resp, err := client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(f.count),
@@ -285,16 +313,9 @@ func listEtcd(ctx context.Context, client *clientv3.Client, b *etcdb.Backend, pr
 		var names []string
 		for _, kv := range resp.Kvs {
 			rest := strings.TrimPrefix(string(kv.Key), base)
-			esc, _, ok := strings.Cut(rest, "/")
-			if !ok {
-				continue
+			if esc, _, ok := strings.Cut(rest, "/"); ok {
+				names = addLockName(names, esc, prefix, seen)
 			}
-			name, err := url.PathUnescape(esc)
-			if err != nil || !strings.HasPrefix(name, prefix) || seen[name] {
-				continue
-			}
-			seen[name] = true
-			names = append(names, name)
 		}
 		if err := inspectLocks(ctx, b, names, &n, f, print); err != nil {
 			return n, err

@@ -16,7 +16,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestListMillionKeys runs `fencedlock list` on a real redis-server holding
@@ -28,7 +28,7 @@ import (
 // and compared with one KEYS over the same keyspace (what list must never
 // do).
 func TestListMillionKeys(t *testing.T) {
-	s, url := redisServerWith(t, redistest.WithConfig("enable-debug-command local"))
+	s, url := redisServerWith(t, testserver.WithConfig("enable-debug-command local"))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c := s.Client(t, nil)

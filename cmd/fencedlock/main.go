@@ -1,10 +1,10 @@
 //go:build unix
 
 // Command fencedlock holds distributed locks with fencing tokens from the
-// shell, on Redis or etcd.
+// shell, on Redis, etcd or PostgreSQL.
 //
 //	fencedlock demo                          the paused-holder story on an embedded Redis, with real processes
-//	fencedlock run [flags] KEY -- CMD [ARGS] run CMD while holding KEY; kill it if the lease is lost
+//	fencedlock run [flags] KEY -- CMD [ARGS] run CMD while holding KEY (--limit N: one of N permits); kill it if the lease is lost
 //	fencedlock inspect [flags] KEY           show whether KEY is held, by whom, for how long, its last fence
 //	fencedlock list [flags] [PREFIX]         list the locks under PREFIX (SCAN / range, bounded and paced)
 //	fencedlock release --force [flags] KEY   break KEY whoever holds it, fenced (operators; see docs/operations.md)
@@ -17,7 +17,8 @@
 // --try), starts COMMAND (given after a required --) under a supervisor,
 // in its own process group with FENCEDLOCK_KEY, FENCEDLOCK_FENCE and
 // FENCEDLOCK_HOLDER in its environment (and the backend's variables, which
-// may hold credentials, removed), renews the lease while COMMAND runs,
+// may hold credentials, removed; with --limit N, FENCEDLOCK_SLOT: run holds
+// one of N permits of the semaphore KEY, the lease of its slot lock), renews the lease while COMMAND runs,
 // releases it when COMMAND and every process it started have ended, and
 // exits with COMMAND's code. SIGINT, SIGTERM, SIGHUP and SIGQUIT are
 // forwarded to the process group.
@@ -41,7 +42,8 @@
 // list shows the locks under a prefix (SCAN with COUNT and a pace between
 // calls on Redis, never KEYS; paged ranges on etcd; bounded by --max and
 // --timeout). inspect --watch follows one key's state changes until
-// interrupted. release --force breaks a lock whoever holds it, fenced: one
+// interrupted; inspect --limit N shows the permits of a semaphore, inspect
+// --leader the leader of an election (on backends that hold elections). release --force breaks a lock whoever holds it, fenced: one
 // atomic step deletes it and consumes a fence (driver.ForceReleaser),
 // which it writes as a barrier to each --resource the lock guards, so that
 // the old holder's next guarded write is rejected; it prints an audit line.
@@ -73,6 +75,8 @@
 //	--etcd ENDPOINTS   or FENCEDLOCK_ETCD     comma-separated, e.g. https://10.0.0.1:2379,https://10.0.0.2:2379
 //	                                          with --tls-ca, --tls-cert, --tls-key, --user, --password
 //	                                          (or FENCEDLOCK_ETCD_CACERT, _CERT, _KEY, _USER, _PASSWORD)
+//	--postgres URL     or FENCEDLOCK_POSTGRES postgres://[user:password@]host:port/dbname[?sslmode=...]
+//	                                          (or libpq key=value pairs; tables created if missing)
 //	--key-prefix P     or FENCEDLOCK_KEY_PREFIX   prefix of every key on the server (defaults:
 //	                                          "fencedlock:" on Redis, "fencedlock/" on etcd)
 //
@@ -106,7 +110,6 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
 )
@@ -162,7 +165,7 @@ const demoExitCodes = `Exit codes:
   69       backend error (cannot reach or use the server)
 `
 
-const mainUsage = `fencedlock: distributed locks with fencing tokens, on Redis or etcd.
+const mainUsage = `fencedlock: distributed locks with fencing tokens, on Redis, etcd or PostgreSQL.
 
 Usage:
   fencedlock demo [flags]                       the paused-holder story, with real processes (embedded Redis by default)
@@ -175,8 +178,9 @@ Usage:
 
 Run "fencedlock COMMAND -help" for the flags and examples of a command.
 
-Backends (every command but demo needs one): --redis URL or --etcd ENDPOINTS
-(or $FENCEDLOCK_REDIS, $FENCEDLOCK_ETCD); the forms, TLS, credentials: fencedlock help backends.
+Backends (every command but demo needs one): --redis URL, --etcd ENDPOINTS or --postgres URL
+(or $FENCEDLOCK_REDIS, $FENCEDLOCK_ETCD, $FENCEDLOCK_POSTGRES); the forms, TLS, credentials:
+fencedlock help backends.
 
 `
 
@@ -348,15 +352,16 @@ func (e *env) usageError(cmd, format string, args ...any) int {
 	return exitUsage
 }
 
-// durationFlag formats d for messages: rounded to what a human reads.
-func roundDuration(d time.Duration) time.Duration {
-	switch {
-	case d <= 0:
-		return 0
-	case d < time.Second:
-		return d.Round(time.Millisecond)
-	case d < time.Minute:
-		return d.Round(10 * time.Millisecond)
+// oneKey returns the one KEY argument of cmd's flag set fs; stop, with
+// the code of the usage error printed, if there is not exactly one or it
+// is not a valid key.
+func (e *env) oneKey(cmd string, fs *flag.FlagSet) (key string, code int, stop bool) {
+	if fs.NArg() != 1 {
+		return "", e.usageError(cmd, "want exactly one KEY, got %d arguments", fs.NArg()), true
 	}
-	return d.Round(time.Second)
+	key = fs.Arg(0)
+	if err := driver.ValidateKey(key); err != nil {
+		return "", e.usageError(cmd, "%s", errText(err)), true
+	}
+	return key, 0, false
 }

@@ -27,8 +27,11 @@ import (
 func openBackend(ctx context.Context, c backendConfig) (driver.Backend, func(), error) {
 	ctx, cancel := openContext(ctx)
 	defer cancel()
-	if c.redisURL != "" {
+	switch {
+	case c.redisURL != "":
 		return openRedis(ctx, c)
+	case c.postgresURL != "":
+		return openPostgres(ctx, c)
 	}
 	return openEtcd(ctx, c)
 }

@@ -75,13 +75,7 @@ func TestRunSupervisorKilledBeforeReport(t *testing.T) {
 		}
 		code := p.Wait(10 * time.Second)
 		t.Logf("round %d: COMMAND ran before the report: %v; run exited %d; stderr: %s", round, ran, code, strings.TrimSpace(p.Stderr.String()))
-		gone := false
-		for i := 0; i < 200 && !gone; i++ {
-			_, alive, _, _ := w.state()
-			gone = alive == 0
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !gone {
+		if !w.goneWithin2s() {
 			t.Errorf("round %d: a process of COMMAND's tree still runs 2s after run exited %d", round, code)
 		}
 		if code != exitLeaseLost {

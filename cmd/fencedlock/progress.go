@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/human"
 	"github.com/fencedlock/fencedlock/driver"
 )
 
@@ -40,6 +41,8 @@ type progress struct {
 	// log, if set (--log-format json), receives the messages as slog
 	// records with attributes instead of text lines.
 	log *slog.Logger
+	// limit above 1: run waits for one of limit permits of the semaphore key.
+	limit int
 }
 
 func (p *progress) printf(format string, args ...any) {
@@ -59,10 +62,10 @@ func (p *progress) acquired(l *fencedlock.Lease) {
 		return
 	}
 	if p.log != nil {
-		p.log.Info("acquired", "key", p.key, "fence", uint64(l.Fence()), "holder", l.Holder(), "ttl_ms", l.TTL().Milliseconds())
+		p.log.Info("acquired", "key", p.key, "lock", leaseKey(l), "fence", uint64(l.Fence()), "holder", l.Holder(), "ttl_ms", l.TTL().Milliseconds())
 		return
 	}
-	p.printf("acquired %q: fence %v, holder %s, lease %v", p.key, l.Fence(), l.Holder(), roundDuration(l.TTL()))
+	p.printf("acquired %q: fence %v, holder %s, lease %v", leaseKey(l), l.Fence(), l.Holder(), human.Duration(l.TTL()))
 }
 
 // waiting reports who holds the key and for how long.
@@ -71,6 +74,10 @@ func (p *progress) waiting(ctx context.Context, b driver.Backend, since time.Tim
 		return
 	}
 	waited := time.Since(since)
+	if p.limit > 1 {
+		p.printf("waiting for one of %d permits of %q: all held%s; waited %v", p.limit, p.key, describePermits(ctx, b, p.key, p.limit), human.Duration(waited))
+		return
+	}
 	if p.log != nil {
 		attrs := []any{"key", p.key, "waited_ms", waited.Milliseconds()}
 		if in, ok := b.(driver.Inspector); ok {
@@ -92,7 +99,16 @@ func (p *progress) waiting(ctx context.Context, b driver.Backend, since time.Tim
 		p.log.Info("waiting", attrs...)
 		return
 	}
-	p.printf("waiting for %q: held%s; waited %v", p.key, describeHolder(ctx, b, p.key), roundDuration(waited))
+	p.printf("waiting for %q: held%s; waited %v", p.key, describeHolder(ctx, b, p.key), human.Duration(waited))
+}
+
+// busy says, for run --try, that the key (or every permit) is held, and
+// by whom.
+func (p *progress) busy(ctx context.Context, b driver.Backend) string {
+	if p.limit > 1 {
+		return fmt.Sprintf("all %d permits of %q are held%s", p.limit, p.key, describePermits(ctx, b, p.key, p.limit))
+	}
+	return fmt.Sprintf("%q is held%s", p.key, describeHolder(ctx, b, p.key))
 }
 
 // describeHolder returns ": held by holder H (fence F), lease ends in T" for
@@ -122,7 +138,7 @@ func describeHolder(ctx context.Context, b driver.Backend, key string) string {
 		s += fmt.Sprintf(" (fence %v)", info.Fence)
 	}
 	if info.TTL > 0 {
-		s += fmt.Sprintf(", lease ends in %v unless renewed", roundDuration(info.TTL))
+		s += fmt.Sprintf(", lease ends in %v unless renewed", human.Duration(info.TTL))
 	}
 	return s
 }

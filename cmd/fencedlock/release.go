@@ -67,11 +67,14 @@ type releaseOutput struct {
 	Failed    []string  `json:"barrier_errors,omitempty"`
 }
 
-// fenceBarrier is implemented by the Redis and etcd backends.
+// fenceBarrier is implemented by the Redis and etcd backends, and by the
+// CLI's PostgreSQL backend on its KV table (postgres.go).
 type fenceBarrier interface {
 	FenceBarrier(ctx context.Context, key string, token fencing.Token, holder string) error
 }
 
+// releaseCmd is the release command: it breaks a lock (--force), consuming
+// a fence, and writes that fence to the barriers of the --resource keys.
 func (e *env) releaseCmd(ctx context.Context, args []string) int {
 	var (
 		cfg       backendConfig
@@ -83,19 +86,16 @@ func (e *env) releaseCmd(ctx context.Context, args []string) int {
 	addBackendFlags(fs, &cfg)
 	fs.BoolVar(&force, "force", false, "break the lock whoever holds it (required)")
 	fs.BoolVar(&jsonOut, "json", false, "print the audit record as one JSON object")
-	fs.Var(&resources, "resource", "a `key` the lock guards (Redis: a hash written with FencedSet; etcd: a key written\nwith FencedPut): write the consumed fence to its fence record; repeat for each")
+	fs.Var(&resources, "resource", "a `key` the lock guards (Redis: a hash written with FencedSet; etcd: a key written\nwith FencedPut; PostgreSQL: a key of the fencedlock_kv table): write the consumed fence to its fence record; repeat for each")
 	if code, stop := e.parse(fs, args); stop {
 		return code
 	}
 	if !force {
 		return e.usageError("release", "only --force is supported: a normal release belongs to the holder")
 	}
-	if fs.NArg() != 1 {
-		return e.usageError("release", "want exactly one KEY, got %d arguments", fs.NArg())
-	}
-	key := fs.Arg(0)
-	if err := driver.ValidateKey(key); err != nil {
-		return e.usageError("release", "%s", errText(err))
+	key, code, stop := e.oneKey("release", fs)
+	if stop {
+		return code
 	}
 	for _, r := range resources {
 		if r == "" {
@@ -132,10 +132,29 @@ func (e *env) releaseCmd(ctx context.Context, args []string) int {
 		return exitBackend
 	}
 	out.Held, out.Holder, out.Before, out.After = r.Held, r.Holder, uint64(r.Before), uint64(r.After)
+	code = e.writeBarriers(ctx, barrier, resources, r.After, &out)
+	if jsonOut {
+		if err := json.NewEncoder(e.stdout).Encode(out); err != nil {
+			fmt.Fprintf(e.stderr, "fencedlock release: %v\n", err)
+			return exitFailure
+		}
+	} else {
+		fmt.Fprintln(e.stdout, auditLine(out))
+	}
+	for _, f := range out.Failed {
+		fmt.Fprintf(e.stderr, "fencedlock release: barrier not written: %s\n", f)
+	}
+	return code
+}
+
+// writeBarriers writes fence after, consumed by the forced release, to the
+// fence record of each resource, noting in out where it did and did not;
+// it returns release's exit code so far.
+func (e *env) writeBarriers(ctx context.Context, barrier fenceBarrier, resources []string, after fencing.Token, out *releaseOutput) int {
 	code := exitOK
 	for _, res := range resources {
 		bctx, cancel := context.WithTimeout(ctx, openTimeout)
-		err := barrier.FenceBarrier(bctx, res, r.After, out.Operator)
+		err := barrier.FenceBarrier(bctx, res, after, out.Operator)
 		cancel()
 		switch {
 		case err == nil:
@@ -149,17 +168,6 @@ func (e *env) releaseCmd(ctx context.Context, args []string) int {
 			out.Failed = append(out.Failed, fmt.Sprintf("%s: %s", res, errText(err)))
 			code = exitBackend
 		}
-	}
-	if jsonOut {
-		if err := json.NewEncoder(e.stdout).Encode(out); err != nil {
-			fmt.Fprintf(e.stderr, "fencedlock release: %v\n", err)
-			return exitFailure
-		}
-	} else {
-		fmt.Fprintln(e.stdout, auditLine(out))
-	}
-	for _, f := range out.Failed {
-		fmt.Fprintf(e.stderr, "fencedlock release: barrier not written: %s\n", f)
 	}
 	return code
 }

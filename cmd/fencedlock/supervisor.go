@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/human"
 )
 
 // The supervisor is a hidden command of this binary that run re-executes
@@ -184,6 +186,13 @@ func (e *env) supervise(args []string) int {
 		return exitCannotExec
 	}
 
+	return s.watch(msgs, sigs)
+}
+
+// watch runs the supervisor once COMMAND started: it acts on the
+// deadlines, run's messages (msgs) and its own signals until no process
+// of COMMAND's tree is left, and returns its exit code.
+func (s *supervisor) watch(msgs chan supervisorMsg, sigs <-chan os.Signal) int {
 	for {
 		// Deadlines first: the look at /proc and the reaping can wait.
 		s.act(sharedNow())
@@ -196,39 +205,13 @@ func (e *env) supervise(args []string) int {
 			return exitOK
 		}
 		s.act(sharedNow())
-		now := sharedNow()
-		killAt := s.deadline - int64(s.killLead)
-		wait := time.Duration(killAt - int64(s.termLead) - now)
-		if s.terming {
-			wait = time.Duration(min(s.termStart+int64(s.grace), killAt) - now)
-		}
-		if s.killSent {
-			wait = 5 * time.Millisecond
-			if s.stuck {
-				wait = stuckRetry
-			}
-		}
-		// Bounded, so that the clock is read again: on Linux it counts
-		// time suspended, which timers do not.
-		wait = min(max(wait, 0), 100*time.Millisecond)
-		timer := time.NewTimer(wait)
+		timer := time.NewTimer(s.nextWait(sharedNow()))
 		select {
 		case m := <-msgs:
-			switch {
-			case m.eof:
+			if m.eof {
 				msgs = nil
-				s.terminate("fencedlock exited while "+strconv.Quote(s.name)+" ran", true)
-			case m.kind == 'D':
-				s.setDeadline(m.arg)
-			case m.kind == 'T':
-				s.terminate(m.arg, false)
-			case m.kind == 'K':
-				if n, err := strconv.Atoi(m.arg); err == nil && !s.exited {
-					// Not reaped yet: the group's number is still
-					// COMMAND's (see the K message).
-					_ = syscall.Kill(-s.pid, syscall.Signal(n))
-				}
 			}
+			s.control(m)
 		case sig := <-sigs:
 			if sig == syscall.SIGTERM {
 				s.terminate("the supervisor got SIGTERM", true)
@@ -236,6 +219,44 @@ func (e *env) supervise(args []string) int {
 		case <-timer.C:
 		}
 		timer.Stop()
+	}
+}
+
+// nextWait is how long the supervisor may sleep at now before its next
+// step: the SIGTERM lead, the end of the grace, or a SIGKILL retry.
+func (s *supervisor) nextWait(now int64) time.Duration {
+	killAt := s.deadline - int64(s.killLead)
+	wait := time.Duration(killAt - int64(s.termLead) - now)
+	if s.terming {
+		wait = time.Duration(min(s.termStart+int64(s.grace), killAt) - now)
+	}
+	if s.killSent {
+		wait = 5 * time.Millisecond
+		if s.stuck {
+			wait = stuckRetry
+		}
+	}
+	// Bounded, so that the clock is read again: on Linux it counts
+	// time suspended, which timers do not.
+	return min(max(wait, 0), 100*time.Millisecond)
+}
+
+// control acts on one message from run: its end (run exited), a new
+// deadline (D), a termination (T) or a signal for COMMAND's group (K).
+func (s *supervisor) control(m supervisorMsg) {
+	switch {
+	case m.eof:
+		s.terminate("fencedlock exited while "+strconv.Quote(s.name)+" ran", true)
+	case m.kind == 'D':
+		s.setDeadline(m.arg)
+	case m.kind == 'T':
+		s.terminate(m.arg, false)
+	case m.kind == 'K':
+		if n, err := strconv.Atoi(m.arg); err == nil && !s.exited {
+			// Not reaped yet: the group's number is still
+			// COMMAND's (see the K message).
+			_ = syscall.Kill(-s.pid, syscall.Signal(n))
+		}
 	}
 }
 
@@ -332,7 +353,7 @@ func (s *supervisor) act(now int64) {
 	switch {
 	case !s.terming && now >= killAt-int64(s.termLead):
 		s.terminate(fmt.Sprintf("no lease extension from fencedlock (stopped, killed, or its renewals failing); local deadline %s in %v",
-			wallClock(s.deadline), roundDuration(time.Duration(s.deadline-now))), true)
+			wallClock(s.deadline), human.Duration(time.Duration(s.deadline-now))), true)
 	case s.terming && now >= min(s.termStart+int64(s.grace), killAt):
 		s.kill()
 	}
@@ -371,7 +392,7 @@ func (s *supervisor) terminate(why string, own bool) {
 		what = "what " + what + " left running"
 	}
 	fmt.Fprintf(s.stderr, "fencedlock run: %s: sending SIGTERM to %d processes of %s (process group %d and its descendants), SIGKILL in %v\n",
-		why, n, what, s.pid, roundDuration(time.Duration(killAt-s.termStart)))
+		why, n, what, s.pid, human.Duration(time.Duration(killAt-s.termStart)))
 }
 
 // kill sends SIGKILL to the tree until none of it is left, a bounded
@@ -451,22 +472,6 @@ func (s *supervisor) reapAll() {
 			return
 		}
 	}
-}
-
-// beforeAfter says "120ms before" for left > 0, "3ms after" otherwise.
-func beforeAfter(left time.Duration) string {
-	if left > 0 {
-		return roundDuration(left).String() + " before"
-	}
-	return roundDuration(-left).String() + " after"
-}
-
-// aheadOrPast says "120ms ahead" for left > 0, "3ms past" otherwise.
-func aheadOrPast(left time.Duration) string {
-	if left > 0 {
-		return roundDuration(left).String() + " ahead"
-	}
-	return roundDuration(-left).String() + " past"
 }
 
 // wallClock formats an instant of sharedNow's clock as wall-clock time.

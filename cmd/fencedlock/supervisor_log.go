@@ -7,6 +7,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/human"
 )
 
 // logQueueMax bounds the bytes a logQueue holds for its writer.
@@ -101,4 +103,20 @@ func (q *logQueue) Flush(timeout time.Duration) bool {
 			return false
 		}
 	}
+}
+
+// beforeAfter says "120ms before" for left > 0, "3ms after" otherwise.
+func beforeAfter(left time.Duration) string {
+	if left > 0 {
+		return human.Duration(left).String() + " before"
+	}
+	return human.Duration(-left).String() + " after"
+}
+
+// aheadOrPast says "120ms ahead" for left > 0, "3ms past" otherwise.
+func aheadOrPast(left time.Duration) string {
+	if left > 0 {
+		return human.Duration(left).String() + " ahead"
+	}
+	return human.Duration(-left).String() + " past"
 }

@@ -14,13 +14,13 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/internal/clitest"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestRedisSentinelURL: the documented Sentinel form reaches the primary
 // that a real redis-sentinel monitors.
 func TestRedisSentinelURL(t *testing.T) {
-	primary := redistest.Start(t, redistest.WithUser("locker", "s3cret"))
+	primary := testserver.StartRedis(t, testserver.WithUser("locker", "s3cret"))
 	port := clitest.FreeTCPPort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
@@ -36,7 +36,7 @@ func TestRedisSentinelURL(t *testing.T) {
 	if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startLogged(t, "Sentinel ID is", redistest.Binary(t, "redis-sentinel"), conf)
+	startLogged(t, "Sentinel ID is", testserver.Binary(t, "redis-sentinel"), conf)
 	url := "redis://locker:s3cret@127.0.0.1:" + strconv.Itoa(port) + "?master_set=mymaster"
 	checkURL(t, url, nil, func() string { return get(t, primary, 0, "fencedlock:{job}:fence") })
 }
@@ -44,7 +44,7 @@ func TestRedisSentinelURL(t *testing.T) {
 // TestRedisClusterURL: a Cluster node given as a plain URL is detected as
 // a cluster, and the lock's keys (one hash slot) work on it.
 func TestRedisClusterURL(t *testing.T) {
-	srv, url := redisServerWith(t, redistest.WithConfig("cluster-enabled yes", "cluster-config-file nodes.conf"))
+	srv, url := redisServerWith(t, testserver.WithConfig("cluster-enabled yes", "cluster-config-file nodes.conf"))
 	if out, err := srv.CLI(t, "CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil || !strings.Contains(out, "OK") {
 		t.Fatalf("CLUSTER ADDSLOTSRANGE: %q, %v", out, err)
 	}
@@ -67,9 +67,9 @@ func TestRedisClusterURL(t *testing.T) {
 	})
 }
 
-func redisServerWith(t *testing.T, opts ...redistest.Option) (*redistest.Server, string) {
+func redisServerWith(t *testing.T, opts ...testserver.RedisOption) (*testserver.Redis, string) {
 	t.Helper()
-	s := redistest.Start(t, append([]redistest.Option{redistest.WithUser("locker", "s3cret")}, opts...)...)
+	s := testserver.StartRedis(t, append([]testserver.RedisOption{testserver.WithUser("locker", "s3cret")}, opts...)...)
 	return s, "redis://locker:s3cret@" + s.Addr
 }
 

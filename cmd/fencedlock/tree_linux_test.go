@@ -187,6 +187,18 @@ const (
 	sigkillBit = 1 << (uint(syscall.SIGKILL) - 1) // signal n is bit n-1 of SigPnd/ShdPnd
 )
 
+// goneWithin2s polls the watch for up to 2s and reports whether no
+// process of the tree is alive any more.
+func (w *treeWatch) goneWithin2s() bool {
+	for range 200 {
+		if _, alive, _, _ := w.state(); alive == 0 {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
 // state returns the number of processes seen, the number alive now, when
 // one was last seen alive and when none was first seen alive after that.
 func (w *treeWatch) state() (seen, alive int, lastAlive, deadAt time.Time) {
@@ -491,13 +503,7 @@ func TestRunSupervisorKilledUnread(t *testing.T) {
 		if code != exitLeaseLost || !strings.Contains(p.Stderr.String(), "supervisor of \"/bin/sh\" died") {
 			t.Fatalf("round %d: exit %d, want %d; stderr:\n%s", round, code, exitLeaseLost, p.Stderr)
 		}
-		gone := false
-		for i := 0; i < 200 && !gone; i++ {
-			_, alive, _, _ := w.state()
-			gone = alive == 0
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !gone {
+		if !w.goneWithin2s() {
 			t.Fatalf("round %d: COMMAND's process group still alive 2s after run exited", round)
 		}
 	}

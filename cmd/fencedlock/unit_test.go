@@ -57,7 +57,7 @@ func TestUsageErrors(t *testing.T) {
 		{"run bad duration", []string{"run", "--ttl", "soon", "k", "--", "true"}, nil, "invalid value"},
 		{"run try and wait", []string{"run", "--try", "--wait", "1s", "k", "--", "true"}, nil, "exclude each other"},
 		{"run negative grace", []string{"run", "--grace", "-1s", "k", "--", "true"}, nil, "must not be negative"},
-		{"run no backend", []string{"run", "k", "--", "true"}, map[string]string{}, "give --redis URL or --etcd ENDPOINTS"},
+		{"run no backend", []string{"run", "k", "--", "true"}, map[string]string{}, "give --redis URL, --etcd ENDPOINTS or --postgres URL"},
 		{"run two backends", []string{"run", "--redis", "redis://x", "--etcd", "y", "k", "--", "true"}, nil, "choose one"},
 		{"run two backends by env", []string{"run", "k", "--", "true"}, map[string]string{"FENCEDLOCK_REDIS": "redis://x", "FENCEDLOCK_ETCD": "y"}, "choose one"},
 		{"run etcd flags on redis", []string{"run", "--redis", "redis://x", "--tls-ca", "ca.pem", "k", "--", "true"}, nil, "are for etcd"},
@@ -178,7 +178,9 @@ func TestRunPassesFenceAndExitCode(t *testing.T) {
 	dir := t.TempDir()
 	envFile := filepath.Join(dir, "env")
 	e, _, errb := memEnv(store, nil)
-	args := append([]string{"run", "-q", "--ttl", "1s", "jobs/nightly"}, shell(`echo "$FENCEDLOCK_KEY $FENCEDLOCK_FENCE $FENCEDLOCK_HOLDER" > `+envFile+`; exit 3`)...)
+	// A long TTL: the test is about what COMMAND gets and returns; a 1s
+	// lease ran out at load 30 before the supervisor was up (exit 76).
+	args := append([]string{"run", "-q", "--ttl", "10s", "jobs/nightly"}, shell(`echo "$FENCEDLOCK_KEY $FENCEDLOCK_FENCE $FENCEDLOCK_HOLDER" > `+envFile+`; exit 3`)...)
 	if code := e.main(context.Background(), args); code != 3 {
 		t.Fatalf("exit code %d, want the command's 3; stderr:\n%s", code, errb)
 	}
@@ -446,8 +448,20 @@ func TestIssue13LeaseLostMessage(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("run did not end; stderr:\n%s", errb)
 	}
-	if strings.Contains(errb.String(), "fencedlock run: fencedlock:") || strings.Count(errb.String(), "fencedlock: ") > 1 {
-		t.Errorf("stacked prefixes:\n%s", errb)
+	// Judged line by line: on a loaded machine the loss can come before
+	// the command started, and run then reports its wait again on a
+	// line of its own (seen at load 15), which is not a stacked prefix.
+	lost := 0
+	for _, line := range strings.Split(errb.String(), "\n") {
+		if strings.Contains(line, "fencedlock run: fencedlock:") || strings.Count(line, "fencedlock: ") > 1 {
+			t.Errorf("stacked prefixes in %q; stderr:\n%s", line, errb)
+		}
+		if strings.Contains(line, `lease on "k" lost:`) {
+			lost++
+		}
+	}
+	if lost > 1 {
+		t.Errorf("the loss reported %d times, want at most once; stderr:\n%s", lost, errb)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencedlock/fencedlock/internal/clitest"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestRedisURLForms runs the binary against real redis-servers reached
@@ -21,7 +21,7 @@ import (
 func TestRedisURLForms(t *testing.T) {
 	t.Run("unix socket", func(t *testing.T) {
 		sock := filepath.Join(t.TempDir(), "redis.sock")
-		srv := redistest.Start(t, redistest.WithUser("locker", "s3cret"), redistest.WithConfig("unixsocket "+strconv.Quote(sock), "unixsocketperm 700"))
+		srv := testserver.StartRedis(t, testserver.WithUser("locker", "s3cret"), testserver.WithConfig("unixsocket "+strconv.Quote(sock), "unixsocketperm 700"))
 		url := "unix://locker:s3cret@" + sock
 		checkURL(t, url, nil, func() string { return get(t, srv, 0, "fencedlock:{job}:fence") })
 	})
@@ -30,7 +30,7 @@ func TestRedisURLForms(t *testing.T) {
 		certs := clitest.WriteCerts(t, dir)
 		caFile, certFile, keyFile := certs.CA, certs.ServerCert, certs.ServerKey
 		port := clitest.FreeTCPPort(t)
-		srv := redistest.Start(t, redistest.WithUser("locker", "s3cret"), redistest.WithConfig(
+		srv := testserver.StartRedis(t, testserver.WithUser("locker", "s3cret"), testserver.WithConfig(
 			"tls-port "+strconv.Itoa(port),
 			"tls-cert-file "+strconv.Quote(certFile),
 			"tls-key-file "+strconv.Quote(keyFile),
@@ -71,7 +71,7 @@ func checkURL(t *testing.T, url string, env []string, fence func() string) {
 }
 
 // get reads key from database db of srv.
-func get(t *testing.T, srv *redistest.Server, db int, key string) string {
+func get(t *testing.T, srv *testserver.Redis, db int, key string) string {
 	t.Helper()
 	c := srv.Client(t, nil)
 	ctx := context.Background()

@@ -256,8 +256,8 @@ fencedlock run: no lease extension from fencedlock (stopped, killed, or its rene
 	if got := SwitchLateness(time.Second, 3*time.Second); got < 216*time.Millisecond || got > 217*time.Millisecond {
 		t.Errorf("SwitchLateness(1s, 3s) = %v, want 0.55s-1s/3", got)
 	}
-	if got := RetryTTL(time.Second, 3*time.Second, 300*time.Millisecond); got != 2400*time.Millisecond {
-		t.Errorf("RetryTTL with 300ms measured = %v, want 2.4s", got)
+	if got := RetryTTL(time.Second, 3*time.Second, 300*time.Millisecond); got != 4800*time.Millisecond {
+		t.Errorf("RetryTTL with 300ms measured = %v, want 4.8s (8x two lags)", got)
 	}
 	if got := RetryTTL(time.Second, 3*time.Second, 0); got != 1800*time.Millisecond {
 		t.Errorf("RetryTTL with nothing measured = %v, want 1.8s (8x the 217ms the switch implies)", got)

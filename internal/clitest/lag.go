@@ -2,6 +2,7 @@ package clitest
 
 import (
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,13 +87,29 @@ func SwitchLateness(ttl, grace time.Duration) time.Duration {
 
 // RetryTTL is the --ttl for the one retry of a run that the switch cut
 // short with a lease of ttl and grace, while Lag measured lag: 8x the
-// larger of lag and the lateness the switch implies, rounded up to 100ms.
-// The switch tolerates a renewal late by about SwitchLateness (0.22x the
-// TTL, less the up to 50ms run takes to pass the deadline on), so a TTL
-// of 4.6x a delay is just enough; 8x leaves room for a delay that grows
-// by 70% between the attempts.
+// larger of two lags and the lateness the switch implies, rounded up to
+// 100ms. The switch tolerates a renewal late by about SwitchLateness
+// (0.22x the TTL, less the up to 50ms run takes to pass the deadline on),
+// so a TTL of 4.6x a delay is just enough; 8x leaves room for a delay
+// that grows by 70% between the attempts. Two lags: a waiter handed the
+// lock in the server's queue (Redis, etcd) holds a lease dated from its
+// last request, before the hand-off, and is woken by a message, one
+// scheduling delay more within the same budget before its first renewal
+// (measured on Redis at load 22-29: 3 and 5 of 8 runs cut at --ttl 1s,
+// and 2 of 8 again in a retry sized by one lag).
 func RetryTTL(ttl, grace, lag time.Duration) time.Duration {
-	d := 8 * max(lag, SwitchLateness(ttl, grace))
+	d := 8 * max(2*lag, SwitchLateness(ttl, grace))
 	const step = 100 * time.Millisecond
 	return (d + step - 1) / step * step
+}
+
+// SwitchCut returns the cut function of RunsDisjoint for fencedlock run:
+// a run that the supervisor's dead man's switch cut short (exit
+// exitLeaseLost, the switch's message) while the server still kept its
+// lease (run did not report the lease lost).
+func SwitchCut(exitLeaseLost int) func(code int, stderr string) bool {
+	return func(code int, stderr string) bool {
+		_, fired := SwitchFired(stderr)
+		return code == exitLeaseLost && fired && !strings.Contains(stderr, "fencedlock run: lease on ")
+	}
 }

@@ -14,7 +14,9 @@ import (
 // Unix nanoseconds to dir/term and exits 0: the command a test runs under a
 // lock whose lease it then takes away.
 func TermScript(dir string) string {
-	return `echo $$ > ` + dir + `/pid; trap 'date +%s%N > ` + dir + `/term; exit 0' TERM; while :; do sleep 0.05; done`
+	// The trap first: a SIGTERM sent as soon as the pid file appears
+	// must find it set (else sh dies of the signal and records nothing).
+	return `trap 'date +%s%N > ` + dir + `/term; exit 0' TERM; echo $$ > ` + dir + `/pid; while :; do sleep 0.05; done`
 }
 
 // WaitUnixNanos waits at most timeout, as WaitFile, for path to hold a

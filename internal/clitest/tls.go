@@ -29,7 +29,7 @@ type Certs struct {
 // for server and client authentication as some servers' own clients
 // present it, and a client certificate (client.pem, client-key.pem). All
 // are valid from an hour ago for a day.
-func WriteCerts(t *testing.T, dir string) Certs {
+func WriteCerts(t testing.TB, dir string) Certs {
 	t.Helper()
 	now := time.Now()
 	newKey := func() *ecdsa.PrivateKey {

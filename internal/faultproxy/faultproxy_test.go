@@ -36,7 +36,13 @@ func echo(t *testing.T) string {
 
 func start(t *testing.T) *Proxy {
 	t.Helper()
-	p, err := New(echo(t))
+	return proxyTo(t, echo(t))
+}
+
+// proxyTo starts a Proxy to addr, closed when the test ends.
+func proxyTo(t *testing.T, addr string) *Proxy {
+	t.Helper()
+	p, err := New(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,26 +149,12 @@ func waitAccepted(t *testing.T, p *Proxy, n int) {
 
 func TestReplyLatencyDelaysRepliesOnly(t *testing.T) {
 	srv, got := recorder(t)
-	p, err := New(srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := proxyTo(t, srv)
 	c, r := dial(t, p)
 	p.SetReplyLatency(300 * time.Millisecond)
 	t0 := time.Now()
-	if _, err := c.Write([]byte("req\n")); err != nil {
-		t.Fatal(err)
-	}
 	// The request reaches the server without the reply's delay...
-	select {
-	case line := <-got:
-		if line != "req\n" {
-			t.Fatalf("server got %q", line)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("request did not reach the server")
-	}
+	sent(t, c, got, "req")
 	arrived := time.Since(t0)
 	// ...and the reply is held for it.
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -176,24 +168,10 @@ func TestReplyLatencyDelaysRepliesOnly(t *testing.T) {
 
 func TestCutRepliesAppliesThenResets(t *testing.T) {
 	srv, got := recorder(t)
-	p, err := New(srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := proxyTo(t, srv)
 	c, r := dial(t, p)
 	p.CutReplies(1)
-	if _, err := c.Write([]byte("applied\n")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case line := <-got:
-		if line != "applied\n" {
-			t.Fatalf("server got %q", line)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("request did not reach the server")
-	}
+	sent(t, c, got, "applied")
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if line, err := r.ReadString('\n'); err == nil {
 		t.Fatalf("the cut reply arrived: %q", line)
@@ -209,6 +187,23 @@ func TestCutRepliesAppliesThenResets(t *testing.T) {
 		t.Fatalf("after the cut: %q, %v", line, err)
 	}
 	<-got
+}
+
+// sent writes the line msg on c and waits until the recorder's server got
+// it.
+func sent(t *testing.T, c net.Conn, got <-chan string, msg string) {
+	t.Helper()
+	if _, err := c.Write([]byte(msg + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case line := <-got:
+		if line != msg+"\n" {
+			t.Fatalf("server got %q", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("request did not reach the server")
+	}
 }
 
 // recorder starts an echo server that also sends every line it reads to

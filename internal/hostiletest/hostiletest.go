@@ -64,143 +64,184 @@ func Seed(t *testing.T) uint64 {
 // a Lease the schedule kept (inspect reads a key); then the client must
 // still work. Bounded: 40 rounds per goroutine, 60 s.
 func Cancels(t *testing.T, l *fencedlock.Locker, inspect func(context.Context, string) (driver.Info, error), pause func(ms int) error) {
-	const (
-		workers = 64
-		rounds  = 40
-		nkeys   = 16
-	)
-	seed := Seed(t)
-	keys := make([]string, nkeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("hostile/%d", i)
+	c := &cancels{t: t, l: l, inspect: inspect, seed: Seed(t), kept: map[string]*fencedlock.Lease{},
+		keys: make([]string, cancelKeys), deadline: time.Now().Add(60 * time.Second)}
+	for i := range c.keys {
+		c.keys[i] = fmt.Sprintf("hostile/%d", i)
 	}
-	var (
-		mu       sync.Mutex
-		kept     = map[string]*fencedlock.Lease{} // leases held to the end, by key
-		got      atomic.Int64                     // leases got back
-		failed   atomic.Int64                     // calls that failed
-		deadline = time.Now().Add(60 * time.Second)
-	)
 	stop := make(chan struct{})
 	pauser := make(chan struct{})
 	go func() { // the server stalls now and then while the calls run
 		defer close(pauser)
-		rng := rand.New(rand.NewPCG(seed, 1))
-		for range 20 {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Duration(20+rng.IntN(80)) * time.Millisecond):
-			}
-			if err := pause(5 + rng.IntN(60)); err != nil {
-				t.Errorf("client pause: %v", err)
-				return
-			}
-		}
+		c.pauses(stop, pause)
 	}()
 	var wg sync.WaitGroup
-	for w := range workers {
+	for w := range cancelWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(w)+2))
-			for range rounds {
-				if time.Now().After(deadline) {
-					return
-				}
-				key := keys[rng.IntN(nkeys)]
-				ctx, cancel := context.WithCancel(context.Background())
-				switch rng.IntN(5) {
-				case 0: // ended before the call
-					cancel()
-				case 1: // ends while the command is queued or in flight
-					ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(200))*time.Microsecond)
-				case 2:
-					ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
-				case 3: // cancelled from another goroutine
-					d := time.Duration(rng.IntN(3000)) * time.Microsecond
-					time.AfterFunc(d, cancel)
-				case 4: // some time to wait for the key
-					ctx, cancel = context.WithTimeout(ctx, time.Duration(50+rng.IntN(200))*time.Millisecond)
-				}
-				var (
-					ls  *fencedlock.Lease
-					err error
-				)
-				if rng.IntN(2) == 0 {
-					ls, err = l.Acquire(ctx, key)
-				} else {
-					ls, err = l.TryAcquire(ctx, key)
-				}
-				cancel()
-				if err != nil {
-					failed.Add(1)
-					if ls != nil {
-						t.Errorf("%s: a lease with the error %v", key, err)
-					}
-					continue
-				}
-				got.Add(1)
-				keep := rng.IntN(32) == 0
-				if keep {
-					mu.Lock()
-					if kept[key] == nil {
-						kept[key] = ls
-						mu.Unlock()
-						continue
-					}
-					mu.Unlock()
-				}
-				time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond)
-				if err := ls.Release(context.Background()); err != nil {
-					t.Errorf("%s: release of a lease got back: %v", key, err)
-				}
-			}
+			c.worker(w)
 		}()
 	}
 	wg.Wait()
 	close(stop)
 	<-pauser
-	t.Logf("%d workers x %d rounds: %d leases got back, %d calls failed, %d kept", workers, rounds, got.Load(), failed.Load(), len(kept))
-	if got.Load() == 0 || failed.Load() == 0 {
+	t.Logf("%d workers x %d rounds: %d leases got back, %d calls failed, %d kept", cancelWorkers, cancelRounds, c.got.Load(), c.failed.Load(), len(c.kept))
+	if c.got.Load() == 0 || c.failed.Load() == 0 {
 		t.Errorf("no lease or no failure: the schedule did not exercise both")
 	}
 
-	check := func(when string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, key := range keys {
-			info, err := inspect(ctx, key)
-			if err != nil {
-				t.Fatalf("%s: inspect %s: %v", when, key, err)
-			}
-			ls := kept[key]
-			switch {
-			case info.Held && ls == nil:
-				t.Errorf("%s: %s held by %s, whom no Lease the test got back holds (ttl %v, fence %d)", when, key, info.Holder, info.TTL, info.Fence)
-			case info.Held && info.Holder != ls.Holder():
-				t.Errorf("%s: %s held by %s, the kept Lease is %s", when, key, info.Holder, ls.Holder())
-			case !info.Held && ls != nil:
-				t.Errorf("%s: %s free, the kept Lease %s lost it", when, key, ls.Holder())
-			}
-		}
-	}
-	check("after every call returned")
+	c.check("after every call returned")
 	// Requests queued or in flight when their context ended may still
 	// arrive; any that does must take nothing.
 	time.Sleep(500 * time.Millisecond)
-	check("500ms later")
+	c.check("500ms later")
+	c.stillWorks()
+}
 
-	// The client still works, alone and pipelined.
+// The size of the Cancels schedule.
+const (
+	cancelWorkers = 64
+	cancelRounds  = 40
+	cancelKeys    = 16
+)
+
+// cancels is one run of Cancels.
+type cancels struct {
+	t        *testing.T
+	l        *fencedlock.Locker
+	inspect  func(context.Context, string) (driver.Info, error)
+	seed     uint64
+	keys     []string
+	deadline time.Time
+
+	mu     sync.Mutex
+	kept   map[string]*fencedlock.Lease // leases held to the end, by key
+	got    atomic.Int64                 // leases got back
+	failed atomic.Int64                 // calls that failed
+}
+
+// pauses stalls the server's writes (pause) 20 times at random moments,
+// until stop.
+func (c *cancels) pauses(stop <-chan struct{}, pause func(ms int) error) {
+	rng := rand.New(rand.NewPCG(c.seed, 1))
+	for range 20 {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(20+rng.IntN(80)) * time.Millisecond):
+		}
+		if err := pause(5 + rng.IntN(60)); err != nil {
+			c.t.Errorf("client pause: %v", err)
+			return
+		}
+	}
+}
+
+// worker runs worker w's rounds: a call with a context that ends at a
+// random point, then the lease, if any, kept or released.
+func (c *cancels) worker(w int) {
+	rng := rand.New(rand.NewPCG(c.seed, uint64(w)+2))
+	for range cancelRounds {
+		if time.Now().After(c.deadline) {
+			return
+		}
+		key := c.keys[rng.IntN(cancelKeys)]
+		ctx, cancel := hostileContext(rng)
+		var (
+			ls  *fencedlock.Lease
+			err error
+		)
+		if rng.IntN(2) == 0 {
+			ls, err = c.l.Acquire(ctx, key)
+		} else {
+			ls, err = c.l.TryAcquire(ctx, key)
+		}
+		cancel()
+		if err != nil {
+			c.failed.Add(1)
+			if ls != nil {
+				c.t.Errorf("%s: a lease with the error %v", key, err)
+			}
+			continue
+		}
+		c.got.Add(1)
+		if rng.IntN(32) == 0 && c.keep(key, ls) {
+			continue
+		}
+		time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond)
+		if err := ls.Release(context.Background()); err != nil {
+			c.t.Errorf("%s: release of a lease got back: %v", key, err)
+		}
+	}
+}
+
+// keep keeps ls to the end if no lease of key is kept yet.
+func (c *cancels) keep(key string, ls *fencedlock.Lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kept[key] != nil {
+		return false
+	}
+	c.kept[key] = ls
+	return true
+}
+
+// hostileContext is a context that ends at a random point: already
+// ended, while the command is queued or in flight, after milliseconds,
+// cancelled from another goroutine, or with some time to wait for the key.
+func hostileContext(rng *rand.Rand) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	switch rng.IntN(5) {
+	case 0: // ended before the call
+		cancel()
+	case 1: // ends while the command is queued or in flight
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(200))*time.Microsecond)
+	case 2:
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
+	case 3: // cancelled from another goroutine
+		d := time.Duration(rng.IntN(3000)) * time.Microsecond
+		time.AfterFunc(d, cancel)
+	case 4: // some time to wait for the key
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(50+rng.IntN(200))*time.Millisecond)
+	}
+	return ctx, cancel
+}
+
+// check fails the test if a key is held by anyone but its kept Lease.
+func (c *cancels) check(when string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, key := range c.keys {
+		info, err := c.inspect(ctx, key)
+		if err != nil {
+			c.t.Fatalf("%s: inspect %s: %v", when, key, err)
+		}
+		ls := c.kept[key]
+		switch {
+		case info.Held && ls == nil:
+			c.t.Errorf("%s: %s held by %s, whom no Lease the test got back holds (ttl %v, fence %d)", when, key, info.Holder, info.TTL, info.Fence)
+		case info.Held && info.Holder != ls.Holder():
+			c.t.Errorf("%s: %s held by %s, the kept Lease is %s", when, key, info.Holder, ls.Holder())
+		case !info.Held && ls != nil:
+			c.t.Errorf("%s: %s free, the kept Lease %s lost it", when, key, ls.Holder())
+		}
+	}
+}
+
+// stillWorks checks that the client still works, alone and pipelined,
+// and releases the kept leases.
+func (c *cancels) stillWorks() {
+	t := c.t
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var wg2 sync.WaitGroup
-	for w := range workers {
-		wg2.Add(1)
+	var wg sync.WaitGroup
+	for w := range cancelWorkers {
+		wg.Add(1)
 		go func() {
-			defer wg2.Done()
-			ls, err := l.TryAcquire(ctx, fmt.Sprintf("after/%d", w))
+			defer wg.Done()
+			ls, err := c.l.TryAcquire(ctx, fmt.Sprintf("after/%d", w))
 			if err != nil {
 				t.Errorf("after: %v", err)
 				return
@@ -210,14 +251,14 @@ func Cancels(t *testing.T, l *fencedlock.Locker, inspect func(context.Context, s
 			}
 		}()
 	}
-	wg2.Wait()
-	for key, ls := range kept {
+	wg.Wait()
+	for key, ls := range c.kept {
 		if err := ls.Release(ctx); err != nil {
 			t.Errorf("%s: release of the kept lease: %v", key, err)
 		}
 	}
-	for _, key := range keys {
-		if info, err := inspect(ctx, key); err != nil || info.Held {
+	for _, key := range c.keys {
+		if info, err := c.inspect(ctx, key); err != nil || info.Held {
 			t.Errorf("%s at the end: %+v, %v; want free", key, info, err)
 		}
 	}

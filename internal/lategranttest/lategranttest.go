@@ -76,112 +76,134 @@ func TryAcquires(t *testing.T, s Setup) {
 	defer s.Proxy.SetReplyLatency(0)
 	prefix := fmt.Sprintf("lategrant/%d/", time.Now().UnixNano())
 	var (
-		mu      sync.Mutex
-		expired int // leases handed out with their deadline passed
-		handed  int // leases handed out at all
-		refused int
-		held    int // found Fast's lock: the request came too late to be granted
-		failed  int // failed otherwise (firstFail)
-
-		firstFail error
-		wg        sync.WaitGroup
+		c  tally
+		wg sync.WaitGroup
 	)
 	start := time.Now()
 	for i := range Runs {
 		key := fmt.Sprintf("%s%d", prefix, i)
-		wg.Go(func() {
-			type result struct {
-				ls  *fencedlock.Lease
-				err error
-				at  time.Duration
-				bad error // why the lease handed out was expired, if it was
-			}
-			ach := make(chan result, 1)
-			go func() {
-				ls, err := s.Slow.TryAcquire(context.Background(), key)
-				r := result{ls: ls, err: err, at: time.Since(start)}
-				if err == nil {
-					if lerr := ls.Err(); lerr != nil {
-						r.bad = lerr
-					} else if left := time.Until(ls.Deadline()); left <= 0 {
-						r.bad = fmt.Errorf("deadline %v ago", -left)
-					}
-				}
-				ach <- r
-			}()
-			// As the B: from 5/4 of the TTL on, after the
-			// server's expiry of Slow's lease, and once Slow's request
-			// was applied (etcd's may need a second round trip).
-			s.applied(key, 2*lag)
-			time.Sleep(time.Until(start.Add(s.TTL * 5 / 4)))
-			ctx, cancel := context.WithTimeout(context.Background(), 2*lag+4*s.TTL)
-			lsB, errB := s.Fast.Acquire(ctx, key)
-			cancel()
-			atB := time.Since(start)
-			r := <-ach
-			switch {
-			case r.err == nil:
-				mu.Lock()
-				handed++
-				if r.bad != nil {
-					expired++
-				}
-				mu.Unlock()
-				fenceB := "none"
-				if errB == nil {
-					fenceB = fmt.Sprint(lsB.Fence())
-				}
-				t.Errorf("%s: Slow: TryAcquire returned at %v: err=nil fence=%d (expired: %v); Fast: Acquire returned at %v: err=%v fence=%s",
-					key, r.at, r.ls.Fence(), r.bad, atB, errB, fenceB)
-				_ = r.ls.Release(context.Background())
-			case errors.Is(r.err, fencedlock.ErrNotAcquired) && errors.Is(r.err, fencedlock.ErrLateGrant):
-				mu.Lock()
-				refused++
-				mu.Unlock()
-			case errors.Is(r.err, fencedlock.ErrNotAcquired):
-				// Its request reached the server after Fast's (Fast
-				// gave up waiting for it to be applied): not the case
-				// under test, and no lease was handed out.
-				mu.Lock()
-				held++
-				mu.Unlock()
-			default:
-				// The delay made the attempt fail otherwise (etcd: a
-				// lease that expired before the Txn that uses it
-				// arrived): no lease was handed out either.
-				mu.Lock()
-				failed++
-				if firstFail == nil {
-					firstFail = r.err
-				}
-				mu.Unlock()
-			}
-			if errB != nil {
-				t.Errorf("%s: Fast: Acquire: %v", key, errB)
-				return
-			}
-			// A refused grant's release came back by now (TryAcquire
-			// returns after it): Fast's lock must be untouched.
-			info, err := s.Inspect(context.Background(), key)
-			switch {
-			case err != nil:
-				t.Errorf("%s: inspect: %v", key, err)
-			case !info.Held || info.Fence != lsB.Fence():
-				t.Errorf("%s: after Slow's refused grant the key is %+v, want held by Fast (fence %d)", key, info, lsB.Fence())
-			}
-			if err := lsB.Err(); err != nil {
-				t.Errorf("%s: Fast's lease: %v", key, err)
-			}
-			if err := lsB.Release(context.Background()); err != nil {
-				t.Errorf("%s: Fast's release: %v", key, err)
-			}
-		})
+		wg.Go(func() { race(t, s, key, start, &c) })
 	}
 	wg.Wait()
 	t.Logf("%d runs (TTL %v, replies %v late): %d leases handed out, %d of them expired; %d grants refused as late, %d found the key held, %d failed otherwise (%v)",
-		Runs, s.TTL, lag, handed, expired, refused, held, failed, firstFail)
-	if refused == 0 {
+		Runs, s.TTL, lag, c.handed, c.expired, c.refused, c.held, c.failed, c.firstFail)
+	if c.refused == 0 {
 		t.Errorf("no grant was refused as late: the scenario did not take place")
+	}
+}
+
+// tally counts the outcomes of Slow's TryAcquires.
+type tally struct {
+	mu      sync.Mutex
+	expired int // leases handed out with their deadline passed
+	handed  int // leases handed out at all
+	refused int
+	held    int // found Fast's lock: the request came too late to be granted
+	failed  int // failed otherwise (firstFail)
+
+	firstFail error
+}
+
+// slowResult is what Slow's TryAcquire returned, and when.
+type slowResult struct {
+	ls  *fencedlock.Lease
+	err error
+	at  time.Duration
+	bad error // why the lease handed out was expired, if it was
+}
+
+// slowTry is Slow's TryAcquire of key, timed from start.
+func slowTry(s Setup, key string, start time.Time) slowResult {
+	ls, err := s.Slow.TryAcquire(context.Background(), key)
+	r := slowResult{ls: ls, err: err, at: time.Since(start)}
+	if err == nil {
+		if lerr := ls.Err(); lerr != nil {
+			r.bad = lerr
+		} else if left := time.Until(ls.Deadline()); left <= 0 {
+			r.bad = fmt.Errorf("deadline %v ago", -left)
+		}
+	}
+	return r
+}
+
+// race is one run of TryAcquires on key: Slow's TryAcquire against
+// Fast's Acquire, its outcome counted in c.
+func race(t *testing.T, s Setup, key string, start time.Time, c *tally) {
+	lag := s.lag()
+	ach := make(chan slowResult, 1)
+	go func() { ach <- slowTry(s, key, start) }()
+	// As the B: from 5/4 of the TTL on, after the
+	// server's expiry of Slow's lease, and once Slow's request
+	// was applied (etcd's may need a second round trip).
+	s.applied(key, 2*lag)
+	time.Sleep(time.Until(start.Add(s.TTL * 5 / 4)))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*lag+4*s.TTL)
+	lsB, errB := s.Fast.Acquire(ctx, key)
+	cancel()
+	atB := time.Since(start)
+	r := <-ach
+	if c.count(r) {
+		fenceB := "none"
+		if errB == nil {
+			fenceB = fmt.Sprint(lsB.Fence())
+		}
+		t.Errorf("%s: Slow: TryAcquire returned at %v: err=nil fence=%d (expired: %v); Fast: Acquire returned at %v: err=%v fence=%s",
+			key, r.at, r.ls.Fence(), r.bad, atB, errB, fenceB)
+		_ = r.ls.Release(context.Background())
+	}
+	if errB != nil {
+		t.Errorf("%s: Fast: Acquire: %v", key, errB)
+		return
+	}
+	fastUntouched(t, s, key, lsB)
+}
+
+// count counts r's outcome; true if a lease was handed out.
+func (c *tally) count(r slowResult) (handed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case r.err == nil:
+		c.handed++
+		if r.bad != nil {
+			c.expired++
+		}
+		return true
+	case errors.Is(r.err, fencedlock.ErrNotAcquired) && errors.Is(r.err, fencedlock.ErrLateGrant):
+		c.refused++
+	case errors.Is(r.err, fencedlock.ErrNotAcquired):
+		// Its request reached the server after Fast's (Fast
+		// gave up waiting for it to be applied): not the case
+		// under test, and no lease was handed out.
+		c.held++
+	default:
+		// The delay made the attempt fail otherwise (etcd: a
+		// lease that expired before the Txn that uses it
+		// arrived): no lease was handed out either.
+		c.failed++
+		if c.firstFail == nil {
+			c.firstFail = r.err
+		}
+	}
+	return false
+}
+
+// fastUntouched checks that Fast's lock on key (lease lsB) is held with
+// its fence after Slow's refused grant was released (TryAcquire returns
+// after that release), then releases it.
+func fastUntouched(t *testing.T, s Setup, key string, lsB *fencedlock.Lease) {
+	info, err := s.Inspect(context.Background(), key)
+	switch {
+	case err != nil:
+		t.Errorf("%s: inspect: %v", key, err)
+	case !info.Held || info.Fence != lsB.Fence():
+		t.Errorf("%s: after Slow's refused grant the key is %+v, want held by Fast (fence %d)", key, info, lsB.Fence())
+	}
+	if err := lsB.Err(); err != nil {
+		t.Errorf("%s: Fast's lease: %v", key, err)
+	}
+	if err := lsB.Release(context.Background()); err != nil {
+		t.Errorf("%s: Fast's release: %v", key, err)
 	}
 }
 

@@ -5,6 +5,7 @@
 package locktest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/fencedlock/fencedlock"
@@ -20,4 +21,31 @@ func New(t testing.TB, b driver.Backend, opts fencedlock.Options) *fencedlock.Lo
 		t.Fatalf("fencedlock.New: %v", err)
 	}
 	return l
+}
+
+// Open returns mk(b, opts) (election.New, semaphore.New: a constructor on
+// a backend with a Locker of its own), failing t if mk fails, and closes
+// it, then b, when t ends.
+func Open[T interface{ Close() error }](t testing.TB, b driver.Backend, opts fencedlock.Options, mk func(driver.Backend, fencedlock.Options) (T, error)) T {
+	t.Helper()
+	v, err := mk(b, opts)
+	if err != nil {
+		t.Fatalf("%T: %v", v, err)
+	}
+	t.Cleanup(func() { _ = v.Close(); _ = b.Close() })
+	return v
+}
+
+// AcquireRelease starts a goroutine that waits for key with l and releases
+// it at once; the channel gets the error of either (nil if both worked).
+func AcquireRelease(ctx context.Context, l *fencedlock.Locker, key string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ls, err := l.Acquire(ctx, key)
+		if err == nil {
+			err = ls.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
 }

@@ -1,9 +1,9 @@
 // Command luagen generates the Lua scripts of the Redis backend from the
 // templates in its templates directory into internal/redisscript.
 //
-// Usage (from backend/redis, through go:generate):
+// Usage (from internal/redisscript, through go:generate):
 //
-//	go run ../../internal/luagen -dir ../../internal/redisscript
+//	go run ../luagen -dir .
 //
 // or from the repository root:
 //
@@ -15,6 +15,11 @@
 // itself, so a new script is a new table entry plus a new template. The
 // templates may use the shared definitions of templates/common.lua.tmpl and
 // the constants of [consts] (key suffixes, error codes) through {{.C}}.
+// A shared block of common.lua.tmpl (between luagen:begin and luagen:end
+// lines) is written in the file of one script, its home in [homes]; the
+// other scripts that use it get a luagen:include line instead, which
+// internal/redisscript composes back (internal/luacompose) into the text
+// Redis runs. go run ./internal/luagen -print NAME prints that text.
 //
 // The generated files are committed; TestGenerated regenerates them in
 // memory and fails when they are stale (go test ./internal/luagen -write
@@ -32,6 +37,7 @@ import (
 	"strings"
 	"text/template"
 
+	"github.com/fencedlock/fencedlock/internal/luacompose"
 	"github.com/fencedlock/fencedlock/internal/redisnames"
 )
 
@@ -69,6 +75,8 @@ type Consts struct {
 	MaxFence        string // the greatest fence granted, in decimal: 2^53
 	QueueSuffix     string // list of waiters of the fair queue = lock key .. QueueSuffix
 	GrantedPrefix   string // message of a hand-off: GrantedPrefix .. SHA-1 of the owner .. " " .. fence
+	Proclaimed      string // message of a Proclaim: Proclaimed .. fence
+	LeaderSuffix    string // an election's leader record = lock key .. LeaderSuffix
 }
 
 // consts takes its values from internal/redisnames, where the Go code of
@@ -82,182 +90,8 @@ var consts = Consts{
 	MaxFence:        strconv.FormatInt(redisnames.MaxFence, 10),
 	QueueSuffix:     redisnames.QueueSuffix,
 	GrantedPrefix:   redisnames.GrantedPrefix,
-}
-
-// scripts is the table of generated scripts. Add an entry and a template
-// to add a script.
-var scripts = []Script{
-	{
-		Name:    "acquire",
-		Summary: "Take the lock for an owner and grant the next fence, in one step.",
-		Keys: []Param{
-			{"lock key", "the lock; holds the owner token while held, always with a TTL"},
-			{"fence key", "the fence counter; never expires, never deleted (same hash slot as KEYS[1])"},
-			{"abandoned key", "the set of SHA-1s of owners whose acquire was cleaned up by release (lock key .. \"" + consts.AbandonedSuffix + "\"; same hash slot)"},
-			{"queue key", "optional: the fair queue (lock key .. \"" + consts.QueueSuffix + "\"; see wait.lua). When given and the queue exists, the lock is not taken, even if free: its waiters come first"},
-		},
-		Args: []Param{
-			{"owner", "the owner token (a secret)"},
-			{"ttl", "the lease in milliseconds"},
-		},
-		Returns: []string{
-			"error " + consts.AbandonedCode + ": the owner's acquire was already cleaned up (this",
-			"       request arrived late); nothing was changed",
-			"n > 0: acquired; n is the fence granted (for an owner that already",
-			"       holds the lock: its fence again, and the lease is set to ttl)",
-			"n <= 0: held by another owner, who has -n milliseconds left; 0 also: free, but",
-			"       waiters are queued in KEYS[4] (the caller queues behind them: wait.lua)",
-			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write",
-			"       (or a fence counter has a TTL); nothing was changed",
-			"error " + consts.ExhaustedCode + ": the lock is free and its fence counter is at",
-			"       " + consts.MaxFence + " (2^53), the greatest fence Lua grants exactly; nothing was changed",
-		},
-	},
-	{
-		Name:    "renew",
-		Summary: "Extend the lease if, and only if, the owner still holds the lock.",
-		Keys: []Param{
-			{"lock key", "the lock"},
-		},
-		Args: []Param{
-			{"owner", "the owner token (a secret)"},
-			{"ttl", "the new lease in milliseconds"},
-		},
-		Returns: []string{
-			"1: renewed to ttl; 0: not held by owner, nothing changed",
-		},
-	},
-	{
-		Name:    "release",
-		Summary: "Delete the lock if, and only if, the owner holds it, and wake waiters; or hand it to the first live waiter of the fair queue.",
-		Keys: []Param{
-			{"lock key", "the lock; waiters listen on the channel KEYS[1] .. \"" + consts.ReleasedSuffix + "\""},
-			{"queue key", "optional, with KEYS[3]: the fair queue (lock key .. \"" + consts.QueueSuffix + "\"; see wait.lua). When given, the lock goes to its first live waiter instead of being deleted"},
-			{"fence key", "with KEYS[2]: the fence counter (lock key .. \":fence\")"},
-			{"abandoned key", "optional, with ARGV[3]: the set of abandoned owners (lock key .. \"" + consts.AbandonedSuffix + "\"); last, so that a plain release does not send it"},
-		},
-		Args: []Param{
-			{"owner", "the owner token (a secret)"},
-			{"sharded", "optional: \"sharded\" publishes with SPUBLISH (Redis Cluster, Redis >= 7: only the key's shard); anything else, or absent: PUBLISH"},
-			{"abandon", "optional, with KEYS[4]: milliseconds, or empty or absent for none. The release cleans up after an acquire (or a wait) whose outcome is unknown: the owner is also added to KEYS[4], kept at least that long, so that its acquire or wait refuses to run if it arrives later, and its entries in KEYS[2] are removed"},
-		},
-		Returns: []string{
-			"1: released (deleted and \"released\" published, or handed to the first live",
-			"   waiter of KEYS[2]: its owner token set with its TTL, the fence counter",
-			"   incremented and \"" + consts.GrantedPrefix + "<SHA-1 of its owner> <fence>\" published);",
-			"0: not held by owner, nothing deleted",
-			"Without KEYS[2] the fence counter is not touched.",
-		},
-		Usage: "redis-cli --eval internal/redisscript/release.lua lock-key , token",
-	},
-	{
-		Name:    "wait",
-		Summary: "Take the lock if it is free and no live waiter is ahead, else join (or stay in) the fair queue.",
-		Keys: []Param{
-			{"lock key", "the lock"},
-			{"fence key", "the fence counter (same hash slot as KEYS[1])"},
-			{"abandoned key", "the set of abandoned owners (lock key .. \"" + consts.AbandonedSuffix + "\"; same hash slot)"},
-			{"queue key", "the fair queue (lock key .. \"" + consts.QueueSuffix + "\"; same hash slot): a list of entries \"<expiry ms>:<ttl ms>:<owner>\" in arrival order, the expiry in server time; it expires with its last entry"},
-		},
-		Args: []Param{
-			{"owner", "the owner token (a secret)"},
-			{"ttl", "the lease in milliseconds, applied when the lock is granted (here or by release.lua's hand-off)"},
-			{"entry ttl", "milliseconds the owner's queue entry stays valid; the waiter runs the script again before then to keep its place"},
-			{"new", "optional: \"new\" when the owner has no entry in the queue for sure (its first request of this wait): then, if the lock is held, the entry is appended without reading the queue; anything else, or absent: the queue is searched for the owner's entry"},
-		},
-		Returns: []string{
-			"error " + consts.AbandonedCode + ": the owner's wait was already cleaned up; nothing was changed",
-			"n > 0: the owner holds the lock with fence n (taken now, or handed to it by a",
-			"       release; the lease is set to ttl)",
-			"{counter, pttl}: queued (entry added, or its expiry pushed back); counter is",
-			"       the fence counter now (0 if none): a hand-off to this owner after this",
-			"       step grants a greater fence. pttl > 0: the holder has pttl milliseconds left",
-			"error " + consts.CorruptCode + " or " + consts.ExhaustedCode + ": as acquire.lua; nothing was changed",
-		},
-	},
-	{
-		Name:    "inspect",
-		Summary: "Read the state of a lock without changing it.",
-		Keys: []Param{
-			{"lock key", "the lock"},
-			{"fence key", "the fence counter (same hash slot as KEYS[1])"},
-		},
-		Returns: []string{
-			"{owner or nil, PTTL of the lock key, fence counter or nil}",
-			"The caller must not reveal the owner token.",
-		},
-	},
-	{
-		Name:    "retire",
-		Summary: "Delete the fence counter of a lock name that is not held, and return its last fence.",
-		Keys: []Param{
-			{"lock key", "the lock"},
-			{"fence key", "the fence counter to delete (same hash slot as KEYS[1])"},
-		},
-		Returns: []string{
-			"n > 0: the counter was deleted; n was the last fence granted",
-			"0: there was no counter (or one at 0, now deleted)",
-			"n < 0: the lock is held, with -n milliseconds left; nothing changed",
-			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write;",
-			"       nothing was changed",
-			"Only for names no process uses any more: see the package documentation.",
-		},
-		Usage: "redis-cli --eval internal/redisscript/retire.lua 'fencedlock:{orders}' 'fencedlock:{orders}:fence'",
-	},
-	{
-		Name:    "fenced_write",
-		Summary: "Write fields of a hash if, and only if, the fencing rule accepts the token.",
-		Keys: []Param{
-			{"hash", "the guarded resource: a hash holding the caller's fields and the fence record (fields fencedlock:fence and fencedlock:holder)"},
-		},
-		Args: []Param{
-			{"token", "the fencing token presented: a uint64 in decimal, 1 to 18446744073709551615, no sign, no leading zero"},
-			{"holder", "the holder id presented (non-empty; never the owner token)"},
-			{"field", "the first field to set (not a reserved field)"},
-			{"value", "its value; further field, value pairs may follow"},
-		},
-		Returns: []string{
-			"{1}: accepted; the fields, the token and the holder id were written",
-			"{0, fence, holder}: rejected (token older than fence, or equal to it from",
-			"       another holder); nothing was written",
-			"error " + consts.CorruptCode + ": the fence record was not written by fencedlock;",
-			"       nothing was written (WRONGTYPE if KEYS[1] is not a hash)",
-		},
-		Usage: "redis-cli --eval internal/redisscript/fenced_write.lua orders , 42 holder-id value 7",
-	},
-	{
-		Name:    "force_release",
-		Summary: "Delete a lock whoever holds it and advance its fence counter, in one step (an operator's forced release).",
-		Keys: []Param{
-			{"lock key", "the lock"},
-			{"fence key", "the fence counter (same hash slot as KEYS[1])"},
-		},
-		Returns: []string{
-			"{owner or nil, PTTL of the lock key before, fence counter before (\"0\" if none), fence after}",
-			"The fence after is consumed: granted to no one, so every later grant is greater.",
-			"The caller must not reveal the owner token.",
-			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write; nothing changed",
-			"error " + consts.ExhaustedCode + ": the counter is at " + consts.MaxFence + "; nothing changed",
-		},
-		Usage: "redis-cli --eval internal/redisscript/force_release.lua 'fencedlock:{orders}' 'fencedlock:{orders}:fence'",
-	},
-	{
-		Name:    "fence_barrier",
-		Summary: "Raise the fence record of a guarded hash to a token, without writing any other field, if the fencing rule accepts it.",
-		Keys: []Param{
-			{"hash", "the guarded resource (see fenced_write.lua)"},
-		},
-		Args: []Param{
-			{"token", "the fencing token: a uint64 in decimal, 1 to 18446744073709551615"},
-			{"holder", "the holder id recorded with it (non-empty; never an owner token)"},
-		},
-		Returns: []string{
-			"{1}: the fence record now holds token and holder",
-			"{0, fence, holder}: rejected (token older than fence, or equal from another holder)",
-			"error " + consts.CorruptCode + ": the fence record was not written by fencedlock; nothing written",
-		},
-		Usage: "redis-cli --eval internal/redisscript/fence_barrier.lua orders , 43 operator-holder-id",
-	},
+	Proclaimed:      redisnames.ProclaimedPrefix,
+	LeaderSuffix:    redisnames.LeaderSuffix,
 }
 
 // funcs are the template functions: dict builds the argument of a shared
@@ -306,9 +140,47 @@ func header(s Script) string {
 	return b.String()
 }
 
+// homes names, for each shared block of common.lua.tmpl, the script whose
+// file holds it; every other script that uses the block holds a
+// luacompose.Include line in its place. release.lua and fenced_write.lua
+// are complete, so they still run by hand with redis-cli --eval.
+var homes = map[string]string{
+	"fence_funcs":  "release",
+	"queue_funcs":  "release",
+	"fence_record": "fenced_write",
+	"guard_rule":   "fenced_write",
+	"grant_held":   "acquire",
+}
+
 // Generate renders every script of the table and returns the file contents
-// by file name (e.g. "acquire.lua").
+// by file name (e.g. "acquire.lua"): each shared block in its home script
+// only, an include line in the others. It fails unless every file composes
+// (internal/luacompose, as internal/redisscript does) to the whole script
+// its template renders.
 func Generate() (map[string][]byte, error) {
+	whole, err := Render()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(scripts))
+	for _, s := range scripts {
+		out[s.Name+".lua"] = normalize([]byte(split(s.Name, string(whole[s.Name+".lua"]))))
+	}
+	for name, w := range whole {
+		got, err := luacompose.Compose(name, reader(out))
+		if err != nil {
+			return nil, fmt.Errorf("luagen: %w", err)
+		}
+		if got != string(normalize([]byte(luacompose.Strip(string(w))))) {
+			return nil, fmt.Errorf("luagen: %s does not compose to the script its template renders", name)
+		}
+	}
+	return out, nil
+}
+
+// Render renders every script of the table whole, its shared blocks
+// between their marker lines, and returns them by file name.
+func Render() (map[string][]byte, error) {
 	common, err := templateFS.ReadFile("templates/common.lua.tmpl")
 	if err != nil {
 		return nil, fmt.Errorf("luagen: %w", err)
@@ -335,9 +207,43 @@ func Generate() (map[string][]byte, error) {
 		if err := t.Execute(&buf, data); err != nil {
 			return nil, fmt.Errorf("luagen: script %s: %w", s.Name, err)
 		}
-		out[s.Name+".lua"] = normalize(buf.Bytes())
+		out[s.Name+".lua"] = buf.Bytes()
 	}
 	return out, nil
+}
+
+// reader reads the scripts of files, by file name.
+func reader(files map[string][]byte) luacompose.Reader {
+	return func(name string) (string, error) {
+		b, ok := files[name]
+		if !ok {
+			return "", fmt.Errorf("no script %s", name)
+		}
+		return string(b), nil
+	}
+}
+
+// split returns the rendered script name with each outermost shared block
+// whose home is another script replaced by an include line.
+func split(name, src string) string {
+	var b strings.Builder
+	skip := ""
+	for _, line := range strings.SplitAfter(src, "\n") {
+		t := strings.TrimSpace(line)
+		if skip != "" {
+			if t == luacompose.End+skip {
+				skip = ""
+			}
+			continue
+		}
+		if block, ok := strings.CutPrefix(t, luacompose.Begin); ok && homes[block] != name {
+			fmt.Fprintf(&b, "%s%s.lua %s\n", luacompose.Include, homes[block], block)
+			skip = block
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }
 
 // normalize trims trailing blank lines and spaces so that template layout
@@ -380,13 +286,34 @@ func defaultDir() string {
 	return filepath.Join("internal", "redisscript")
 }
 
+// Print writes the whole script name (without .lua), as Redis runs it, to
+// stdout: the way to run by hand a script whose file includes blocks of
+// another.
+func Print(name string) error {
+	files, err := Generate()
+	if err != nil {
+		return err
+	}
+	s, err := luacompose.Compose(name+".lua", reader(files))
+	if err != nil {
+		return fmt.Errorf("luagen: %w", err)
+	}
+	_, err = os.Stdout.WriteString(s)
+	return err
+}
+
 func main() {
 	dir := flag.String("dir", "", "output directory (default: internal/redisscript, found from the repository root or backend/redis)")
+	print := flag.String("print", "", "write nothing; print the whole script of this name (e.g. fence_barrier), as Redis runs it")
 	flag.Parse()
 	if *dir == "" {
 		*dir = defaultDir()
 	}
-	if err := Write(*dir); err != nil {
+	err := Write(*dir)
+	if *print != "" {
+		err = Print(*print)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fencedlock/fencedlock/internal/luacompose"
 )
 
 var write = flag.Bool("write", false, "rewrite the committed scripts in internal/redisscript")
@@ -51,16 +53,23 @@ func TestGenerated(t *testing.T) {
 	}
 }
 
-// TestHeaderAndDocs checks that every script starts with the generated-code
-// header and documents each KEYS and ARGV entry it uses, and that it reads
-// input only through KEYS and ARGV.
+// TestHeaderAndDocs checks that every script, as Redis runs it (composed
+// from the files), starts with the generated-code header and documents each
+// KEYS and ARGV entry it uses, and that it reads input only through KEYS and
+// ARGV.
 func TestHeaderAndDocs(t *testing.T) {
 	files, err := Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range scripts {
-		src := string(files[s.Name+".lua"])
+		src, err := luacompose.Compose(s.Name+".lua", reader(files))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(src, "luagen:") {
+			t.Errorf("%s: a marker line is left in the composed script", s.Name)
+		}
 		if !strings.HasPrefix(src, Header+"\n") {
 			t.Errorf("%s: missing header", s.Name)
 		}
@@ -87,6 +96,30 @@ func TestHeaderAndDocs(t *testing.T) {
 		}
 		if strings.Contains(code, "{{") || strings.Contains(code, "<no value>") {
 			t.Errorf("%s: template residue in output", s.Name)
+		}
+	}
+}
+
+// TestSharedBlocksOnce checks that each shared block is written in its home
+// script's file only: the others include it.
+func TestSharedBlocksOnce(t *testing.T) {
+	files, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for block, home := range homes {
+		includes := 0
+		for name, src := range files {
+			has := strings.Contains(string(src), luacompose.Begin+block+"\n")
+			if has != (name == home+".lua") {
+				t.Errorf("%s: block %s written: %v, want only in %s.lua", name, block, has, home)
+			}
+			if strings.Contains(string(src), luacompose.Include+home+".lua "+block+"\n") {
+				includes++
+			}
+		}
+		if includes == 0 {
+			t.Errorf("block %s is included by no script", block)
 		}
 	}
 }

@@ -16,24 +16,33 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/backend/postgres"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/election"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/history"
-	"github.com/fencedlock/fencedlock/internal/redistest"
-	"github.com/redis/rueidis"
+	"github.com/fencedlock/fencedlock/internal/testserver"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Environment of a worker process.
 const (
-	envRole    = "PAUSETEST_ROLE" // "victim" or "worker"; unset in the parent
-	envRedis   = "PAUSETEST_REDIS"
+	envRole    = "PAUSETEST_ROLE"    // "victim" or "worker"; unset in the parent
+	envBackend = "PAUSETEST_BACKEND" // backendRedis or backendPostgres
+	envAddr    = "PAUSETEST_ADDR"    // the server: host:port, or a URL
 	envHistory = "PAUSETEST_HISTORY"
 	envLock    = "PAUSETEST_LOCK"
 	envCounter = "PAUSETEST_COUNTER"
 	envFenced  = "PAUSETEST_FENCED" // "1": FencedSet; "0": plain HSET
 	envStop    = "PAUSETEST_STOP"   // workers stop when this file exists
 	envName    = "PAUSETEST_NAME"
+	envMode    = "PAUSETEST_MODE" // modeLock or modeElection
+)
+
+// The workloads: the lock's holders, or an election's leaders.
+const (
+	modeLock     = "lock"     // Locker.Acquire, Lease.Release
+	modeElection = "election" // election.Campaign, Term.Resign
 )
 
 const (
@@ -53,11 +62,54 @@ func TestPausedHolder(t *testing.T) {
 		runWorker(t, role)
 		return
 	}
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
+	runBoth(t, backendRedis, srv.Addr, modeLock)
+}
+
+// TestPausedLeader is the seed's scenario for a leader: the workload of
+// TestPausedHolder on a real redis-server with each round a term of one
+// election (election.Campaign on backend/redis's driver.Elector, the
+// term's fence guarding the counter, Term.Resign at the end). The victim
+// is a leader stopped with SIGSTOP between its read and its write, past
+// its term's lease; other campaigners win terms and write meanwhile; the
+// resumed leader's write is rejected as stale, and the check passes. The
+// negative control (plain HSET) must fail it.
+func TestPausedLeader(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	runBoth(t, backendRedis, srv.Addr, modeElection)
+}
+
+// TestPausedHolderPostgres is TestPausedHolder on PostgreSQL: the lock on
+// backend/postgres, the counter a postgres.KV row of the same database
+// (Set's guarded upsert; the negative control's plain upsert ignores
+// fences). Its workers are TestPausedHolder's, told the backend by
+// envBackend.
+func TestPausedHolderPostgres(t *testing.T) {
+	pg := testserver.StartPostgres(t)
+	url := pg.URL("postgres")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := postgres.New(ctx, pool, postgres.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.NewKV(ctx, pool, "", false); err != nil {
+		t.Fatal(err)
+	}
+	runBoth(t, backendPostgres, url, modeLock)
+}
+
+// runBoth runs the workload of mode on the server at addr with fencing
+// and without, and checks each.
+func runBoth(t *testing.T, backend, addr, mode string) {
 	for _, fenced := range []bool{true, false} {
 		name := map[bool]string{true: "fenced", false: "unfenced"}[fenced]
 		t.Run(name, func(t *testing.T) {
-			res, victim := runWorkload(t, srv, name, fenced)
+			res, victim := runWorkload(t, backend, addr, mode, name, fenced)
 			t.Logf("%s: %d writes attempted, %d accepted, %d rejected; paused holder's write: %s",
 				name, res.Attempted, res.Accepted, res.Rejected, victim.Kind)
 			if fenced {
@@ -83,11 +135,11 @@ func TestPausedHolder(t *testing.T) {
 
 // runWorkload runs the victim and the workers and returns the checked
 // history and the victim's write outcome.
-func runWorkload(t *testing.T, srv *redistest.Server, name string, fenced bool) (history.Result, history.Event) {
+func runWorkload(t *testing.T, backend, addr, mode, name string, fenced bool) (history.Result, history.Event) {
 	dir := t.TempDir()
 	histPath := filepath.Join(dir, "history")
 	stopPath := filepath.Join(dir, "stop")
-	lockKey, counter := "pause-"+name, "counter:"+name
+	lockKey, counter := "pause-"+mode+"-"+name, "counter:"+mode+":"+name
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -97,9 +149,9 @@ func runWorkload(t *testing.T, srv *redistest.Server, name string, fenced bool) 
 	command := func(role, who string) (*exec.Cmd, *bytes.Buffer) {
 		cmd := exec.CommandContext(ctx, exe, "-test.run=^TestPausedHolder$", "-test.count=1")
 		cmd.Env = append(os.Environ(),
-			envRole+"="+role, envRedis+"="+srv.Addr, envHistory+"="+histPath, envLock+"="+lockKey,
+			envRole+"="+role, envBackend+"="+backend, envAddr+"="+addr, envHistory+"="+histPath, envLock+"="+lockKey,
 			envCounter+"="+counter, envFenced+"="+map[bool]string{true: "1", false: "0"}[fenced],
-			envStop+"="+stopPath, envName+"="+who)
+			envStop+"="+stopPath, envName+"="+who, envMode+"="+mode)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		return cmd, &out
@@ -198,8 +250,12 @@ func runWorkload(t *testing.T, srv *redistest.Server, name string, fenced bool) 
 	}
 
 	// Record the final state and check the history.
-	c := srv.Client(t, nil)
-	final, err := readCounter(context.Background(), c, counter)
+	st, err := openStore(backend, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	final, err := st.read(context.Background(), counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,21 +291,12 @@ func waitState(t *testing.T, pid int, state byte) {
 	}
 }
 
-// readCounter returns the counter's value, "0" if it was never written.
-func readCounter(ctx context.Context, c rueidis.Client, key string) (string, error) {
-	v, err := c.Do(ctx, c.B().Hget().Key(key).Field(redis.ValueField).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return "0", nil
-	}
-	return v, err
-}
-
 // worker is one process of the workload.
 type worker struct {
 	t       *testing.T
-	c       rueidis.Client
-	b       *redis.Backend
+	st      *store
 	locker  *fencedlock.Locker
+	el      *election.Election // in modeElection
 	rec     *history.Recorder
 	lock    string
 	counter string
@@ -257,25 +304,27 @@ type worker struct {
 }
 
 func runWorker(t *testing.T, role string) {
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{os.Getenv(envRedis)}, DisableCache: true})
+	st, err := openStore(os.Getenv(envBackend), os.Getenv(envAddr))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	b, err := redis.New(c, redis.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	locker := mustLocker(t, b, fencedlock.Options{TTL: ttl})
+	defer st.close()
+	locker := mustLocker(t, st.backend, fencedlock.Options{TTL: ttl})
 	defer locker.Close()
 	rec, err := history.Open(os.Getenv(envHistory), os.Getenv(envName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rec.Close()
-	w := &worker{t: t, c: c, b: b, locker: locker, rec: rec,
+	w := &worker{t: t, st: st, locker: locker, rec: rec,
 		lock: os.Getenv(envLock), counter: os.Getenv(envCounter), fenced: os.Getenv(envFenced) == "1"}
+	if os.Getenv(envMode) == modeElection {
+		w.el, err = election.New(st.backend, fencedlock.Options{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.el.Close()
+	}
 	if role == "victim" {
 		ready, gate := os.NewFile(3, "ready"), os.NewFile(4, "go")
 		defer ready.Close()
@@ -309,13 +358,13 @@ func (w *worker) round(between func()) {
 	t := w.t
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := w.locker.Acquire(ctx, w.lock)
+	l, err := w.acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev := history.Event{Key: w.counter, Fence: l.Fence(), Holder: l.Holder()}
 	w.record(ev, history.Acquire, "")
-	cur, err := readCounter(ctx, w.c, w.counter)
+	cur, err := w.st.read(ctx, w.counter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,9 +384,9 @@ func (w *worker) round(between func()) {
 	// idempotent. A stale rejection is final.
 	for try := 1; ; try++ {
 		if w.fenced {
-			err = w.b.FencedSet(ctx, w.counter, ev.Value, l.Fence(), l.Holder())
+			err = w.st.fencedWrite(ctx, w.counter, ev.Value, l.Fence(), l.Holder())
 		} else {
-			err = w.c.Do(ctx, w.c.B().Hset().Key(w.counter).FieldValue().FieldValue(redis.ValueField, ev.Value).Build()).Error()
+			err = w.st.plainWrite(ctx, w.counter, ev.Value)
 		}
 		if err == nil || errors.Is(err, fencing.ErrStale) || try == 5 || ctx.Err() != nil {
 			break
@@ -357,6 +406,19 @@ func (w *worker) round(between func()) {
 	if err := l.Release(context.Background()); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatal(err)
 	}
+}
+
+// acquire takes the round's lease: the lock's, or a term's of the
+// election named by the lock key (whose Resign is its Lease's Release).
+func (w *worker) acquire(ctx context.Context) (*fencedlock.Lease, error) {
+	if w.el == nil {
+		return w.locker.Acquire(ctx, w.lock)
+	}
+	term, err := w.el.Campaign(ctx, w.lock, []byte(os.Getenv(envName)))
+	if err != nil {
+		return nil, err
+	}
+	return term.Lease, nil
 }
 
 func (w *worker) record(ev history.Event, kind history.Kind, msg string) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // Denial is one permission error the server returns to a lock operation:
@@ -54,13 +54,13 @@ var ReleaseDenials = []Denial{
 }
 
 // startACL starts a server with Admin and the users of ds.
-func startACL(t *testing.T, ds []Denial) *redistest.Server {
+func startACL(t *testing.T, ds []Denial) *testserver.Redis {
 	t.Helper()
 	var lines []string
 	for _, d := range ds {
 		lines = append(lines, "user "+d.User+" on >pw "+d.Rule)
 	}
-	return redistest.Start(t, redistest.WithUser(Admin, AdminPassword), redistest.WithConfig(lines...))
+	return testserver.StartRedis(t, testserver.WithUser(Admin, AdminPassword), testserver.WithConfig(lines...))
 }
 
 // checkPermanent fails the test unless err is d's denial, permanent and

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // lostReplyTTL is the lease of LostReply's locks: long enough that none
@@ -27,24 +27,17 @@ const lostReplyTTL = 30 * time.Second
 // never [driver.ErrPermanent]: a Release reported "not held" tells the
 // caller it lost a lease it released).
 func LostReply(t *testing.T, dial Dial) {
-	srv := redistest.Start(t, redistest.WithUser(Admin, AdminPassword))
+	srv := testserver.StartRedis(t, testserver.WithUser(Admin, AdminPassword))
 	p, err := faultproxy.New(srv.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	b := dial(t, p.Addr(), Admin, AdminPassword)
-	ctx := ctxT(t, 30*time.Second)
-	owner := 0
-	// req is a request of a new owner for a new key named after name.
-	req := func(name string) driver.AcquireRequest {
-		owner++
-		n := strconv.Itoa(owner)
-		return driver.AcquireRequest{Key: name + "-" + n, Owner: "lost-reply-owner-" + n, TTL: lostReplyTTL}
-	}
+	lr := &lostReply{srv: srv, p: p, b: dial(t, p.Addr(), Admin, AdminPassword), ctx: ctxT(t, 30*time.Second)}
+	b, ctx := lr.b, lr.ctx
 	// Load the scripts and open the connections, so that the cut reply is
 	// the script's.
-	g, err := b.Acquire(ctx, req("warm"))
+	g, err := b.Acquire(ctx, lr.req("warm"))
 	if err != nil {
 		t.Fatalf("warm-up acquire: %v", err)
 	}
@@ -54,103 +47,133 @@ func LostReply(t *testing.T, dial Dial) {
 	if err := b.Release(ctx, g); err != nil {
 		t.Fatalf("warm-up release: %v", err)
 	}
-	// cut runs op with the next reply cut and returns how many scripts
-	// the server ran meanwhile and op's error. The proxy cuts the next reply
-	// of any connection of the client: one of the client's own (a health
-	// check's PONG) can come first and fail op before the server ran it
-	// (0 scripts), which tells nothing; try calls setup and cut again then.
-	cut := func(t *testing.T, op func() error) (int64, error) {
-		t.Helper()
-		before, cuts := scriptCalls(t, srv), p.RepliesCut()
-		p.CutReplies(1)
-		err := op()
-		p.CutReplies(0)
-		if p.RepliesCut() != cuts+1 {
-			t.Fatalf("the proxy cut %d replies, want 1 (err %v)", p.RepliesCut()-cuts, err)
-		}
-		return scriptCalls(t, srv) - before, err
-	}
-	// try runs setup and then op with its reply cut, until the server ran
-	// op's script (at most 5 times), and checks that it ran it once and
-	// that op's outcome is success or unknown; it returns setup's key.
-	try := func(t *testing.T, name string, setup func() string, op func(key string) error) string {
-		t.Helper()
-		for range 5 {
-			key := setup()
-			ran, err := cut(t, func() error { return op(key) })
-			if ran == 0 {
-				t.Logf("%s: the cut reply was another one (the script did not run): %v; again", name, err)
-				continue
-			}
-			if ran != 1 {
-				t.Errorf("the server ran the script %d times, want once: the client sent it again after its reply was lost (err %v)", ran, err)
-			}
-			for _, e := range []error{driver.ErrNotHeld, driver.ErrNotAcquired, driver.ErrPermanent} {
-				if errors.Is(err, e) {
-					t.Fatalf("%s applied, its reply lost: %v, want success or an unknown outcome", name, err)
-				}
-			}
-			t.Logf("%s applied, its reply lost: %v", name, err)
-			return key
-		}
-		t.Fatalf("%s: 5 cuts hit other replies", name)
-		return ""
-	}
-	holder := func(t *testing.T, key string) string {
-		t.Helper()
-		return cli(t, srv, "GET", "fencedlock:{"+key+"}")
-	}
-	t.Run("acquire", func(t *testing.T) {
-		var r driver.AcquireRequest
-		var g driver.Grant
-		var err error
-		try(t, "acquire", func() string { r = req("lost-acquire"); return r.Key }, func(string) error {
-			g, err = b.Acquire(ctx, r)
-			return err
-		})
-		if h := holder(t, r.Key); h != r.Owner {
-			t.Fatalf("the acquire was not applied: holder %q", h)
-		}
-		if err == nil && g.Fence == 0 {
-			t.Fatalf("acquire granted fence 0")
-		}
-	})
-	t.Run("renew", func(t *testing.T) {
-		var g driver.Grant
-		setup := func() string {
-			var err error
-			if g, err = b.Acquire(ctx, req("lost-renew")); err != nil {
-				t.Fatal(err)
-			}
-			cli(t, srv, "PEXPIRE", "fencedlock:{"+g.Key+"}", "10000")
-			return g.Key
-		}
-		key := try(t, "renew", setup, func(string) error { _, err := b.Renew(ctx, g, lostReplyTTL); return err })
-		// Set to 10 s above, renewed to 30 s: more than 20 s shows the renewal.
-		if pttl, _ := strconv.Atoi(cli(t, srv, "PTTL", "fencedlock:{"+key+"}")); pttl <= 20000 {
-			t.Fatalf("the renewal was not applied: PTTL %d", pttl)
-		}
-	})
-	t.Run("release", func(t *testing.T) {
-		var g driver.Grant
-		setup := func() string {
-			var err error
-			if g, err = b.Acquire(ctx, req("lost-release")); err != nil {
-				t.Fatal(err)
-			}
-			return g.Key
-		}
-		key := try(t, "release", setup, func(string) error { return b.Release(ctx, g) })
-		if h := holder(t, key); h != "" {
-			t.Fatalf("the release was not applied: holder %q", h)
-		}
-	})
+	t.Run("acquire", lr.acquire)
+	t.Run("renew", lr.renew)
+	t.Run("release", lr.release)
 	// The backend still works on its next connection.
-	g, err = b.Acquire(context.Background(), req("after"))
+	g, err = b.Acquire(context.Background(), lr.req("after"))
 	if err != nil {
 		t.Fatalf("acquire after the cuts: %v", err)
 	}
 	if err := b.Release(ctx, g); err != nil {
 		t.Fatalf("release after the cuts: %v", err)
+	}
+}
+
+// lostReply is one run of LostReply: the server, the proxy that cuts its
+// replies and the backend under test, through the proxy.
+type lostReply struct {
+	srv   *testserver.Redis
+	p     *faultproxy.Proxy
+	b     driver.Backend
+	ctx   context.Context
+	owner int
+}
+
+// req is a request of a new owner for a new key named after name.
+func (lr *lostReply) req(name string) driver.AcquireRequest {
+	lr.owner++
+	n := strconv.Itoa(lr.owner)
+	return driver.AcquireRequest{Key: name + "-" + n, Owner: "lost-reply-owner-" + n, TTL: lostReplyTTL}
+}
+
+// cut runs op with the next reply cut and returns how many scripts
+// the server ran meanwhile and op's error. The proxy cuts the next reply
+// of any connection of the client: one of the client's own (a health
+// check's PONG) can come first and fail op before the server ran it
+// (0 scripts), which tells nothing; try calls setup and cut again then.
+func (lr *lostReply) cut(t *testing.T, op func() error) (int64, error) {
+	t.Helper()
+	before, cuts := scriptCalls(t, lr.srv), lr.p.RepliesCut()
+	lr.p.CutReplies(1)
+	err := op()
+	lr.p.CutReplies(0)
+	if lr.p.RepliesCut() != cuts+1 {
+		t.Fatalf("the proxy cut %d replies, want 1 (err %v)", lr.p.RepliesCut()-cuts, err)
+	}
+	return scriptCalls(t, lr.srv) - before, err
+}
+
+// try runs setup and then op with its reply cut, until the server ran
+// op's script (at most 5 times), and checks that it ran it once and
+// that op's outcome is success or unknown; it returns setup's key.
+func (lr *lostReply) try(t *testing.T, name string, setup func() string, op func(key string) error) string {
+	t.Helper()
+	for range 5 {
+		key := setup()
+		ran, err := lr.cut(t, func() error { return op(key) })
+		if ran == 0 {
+			t.Logf("%s: the cut reply was another one (the script did not run): %v; again", name, err)
+			continue
+		}
+		if ran != 1 {
+			t.Errorf("the server ran the script %d times, want once: the client sent it again after its reply was lost (err %v)", ran, err)
+		}
+		for _, e := range []error{driver.ErrNotHeld, driver.ErrNotAcquired, driver.ErrPermanent} {
+			if errors.Is(err, e) {
+				t.Fatalf("%s applied, its reply lost: %v, want success or an unknown outcome", name, err)
+			}
+		}
+		t.Logf("%s applied, its reply lost: %v", name, err)
+		return key
+	}
+	t.Fatalf("%s: 5 cuts hit other replies", name)
+	return ""
+}
+
+// holder is the owner recorded in key's lock, "" if none.
+func (lr *lostReply) holder(t *testing.T, key string) string {
+	t.Helper()
+	return cli(t, lr.srv, "GET", "fencedlock:{"+key+"}")
+}
+
+// acquire is the case of an Acquire whose reply is lost.
+func (lr *lostReply) acquire(t *testing.T) {
+	var r driver.AcquireRequest
+	var g driver.Grant
+	var err error
+	lr.try(t, "acquire", func() string { r = lr.req("lost-acquire"); return r.Key }, func(string) error {
+		g, err = lr.b.Acquire(lr.ctx, r)
+		return err
+	})
+	if h := lr.holder(t, r.Key); h != r.Owner {
+		t.Fatalf("the acquire was not applied: holder %q", h)
+	}
+	if err == nil && g.Fence == 0 {
+		t.Fatalf("acquire granted fence 0")
+	}
+}
+
+// renew is the case of a Renew whose reply is lost.
+func (lr *lostReply) renew(t *testing.T) {
+	var g driver.Grant
+	setup := func() string {
+		var err error
+		if g, err = lr.b.Acquire(lr.ctx, lr.req("lost-renew")); err != nil {
+			t.Fatal(err)
+		}
+		cli(t, lr.srv, "PEXPIRE", "fencedlock:{"+g.Key+"}", "10000")
+		return g.Key
+	}
+	key := lr.try(t, "renew", setup, func(string) error { _, err := lr.b.Renew(lr.ctx, g, lostReplyTTL); return err })
+	// Set to 10 s above, renewed to 30 s: more than 20 s shows the renewal.
+	if pttl, _ := strconv.Atoi(cli(t, lr.srv, "PTTL", "fencedlock:{"+key+"}")); pttl <= 20000 {
+		t.Fatalf("the renewal was not applied: PTTL %d", pttl)
+	}
+}
+
+// release is the case of a Release whose reply is lost.
+func (lr *lostReply) release(t *testing.T) {
+	var g driver.Grant
+	setup := func() string {
+		var err error
+		if g, err = lr.b.Acquire(lr.ctx, lr.req("lost-release")); err != nil {
+			t.Fatal(err)
+		}
+		return g.Key
+	}
+	key := lr.try(t, "release", setup, func(string) error { return lr.b.Release(lr.ctx, g) })
+	if h := lr.holder(t, key); h != "" {
+		t.Fatalf("the release was not applied: holder %q", h)
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // PausedReleaseTimeout is the Locker's ReleaseTimeout in PausedRelease.
@@ -31,7 +31,7 @@ const pausedLimit = 3 * time.Second
 // (The Locker itself stops waiting for a backend call shortly after its
 // context ended; what is checked is that the backend's call ended too.)
 func PausedRelease(t *testing.T, dial Dial) {
-	srv := redistest.Start(t, redistest.WithUser(Admin, AdminPassword))
+	srv := testserver.StartRedis(t, testserver.WithUser(Admin, AdminPassword))
 	b := &releaseTimer{Backend: dial(t, srv.Addr, Admin, AdminPassword), ended: make(chan releaseEnd, 2)}
 	l, err := fencedlock.New(b, fencedlock.Options{TTL: 10 * time.Second, ReleaseTimeout: PausedReleaseTimeout})
 	if err != nil {

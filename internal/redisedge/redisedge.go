@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // Dial returns a backend whose client connects to addr as user (with
@@ -31,7 +31,7 @@ const (
 )
 
 // cli runs redis-cli as Admin and fails the test on an error.
-func cli(t testing.TB, srv *redistest.Server, args ...string) string {
+func cli(t testing.TB, srv *testserver.Redis, args ...string) string {
 	t.Helper()
 	out, err := srv.CLI(t, args...)
 	if err != nil {
@@ -42,7 +42,7 @@ func cli(t testing.TB, srv *redistest.Server, args ...string) string {
 
 // commandCalls returns the calls of each command so far (INFO
 // commandstats), by lower-case name.
-func commandCalls(t testing.TB, srv *redistest.Server) map[string]int64 {
+func commandCalls(t testing.TB, srv *testserver.Redis) map[string]int64 {
 	t.Helper()
 	calls := map[string]int64{}
 	for _, line := range strings.Split(cli(t, srv, "INFO", "commandstats"), "\n") {
@@ -62,7 +62,7 @@ func commandCalls(t testing.TB, srv *redistest.Server) map[string]int64 {
 }
 
 // scriptCalls is the number of EVALSHA and EVAL calls so far.
-func scriptCalls(t testing.TB, srv *redistest.Server) int64 {
+func scriptCalls(t testing.TB, srv *testserver.Redis) int64 {
 	c := commandCalls(t, srv)
 	return c["evalsha"] + c["eval"]
 }

@@ -5,7 +5,7 @@
 -- KEYS[1]: lock key: the lock; holds the owner token while held, always with a TTL
 -- KEYS[2]: fence key: the fence counter; never expires, never deleted (same hash slot as KEYS[1])
 -- KEYS[3]: abandoned key: the set of SHA-1s of owners whose acquire was cleaned up by release (lock key .. ":abandoned"; same hash slot)
--- KEYS[4]: queue key: optional: the fair queue (lock key .. ":queue"; see wait.lua). When given and the queue exists, the lock is not taken, even if free: its waiters come first
+-- KEYS[4]: queue key: the fair queue (lock key .. ":queue"; see wait.lua). While it exists, the lock is not taken, even if free: its waiters come first
 -- ARGV[1]: owner: the owner token (a secret)
 -- ARGV[2]: ttl: the lease in milliseconds
 -- Returns:
@@ -21,22 +21,29 @@
 --          9007199254740992 (2^53), the greatest fence Lua grants exactly; nothing was changed
 -- Input comes only through KEYS and ARGV.
 
--- An owner whose acquire was cleaned up (its caller gave up while this
--- request was on its way) takes nothing: nobody would hold the lease.
--- The set exists only for a while after a clean-up of this key
--- (release.lua): EXISTS first, so that the common case is one command and
--- no SHA-1 of the owner (callgrind, Redis 7.0: SISMEMBER of
--- redis.sha1hex(owner) cost the server about 9k instructions, EXISTS about
--- 3k). A key of another type still fails SISMEMBER with WRONGTYPE.
-if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
-  return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
-end
+-- Two rare cases, answered in the common one (neither key exists) by one
+-- EXISTS of both keys: the set of owners whose acquire was cleaned up
+-- (release.lua keeps it only for a while after a clean-up of this key) and
+-- the fair queue (it exists only while waiters are queued).
+local rare = redis.call('EXISTS', KEYS[3], KEYS[4])
 
--- With the fair queue's key (FairBackend): while waiters are queued, the
--- lock is theirs first, even when it is free (a holder's lease expired:
--- release hands it over before it is ever free otherwise). One EXISTS;
--- the queue itself is read by wait.lua, where the caller then queues.
-local queued = KEYS[4] and redis.call('EXISTS', KEYS[4]) == 1
+-- While waiters are queued, the lock is theirs first, even when it is
+-- free (a holder's lease expired: release hands it over before it is
+-- ever free otherwise). The queue itself is read by wait.lua, where the
+-- caller then queues.
+local queued = false
+if rare > 0 then
+  queued = redis.call('EXISTS', KEYS[4]) == 1
+  -- An owner whose acquire was cleaned up (its caller gave up while this
+  -- request was on its way) takes nothing: nobody would hold the lease.
+  -- Both keys exist, or only the set: look for the owner's SHA-1
+  -- (callgrind, Redis 7.0: SISMEMBER of redis.sha1hex(owner) cost the
+  -- server about 9k instructions, EXISTS about 3k). A key of another type
+  -- fails SISMEMBER with WRONGTYPE.
+  if (rare == 2 or not queued) and redis.call('SISMEMBER', KEYS[3], redis.sha1hex(ARGV[1])) == 1 then
+    return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
+  end
+end
 
 -- SET NX is refused on a server over maxmemory (OOM) even when the key
 -- exists: then a held lock is still reported held (below), and a free one
@@ -60,96 +67,7 @@ if not queued then
   end
 end
 
--- restore_fence puts the counter in key back as it was before an INCR:
--- one less, computed on its decimal digits (it may lie beyond the
--- integers a Lua number holds exactly), with its TTL if it has one. Only
--- GET, PTTL and SET: commands every fencedlock user may already run
--- (docs/redis-acl.md), unlike DECR.
-local function restore_fence(key)
-  local s = redis.call('GET', key)
-  local neg = string.sub(s, 1, 1) == '-'
-  local d = {}
-  for c in string.gmatch(neg and string.sub(s, 2) or s, '%d') do
-    d[#d + 1] = tonumber(c)
-  end
-  local i = #d
-  if neg or s == '0' then
-    -- s <= 0: one more in magnitude, negative.
-    while i >= 1 and d[i] == 9 do
-      d[i], i = 0, i - 1
-    end
-    if i == 0 then
-      table.insert(d, 1, 1)
-    else
-      d[i] = d[i] + 1
-    end
-    neg = true
-  else
-    while d[i] == 0 do
-      d[i], i = 9, i - 1
-    end
-    d[i] = d[i] - 1
-  end
-  local v = (string.gsub(table.concat(d), '^0+(%d)', '%1'))
-  if neg then
-    v = '-' .. v
-  end
-  local ttl = redis.call('PTTL', key)
-  if ttl > 0 then
-    redis.call('SET', key, v, 'PX', ttl)
-  else
-    redis.call('SET', key, v)
-  end
-end
-
--- checked_fence takes n, the reply of INCR (redis.pcall) of the fence
--- counter in key, and returns the new fence; or nil and an error reply,
--- with the counter as it was, when the counter is not one fencedlock
--- wrote, is at MaxFence, or has a TTL. INCR itself refuses a value that
--- is not a string (WRONGTYPE) or not a decimal integer (Redis takes no
--- sign '+', no space, no leading zero) and changes nothing; the other
--- refusals undo the increment. A script is not rolled back when a command
--- fails, so the caller must not have written anything it could not undo
--- when it gets the refusal.
-local function checked_fence(key, n)
-  if type(n) == 'table' then
-    local err = tostring(n.err)
-    if string.find(err, 'WRONGTYPE', 1, true) or string.find(err, 'integer', 1, true) or string.find(err, 'overflow', 1, true) then
-      return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (' .. err .. ')')
-    end
-    return nil, n
-  end
-  -- INCR's reply is a Lua number, a double: exact up to 2^53, and 2^53+1
-  -- (a counter that was at MaxFence) reads as 2^53. The counter itself
-  -- tells them apart.
-  if n >= 9007199254740992 and (n > 9007199254740992 or redis.call('GET', key) ~= '9007199254740992') then
-    restore_fence(key)
-    if n == 9007199254740992 then
-      return nil, redis.error_reply('FENCEDLOCK_EXHAUSTED fence counter ' .. key ..
-        ' is at 9007199254740992 (2^53), the greatest fence granted exactly; nothing was changed')
-    end
-    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (above 2^53)')
-  end
-  if n < 1 then
-    restore_fence(key)
-    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' does not hold a fence counter (negative)')
-  end
-  -- A counter must never expire: once gone, the fences of its name would
-  -- restart at 1. One with a TTL was set so by hand (or by a tool); refuse
-  -- it before it expires, so the operator can PERSIST it.
-  local cttl = redis.call('PTTL', key)
-  if cttl ~= -1 then
-    restore_fence(key)
-    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. key .. ' has a TTL (' .. cttl .. ' ms left): fence counters must never expire, or fences restart at 1; remove it with PERSIST')
-  end
-  return n
-end
-
--- next_fence increments the fence counter in key and returns the new
--- fence, or nil and an error reply (see checked_fence).
-local function next_fence(key)
-  return checked_fence(key, redis.pcall('INCR', key))
-end
+-- luagen:include release.lua fence_funcs
 
 if incr then
   -- Taken, but the counter is refused (or at MaxFence exactly): a counter
@@ -169,11 +87,13 @@ if owner == ARGV[1] then
   -- The same owner again (a retried request whose first reply was lost):
   -- it still holds the fence it was granted.
   local fence = redis.call('GET', KEYS[2])
+-- luagen:begin grant_held
   if not fence or not ((#fence < 16 or (#fence == 16 and fence <= '9007199254740992')) and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) or tonumber(fence) < 1 then
     return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[2] .. ' is missing or invalid for a held lock')
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return tonumber(fence)
+-- luagen:end grant_held
 end
 if not owner then
   -- Free, but waiters are queued: they come first.

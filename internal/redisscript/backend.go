@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 )
 
 // This file holds the client-independent half of the two Redis backends:
@@ -160,14 +161,14 @@ func Wrap(op, key string, err error, clientClosed, reply bool) error {
 		// Redis puts the code first; some compatible servers (miniredis)
 		// wrap script errors, so look for it anywhere.
 		msg := err.Error()
-		if strings.Contains(msg, AbandonedCode) {
+		if strings.Contains(msg, redisnames.AbandonedCode) {
 			return fmt.Errorf("redis: %s %q: %w: the owner's attempt was cleaned up before it arrived: %w", op, key, driver.ErrNotAcquired, err)
 		}
-		if strings.Contains(msg, ExhaustedCode) {
+		if strings.Contains(msg, redisnames.ExhaustedCode) {
 			// No retry can fix it: only an operator (another lock name).
 			return permanentError{fmt.Errorf("redis: %s %q: %w (use another lock name; see MaxFence): %w", op, key, ErrFenceExhausted, err)}
 		}
-		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, CorruptCode) {
+		if strings.Contains(msg, "WRONGTYPE") || strings.Contains(msg, redisnames.CorruptCode) {
 			return permanentError{fmt.Errorf("redis: %s %q: %w: %w", op, key, ErrCorrupt, err)}
 		}
 		// ACL and authentication refusals, of the request or inside a

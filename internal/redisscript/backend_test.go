@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 )
 
 func TestTTLCache(t *testing.T) {
@@ -41,10 +42,10 @@ func TestWrap(t *testing.T) {
 		want      error
 		permanent bool
 	}{
-		{AbandonedCode + " x", true, driver.ErrNotAcquired, false},
-		{ExhaustedCode + " x", true, ErrFenceExhausted, true},
+		{redisnames.AbandonedCode + " x", true, driver.ErrNotAcquired, false},
+		{redisnames.ExhaustedCode + " x", true, ErrFenceExhausted, true},
 		{"WRONGTYPE x", true, ErrCorrupt, true},
-		{"ERR x " + CorruptCode + " y", true, ErrCorrupt, true},
+		{"ERR x " + redisnames.CorruptCode + " y", true, ErrCorrupt, true},
 		{"NOPERM x", true, nil, true},
 		{"WRONGTYPE x", false, nil, false}, // not a reply: no code is read
 	} {

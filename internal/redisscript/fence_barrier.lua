@@ -10,46 +10,17 @@
 --   {0, fence, holder}: rejected (token older than fence, or equal from another holder)
 --   error FENCEDLOCK_CORRUPT: the fence record was not written by fencedlock; nothing written
 -- By hand:
---   redis-cli --eval internal/redisscript/fence_barrier.lua orders , 43 operator-holder-id
+--   redis-cli --eval <(go run ./internal/luagen -print fence_barrier) orders , 43 operator-holder-id
 -- Input comes only through KEYS and ARGV.
 
 -- The fence record of fenced_write.lua: two reserved fields of the hash.
-local FENCE, HOLDER = 'fencedlock:fence', 'fencedlock:holder'
-
--- A token is a uint64 in decimal: no sign, no leading zero, from 1 to
--- MAX_TOKEN (2^64-1). Lua numbers are doubles, exact only to 2^53, so
--- tokens are checked and compared as strings: by length first, then
--- digit by digit.
-local MAX_TOKEN = '18446744073709551615'
-local function isToken(s)
-  if #s > #MAX_TOKEN or string.match(s, '^[1-9]%d*$') == nil then
-    return false
-  end
-  return #s < #MAX_TOKEN or s <= MAX_TOKEN
-end
-local function older(a, b)
-  if #a ~= #b then
-    return #a < #b
-  end
-  return a < b
-end
+-- luagen:include fenced_write.lua fence_record
 
 local token, holder = ARGV[1], ARGV[2]
 if token == nil or not isToken(token) or holder == nil or holder == '' or #ARGV ~= 2 then
   return redis.error_reply('ERR fencedlock: fence barrier needs a token (a decimal from 1 to ' .. MAX_TOKEN .. ') and a holder id; nothing written')
 end
 
--- HMGET fails with WRONGTYPE if KEYS[1] is not a hash: nothing is written.
-local rec = redis.call('HMGET', KEYS[1], FENCE, HOLDER)
-local fence, owner = rec[1], rec[2]
-if fence then
-  if not isToken(fence) or not owner then
-    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'hash ' .. KEYS[1] .. ' holds a fence record fencedlock did not write')
-  end
-  -- The guard rule: greater accepted; equal only from the same holder.
-  if older(token, fence) or (token == fence and holder ~= owner) then
-    return {0, fence, owner}
-  end
-end
+-- luagen:include fenced_write.lua guard_rule
 redis.call('HSET', KEYS[1], FENCE, token, HOLDER, holder)
 return {1}

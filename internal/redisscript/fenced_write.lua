@@ -19,6 +19,7 @@
 
 -- The fence record lives in two reserved fields of the same hash, so the
 -- check and the write touch one key (one Cluster slot).
+-- luagen:begin fence_record
 local FENCE, HOLDER = 'fencedlock:fence', 'fencedlock:holder'
 
 -- A token is a uint64 in decimal: no sign, no leading zero, from 1 to
@@ -38,6 +39,7 @@ local function older(a, b)
   end
   return a < b
 end
+-- luagen:end fence_record
 
 local token, holder = ARGV[1], ARGV[2]
 if token ~= nil and not isToken(token) then
@@ -53,6 +55,7 @@ for i = 3, #ARGV, 2 do
   end
 end
 
+-- luagen:begin guard_rule
 -- HMGET fails with WRONGTYPE if KEYS[1] is not a hash: nothing is written.
 local rec = redis.call('HMGET', KEYS[1], FENCE, HOLDER)
 local fence, owner = rec[1], rec[2]
@@ -65,6 +68,7 @@ if fence then
     return {0, fence, owner}
   end
 end
+-- luagen:end guard_rule
 
 local cmd = {'HSET', KEYS[1]}
 for i = 3, #ARGV do

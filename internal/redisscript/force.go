@@ -1,7 +1,6 @@
 package redisscript
 
 import (
-	_ "embed"
 	"fmt"
 
 	"github.com/fencedlock/fencedlock/driver"
@@ -11,10 +10,8 @@ import (
 // The scripts of an operator's forced release (see the backends'
 // ForceRelease and FenceBarrier).
 var (
-	//go:embed force_release.lua
-	ForceReleaseLua string
-	//go:embed fence_barrier.lua
-	FenceBarrierLua string
+	ForceReleaseLua = mustCompose("force_release.lua")
+	FenceBarrierLua = mustCompose("fence_barrier.lua")
 )
 
 // SHA-1 digests of the forced-release scripts, in hex.

@@ -19,8 +19,8 @@
 --   redis-cli --eval internal/redisscript/release.lua lock-key , token
 -- Input comes only through KEYS and ARGV.
 
--- List commands run only when the queue exists: a deployment that never
--- queues (no FairBackend) needs no permission for them (docs/redis-acl.md).
+-- List commands run only when the queue exists (waiters are queued): the
+-- common release pays one EXISTS for it.
 local queued = KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1
 local abandon = ARGV[3] and ARGV[3] ~= '' and KEYS[4]
 
@@ -48,6 +48,7 @@ if not (queued or abandon) then
   return 1
 end
 
+-- luagen:begin queue_funcs
 -- now_ms is the server's clock in milliseconds (TIME; allowed in scripts
 -- since Redis 5, which replicates their effects, not the script).
 local function now_ms()
@@ -61,6 +62,7 @@ local function entry(e)
   return string.match(e, '^(%d+):(%d+):(.*)$')
 end
 
+-- luagen:begin fence_funcs
 -- restore_fence puts the counter in key back as it was before an INCR:
 -- one less, computed on its decimal digits (it may lie beyond the
 -- integers a Lua number holds exactly), with its TTL if it has one. Only
@@ -151,6 +153,8 @@ end
 local function next_fence(key)
   return checked_fence(key, redis.pcall('INCR', key))
 end
+-- luagen:end fence_funcs
+-- luagen:end queue_funcs
 
 -- A clean-up after an acquire (or a wait) whose outcome is unknown:
 -- remember the owner (by SHA-1, not the secret itself), so that its

@@ -2,8 +2,6 @@ package otelfencedlock_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"net/url"
 	"os"
 	"testing"
@@ -12,20 +10,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
-	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/etcd"
+	"github.com/fencedlock/fencedlock/backend/etcd/clustertest/harness"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/locktrace"
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		fmt.Fprintln(os.Stderr, "otelfencedlock: refusing -short: the etcd framework would skip the etcd tests")
-		os.Exit(2)
-	}
-	// As in backend/etcd/clustertest: 300 ms elections keep a loaded
-	// 2-core machine running -race from changing leaders spuriously.
-	integration.ElectionTicks = 30
+	harness.Setup("otelfencedlock")
 	os.Exit(m.Run())
 }
 
@@ -33,11 +25,7 @@ func TestMain(m *testing.M) {
 // WaitAcquirer: waiters queue on the server, and a queued waiter that is
 // granted the key is a hand-off).
 func etcdStore(t *testing.T) store {
-	t.Cleanup(func() {
-		if t.Skipped() {
-			t.Errorf("the etcd framework skipped %s; skipping is not allowed", t.Name())
-		}
-	})
+	harness.NoSkip(t, "otelfencedlock")
 	integration.BeforeTest(t, integration.WithoutGoLeakDetection())
 	clus := integration.NewCluster(t, &integration.ClusterConfig{Size: 1})
 	t.Cleanup(func() { clus.Terminate(t) })
@@ -67,7 +55,7 @@ func etcdStore(t *testing.T) store {
 				t.Fatalf("delete %q: %v, %v", key, resp, err)
 			}
 		},
-		waitKind:    fencedlock.WaitQueued,
+		waitKind:    locktrace.WaitQueued,
 		waitsBefore: 1,
 		ttl:         3 * time.Second,
 	}

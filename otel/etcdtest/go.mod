@@ -4,11 +4,13 @@ go 1.26.0
 
 replace (
 	github.com/fencedlock/fencedlock => ../../
+	github.com/fencedlock/fencedlock/backend/etcd/clustertest => ../../backend/etcd/clustertest
 	github.com/fencedlock/fencedlock/otel => ../
 )
 
 require (
 	github.com/fencedlock/fencedlock v0.0.0-00010101000000-000000000000
+	github.com/fencedlock/fencedlock/backend/etcd/clustertest v0.0.0-00010101000000-000000000000
 	github.com/fencedlock/fencedlock/otel v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/tests/v3 v3.7.3

@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencedlock/fencedlock/backend/etcd"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
@@ -22,17 +21,7 @@ import (
 // The same under the race detector (surplus 39-40 in 3 runs with -race, as
 // without), so it runs in CI.
 func TestCycleAllocs(t *testing.T) {
-	ep := startChild(t)
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	b, err := etcd.New(c, etcd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, c, _ := childBackend(t)
 	ctx := ctxFor(t, time.Minute)
 	req := driver.AcquireRequest{Key: "allocs", Owner: "owner-allocs", TTL: 10 * time.Second}
 	cycle := func() {

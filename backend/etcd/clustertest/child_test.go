@@ -13,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"google.golang.org/grpc"
+
+	"github.com/fencedlock/fencedlock/backend/etcd"
 )
 
 // childEnv, when set (to a data directory), turns the test binary into a
@@ -21,6 +25,16 @@ import (
 // allocation tests measure the client's allocations only, which an
 // in-process server would drown in its own.
 const childEnv = "FENCEDLOCK_CLUSTERTEST_ETCD_DIR"
+
+// childBackend starts an etcd child (startChild) and returns a Backend on
+// a client of it, with the gRPC dial options opts; both are closed when
+// the test ends. It returns the client and the endpoint too.
+func childBackend(t *testing.T, opts ...grpc.DialOption) (*etcd.Backend, *clientv3.Client, string) {
+	t.Helper()
+	ep := startChild(t)
+	b, c := dialBackend(t, clientv3.Config{Endpoints: []string{ep}, DialOptions: opts})
+	return b, c, ep
+}
 
 // startChild runs this test binary again as a single-member etcd (see
 // runChild) and returns its client endpoint; it is stopped in t.Cleanup.

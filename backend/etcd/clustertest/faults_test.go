@@ -154,14 +154,7 @@ func TestBlackholedHolderLearnsFirst(t *testing.T) {
 	e := newEnv(t)
 	_, fol := e.leader()
 	bridge := e.clus.Members[fol[0]].Bridge()
-	healed := false
-	heal := func() {
-		if !healed {
-			bridge.Unblackhole()
-			healed = true
-		}
-	}
-	t.Cleanup(heal)
+	heal := healer(t, bridge)
 	lost, granted := lossRace(t, e, fol[0], fol[1], bridge.Blackhole, heal)
 	t.Logf("blackhole (TTL %v, renew every %v): loss-detection delay %s, other client granted at %s", ttl, ttl/3, ms(lost), ms(granted))
 }
@@ -200,28 +193,12 @@ func TestPartitionedHolderMember(t *testing.T) {
 // it must not take the lock, and re-queues behind C with a new fence.
 func TestWaiterPausedPastItsLease(t *testing.T) {
 	e := newEnv(t)
-	hl, _ := e.locker(0, fencedlock.Options{})
-	wl, _ := e.locker(1, fencedlock.Options{})
-	cl, _ := e.locker(2, fencedlock.Options{})
 	ctx := ctxFor(t, time.Minute)
 	bridge := e.clus.Members[1].Bridge()
-	healed := false
-	heal := func() {
-		if !healed {
-			bridge.Unblackhole()
-			healed = true
-		}
-	}
-	t.Cleanup(heal)
+	heal := healer(t, bridge)
 
-	h, err := hl.Acquire(ctx, "jepsen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wch := acquireAsync(ctx, wl, "jepsen")
-	e.waitEntries("jepsen", 2)
-	cch := acquireAsync(ctx, cl, "jepsen")
-	dead := e.waitEntries("jepsen", 3)[1]
+	h, wch, cch, kvs := e.queuedBehind(ctx, "jepsen")
+	dead := kvs[1]
 
 	bridge.Blackhole()
 	paused := time.Now()

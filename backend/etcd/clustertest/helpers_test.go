@@ -11,7 +11,6 @@ package clustertest
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -19,30 +18,20 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/client/pkg/v3/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 	"google.golang.org/grpc"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/etcd"
+	"github.com/fencedlock/fencedlock/backend/etcd/clustertest/harness"
 )
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(childEnv); dir != "" {
 		os.Exit(runChild(dir))
 	}
-	flag.Parse()
-	if testing.Short() {
-		fmt.Fprintln(os.Stderr, "clustertest: refusing -short: the etcd framework would skip every cluster test and the run would pass without testing anything")
-		os.Exit(2)
-	}
-	// The framework's 100 ms election timeout (10 ticks of 10 ms) makes a
-	// loaded 2-core machine running -race change leaders spuriously; a
-	// proposal lost in a leader change then hangs its request until the
-	// caller's deadline. 30 ticks (300 ms) keeps elections quick and the
-	// server's minimum lease TTL at 1 s.
-	integration.ElectionTicks = 30
+	harness.Setup("clustertest")
 	os.Exit(m.Run())
 }
 
@@ -59,49 +48,12 @@ type env struct {
 // t.Cleanup. It fails (never skips) when the cluster cannot run.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	if testing.Short() {
-		t.Fatal("clustertest: the cluster tests do not run with -short (the etcd framework would skip them); run without -short")
-	}
-	t.Cleanup(func() {
-		if t.Skipped() {
-			t.Errorf("clustertest: the etcd framework skipped %s; skipping is not allowed", t.Name())
-		}
-	})
-	beforeTest(t)
+	harness.BeforeTest(t, "clustertest")
 	clus := integration.NewCluster(t, &integration.ClusterConfig{Size: 3, UseBridge: true})
 	t.Cleanup(func() { clus.Terminate(t) })
 	e := &env{t: t, clus: clus}
 	e.admin = e.client(0)
 	return e
-}
-
-// leakWait is how long a goroutine may outlive the test that started it
-// before it counts as leaked.
-const leakWait = 5 * time.Second
-
-// beforeTest is integration.BeforeTest with the framework's leak check
-// replaced by one that waits. The framework's looks once (10 ms) before the
-// test and skips the test if any goroutine of interest runs at that instant,
-// which includes the brief goroutine of any context deadline timer firing
-// then (an etcd client's or server's request deadline outliving its
-// cluster): CI failed TestKeepAliveInterval that way, on
-// context.WithDeadlineCause.func2 with nothing leaked. Here the test fails
-// (never skips) on goroutines still running leakWait after the previous
-// test ended or after this one did.
-func beforeTest(t *testing.T) {
-	t.Helper()
-	if err := testutil.CheckAfterTest(leakWait); err != nil {
-		t.Fatalf("clustertest: before %s: an earlier test %v", t.Name(), err)
-	}
-	integration.BeforeTest(t, integration.WithoutGoLeakDetection())
-	t.Cleanup(func() {
-		if t.Failed() {
-			return // its goroutines may be why; the failure is reported already
-		}
-		if err := testutil.CheckAfterTest(leakWait); err != nil {
-			t.Errorf("clustertest: %s %v", t.Name(), err)
-		}
-	})
 }
 
 // countedBackend returns an etcd Backend on a client of its own to member,
@@ -110,22 +62,30 @@ func beforeTest(t *testing.T) {
 // t.Cleanup.
 func (e *env) countedBackend(member int, opts ...grpc.DialOption) *etcd.Backend {
 	e.t.Helper()
-	c, err := clientv3.New(clientv3.Config{
+	b, _ := dialBackend(e.t, clientv3.Config{
 		Endpoints:   []string{e.clus.Members[member].GRPCURL},
-		DialTimeout: 5 * time.Second,
 		DialOptions: opts,
 		Logger:      e.clus.Members[member].Logger.Named("counted-client"),
 	})
+	return b
+}
+
+// dialBackend returns an etcd Backend on a new client of cfg (its dial
+// bounded by 5s) and the client; both are closed in t.Cleanup.
+func dialBackend(t *testing.T, cfg clientv3.Config) (*etcd.Backend, *clientv3.Client) {
+	t.Helper()
+	cfg.DialTimeout = 5 * time.Second
+	c, err := clientv3.New(cfg)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	e.t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { c.Close() })
 	b, err := etcd.New(c, etcd.Options{})
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	e.t.Cleanup(func() { b.Close() })
-	return b
+	t.Cleanup(func() { b.Close() })
+	return b, c
 }
 
 // client returns a new client connected to one member only (through its
@@ -185,14 +145,8 @@ func (e *env) entries(key string) []*mvccpb.KeyValue {
 // no key (and which Backend.Close revokes); allLeases counts those too.
 func (e *env) leases() int {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := e.admin.Leases(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	n := 0
-	for _, l := range resp.Leases {
+	for _, l := range e.leaseList() {
 		// One bound per request: the loop's length grows with the leases
 		// (over 100 pooled ones took more than 5 s in all at load 10).
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -211,13 +165,19 @@ func (e *env) leases() int {
 // allLeases counts every lease of the cluster, idle ones included.
 func (e *env) allLeases() int {
 	e.t.Helper()
+	return len(e.leaseList())
+}
+
+// leaseList lists every lease of the cluster.
+func (e *env) leaseList() []clientv3.LeaseStatus {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := e.admin.Leases(ctx)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return len(resp.Leases)
+	return resp.Leases
 }
 
 // waitNoLeases waits until no lease of the cluster carries a key: a
@@ -281,6 +241,38 @@ type acquired struct {
 	lease *fencedlock.Lease
 	err   error
 	at    time.Time
+}
+
+// queuedBehind has three clients, on members 0, 1 and 2, take key in
+// turn: H holds it, W queues behind H, C behind W. It returns H's lease,
+// W's and C's pending Acquires and the key's entries (H's, W's, C's).
+func (e *env) queuedBehind(ctx context.Context, key string) (*fencedlock.Lease, <-chan acquired, <-chan acquired, []*mvccpb.KeyValue) {
+	e.t.Helper()
+	hl, _ := e.locker(0, fencedlock.Options{})
+	wl, _ := e.locker(1, fencedlock.Options{})
+	cl, _ := e.locker(2, fencedlock.Options{})
+	h, err := hl.Acquire(ctx, key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	wch := acquireAsync(ctx, wl, key)
+	e.waitEntries(key, 2)
+	cch := acquireAsync(ctx, cl, key)
+	return h, wch, cch, e.waitEntries(key, 3)
+}
+
+// healer returns a function that ends the blackhole of bridge, once; it
+// also runs when the test ends.
+func healer(t *testing.T, bridge interface{ Unblackhole() }) func() {
+	healed := false
+	heal := func() {
+		if !healed {
+			bridge.Unblackhole()
+			healed = true
+		}
+	}
+	t.Cleanup(heal)
+	return heal
 }
 
 func acquireAsync(ctx context.Context, l *fencedlock.Locker, key string) <-chan acquired {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/etcd"
+	"github.com/fencedlock/fencedlock/backend/etcd/clustertest/harness"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
 	"github.com/fencedlock/fencedlock/internal/lategranttest"
 	"github.com/fencedlock/fencedlock/internal/locktest"
@@ -23,7 +24,7 @@ import (
 // Locker's lock; a waiting Acquire (the server's queue) keeps waiting
 // until the replies are on time.
 func TestLateGrantRefused(t *testing.T) {
-	beforeTest(t)
+	harness.BeforeTest(t, "clustertest")
 	clus := integration.NewCluster(t, &integration.ClusterConfig{Size: 1, UseTCP: true})
 	t.Cleanup(func() { clus.Terminate(t) })
 	u, err := url.Parse(clus.Members[0].GRPCURL)
@@ -36,20 +37,10 @@ func TestLateGrantRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { p.Close() })
 	locker := func(endpoint string, ttl time.Duration) (*fencedlock.Locker, *etcd.Backend) {
-		c, err := clientv3.New(clientv3.Config{
-			Endpoints:   []string{endpoint},
-			DialTimeout: 5 * time.Second,
-			Logger:      clus.Members[0].Logger.Named("lategrant-client"),
+		b, _ := dialBackend(t, clientv3.Config{
+			Endpoints: []string{endpoint},
+			Logger:    clus.Members[0].Logger.Named("lategrant-client"),
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		b, err := etcd.New(c, etcd.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
 		l := locktest.New(t, b, fencedlock.Options{TTL: ttl, ReleaseTimeout: 10 * time.Second})
 		t.Cleanup(func() { l.Close() })
 		return l, b

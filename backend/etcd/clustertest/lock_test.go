@@ -3,8 +3,8 @@ package clustertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +13,7 @@ import (
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 )
 
 // Six clients, two per member, contend for one key: an overlap detector
@@ -26,59 +27,13 @@ func TestMutualExclusionAcrossMembers(t *testing.T) {
 		lockers[i], _ = e.locker(i%3, fencedlock.Options{})
 	}
 	ctx := ctxFor(t, time.Minute)
-	var (
-		inside   atomic.Int32
-		overlaps atomic.Int32
-		lost     atomic.Int32
-		mu       sync.Mutex
-		fences   []fencing.Token
-		wg       sync.WaitGroup
-		errs     = make(chan error, workers)
-	)
-	for i := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				ls, err := lockers[i].Acquire(ctx, "counter")
-				if err != nil {
-					errs <- err
-					return
-				}
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				mu.Lock()
-				fences = append(fences, ls.Fence())
-				mu.Unlock()
-				time.Sleep(2 * time.Millisecond)
-				if ls.Err() != nil {
-					lost.Add(1)
-				}
-				inside.Add(-1)
-				if err := ls.Release(ctx); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if overlaps.Load() != 0 || lost.Load() != 0 {
-		t.Fatalf("%d overlapping critical sections, %d leases lost", overlaps.Load(), lost.Load())
-	}
-	if len(fences) != workers*rounds {
-		t.Fatalf("%d grants, want %d", len(fences), workers*rounds)
-	}
-	for i := 1; i < len(fences); i++ {
-		if fences[i] <= fences[i-1] {
-			t.Fatalf("fence %d (%d) not above the previous (%d): %v", i, fences[i], fences[i-1], fences)
+	fences := locktest.Contend(ctx, t, lockers, "counter", rounds, time.Minute, func(ls *fencedlock.Lease) error {
+		time.Sleep(2 * time.Millisecond)
+		if err := ls.Err(); err != nil {
+			return fmt.Errorf("lease lost inside the critical section: %w", err)
 		}
-	}
+		return nil
+	})
 	if n := len(e.entries("counter")); n != 0 {
 		t.Errorf("%d queue entries left", n)
 	}
@@ -232,18 +187,8 @@ func TestCancelledWaitLeavesNothing(t *testing.T) {
 // queue entry and a greater fence, never with its dead entry.
 func TestExpiredWaiterIsNotGranted(t *testing.T) {
 	e := newEnv(t)
-	hl, _ := e.locker(0, fencedlock.Options{})
-	wl, _ := e.locker(1, fencedlock.Options{})
-	cl, _ := e.locker(2, fencedlock.Options{})
 	ctx := ctxFor(t, time.Minute)
-	h, err := hl.Acquire(ctx, "jepsen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wch := acquireAsync(ctx, wl, "jepsen")
-	e.waitEntries("jepsen", 2)
-	cch := acquireAsync(ctx, cl, "jepsen")
-	kvs := e.waitEntries("jepsen", 3)
+	h, wch, cch, kvs := e.queuedBehind(ctx, "jepsen")
 	dead := kvs[1] // W's entry
 	e.revoke(dead.Lease)
 	if err := h.Release(ctx); err != nil {

@@ -104,23 +104,15 @@ func manyLeases(t *testing.T, ttl time.Duration) (stall time.Duration) {
 	}
 
 	leases := make([]*fencedlock.Lease, n)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				ls, err := l.Acquire(ctx, fmt.Sprintf("many-%d", i))
-				if err != nil {
-					t.Errorf("acquire %d: %v", i, err)
-					return
-				}
-				leases[i] = ls
-			}
-		}()
-	}
-	wg.Wait()
+	inParallel(n, func(i int) bool {
+		ls, err := l.Acquire(ctx, fmt.Sprintf("many-%d", i))
+		if err != nil {
+			t.Errorf("acquire %d: %v", i, err)
+			return false
+		}
+		leases[i] = ls
+		return true
+	})
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -201,35 +193,46 @@ func manyLeases(t *testing.T, ttl time.Duration) (stall time.Duration) {
 	t.Logf("%d leases (TTL %v) held %v on %d LeaseKeepAlive stream(s) and %d Watch stream(s); deleted key reported lost after %s",
 		n, ttl, hold, sc.get("LeaseKeepAlive"), sc.get("Watch"), ms(delay))
 	// Release as they were acquired, 16 at a time.
-	next.Store(0)
 	var mu sync.Mutex
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				if i == victim {
-					continue
-				}
-				if err := leases[i].Release(ctx); err != nil {
-					mu.Lock()
-					// A release of a lease already lost says ErrNotHeld;
-					// the lease's own Err tells whose word it was.
-					if !stalled(leases[i].Err()) {
-						t.Errorf("release %d: %v", i, err)
-					}
-					mu.Unlock()
-				}
+	inParallel(n, func(i int) bool {
+		if i == victim {
+			return true
+		}
+		if err := leases[i].Release(ctx); err != nil {
+			mu.Lock()
+			// A release of a lease already lost says ErrNotHeld;
+			// the lease's own Err tells whose word it was.
+			if !stalled(leases[i].Err()) {
+				t.Errorf("release %d: %v", i, err)
 			}
-		}()
-	}
-	wg.Wait()
+			mu.Unlock()
+		}
+		return true
+	})
 	leases[victim].Release(ctx)
 	if stall != 0 || t.Failed() {
 		return stall
 	}
 	waitNoLeases(t, e)
 	return 0
+}
+
+// inParallel calls fn for each i in [0, n), 16 calls at a time, and
+// returns when all are done; a worker whose fn returns false takes no
+// further i.
+func inParallel(n int, fn func(i int) bool) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				if !fn(i) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // A key deleted between its grant and the start of its keepalive is

@@ -25,6 +25,16 @@ func req(key string, ttl time.Duration) driver.AcquireRequest {
 	return driver.AcquireRequest{Key: key, Owner: rand.Text(), TTL: ttl}
 }
 
+// acquire takes key for a new owner through b, failing t if it cannot.
+func acquire(t *testing.T, ctx context.Context, b *etcd.Backend, key string, ttl time.Duration) driver.Grant {
+	t.Helper()
+	g, err := b.Acquire(ctx, req(key, ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // leaseOf returns the lease of key's holder entry.
 func (e *env) leaseOf(key string) int64 {
 	e.t.Helper()
@@ -63,18 +73,12 @@ func TestPooledLeaseReuse(t *testing.T) {
 	b := e.backend(1)
 	ctx := ctxFor(t, time.Minute)
 
-	ga, err := b.Acquire(ctx, req("a", ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ga := acquire(t, ctx, b, "a", ttl)
 	la := e.leaseOf("a")
 	if err := b.Release(ctx, ga); err != nil {
 		t.Fatal(err)
 	}
-	gb, err := b.Acquire(ctx, req("b", ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gb := acquire(t, ctx, b, "b", ttl)
 	if lb := e.leaseOf("b"); lb != la {
 		t.Errorf("second grant's lease %x, want the released lock's %x (pooled)", lb, la)
 	}
@@ -101,10 +105,7 @@ func TestPooledLeaseReuse(t *testing.T) {
 	}
 
 	// Another TTL: another lease, with that TTL.
-	gd, err := b.Acquire(ctx, req("d", 2*ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gd := acquire(t, ctx, b, "d", 2*ttl)
 	if e.leaseOf("d") == la || gd.TTL != 2*ttl {
 		t.Errorf("grant with TTL %v: lease %x (pooled %x), TTL %v", 2*ttl, e.leaseOf("d"), la, gd.TTL)
 	}
@@ -147,17 +148,11 @@ func TestSecondReleaseLeavesReusedLeaseAlone(t *testing.T) {
 	e := newEnv(t)
 	b := e.backend(1)
 	ctx := ctxFor(t, time.Minute)
-	ga, err := b.Acquire(ctx, req("a", ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ga := acquire(t, ctx, b, "a", ttl)
 	if err := b.Release(ctx, ga); err != nil {
 		t.Fatal(err)
 	}
-	gb, err := b.Acquire(ctx, req("b", ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gb := acquire(t, ctx, b, "b", ttl)
 	lb := e.leaseOf("b")
 	if err := b.Release(ctx, ga); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("second release: %v, want ErrNotHeld", err)
@@ -187,20 +182,14 @@ func TestFailedReleaseRevokesLease(t *testing.T) {
 	// without a renewal) outlasts the test: with a pool that took the
 	// lease back, the next grant would reuse it as is.
 	const ttl = 10 * time.Second
-	ga, err := b.Acquire(ctx, req("a", ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ga := acquire(t, ctx, b, "a", ttl)
 	la := e.leaseOf("a")
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if err := b.Release(cctx, ga); err == nil {
 		t.Fatal("release with a cancelled context succeeded")
 	}
-	gb, err := b.Acquire(ctx, req("b", ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gb := acquire(t, ctx, b, "b", ttl)
 	if lb := e.leaseOf("b"); lb == la {
 		t.Fatalf("the lease %x of a failed release (a's key still on it: %v) was reused for another lock", la, e.keysOn(la))
 	}

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/backend/etcd"
 )
 
 // proofCounter counts what a client sends for its held leases: keepalive
@@ -86,19 +85,8 @@ func cpuTime(t *testing.T) time.Duration {
 // single-member etcd in a child process, so that the CPU time is the
 // client's alone; held leases' renewals are counted at the client.
 func TestProofCost(t *testing.T) {
-	ep := startChild(t)
 	var pc proofCounter
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(pc.unary), grpc.WithChainStreamInterceptor(pc.stream)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	b, err := etcd.New(c, etcd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, _, ep := childBackend(t, grpc.WithChainUnaryInterceptor(pc.unary), grpc.WithChainStreamInterceptor(pc.stream))
 	const ttl = 3 * time.Second // renewed every second
 	l := mustLocker(t, b, fencedlock.Options{TTL: ttl})
 	defer l.Close()

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 )
 
 // rpcCounter counts the unary KV and Lease calls a client makes.
@@ -97,14 +98,7 @@ func TestRoundTrips(t *testing.T) {
 	// once more when the watch runs.
 	handoff := func(holder *fencedlock.Lease) {
 		t.Helper()
-		got := make(chan error, 1)
-		go func() {
-			ls, err := l.Acquire(ctx, "k")
-			if err == nil {
-				err = ls.Release(ctx)
-			}
-			got <- err
-		}()
+		got := locktest.AcquireRelease(ctx, l, "k")
 		e.waitEntries("k", 2)
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
+	"github.com/fencedlock/fencedlock/backend/etcd"
 	"github.com/fencedlock/fencedlock/driver"
 )
 
@@ -159,25 +160,15 @@ func TestSlowKeepAliveAnswerConfirms(t *testing.T) {
 	}()
 	defer func() { stopBusy(); busy.Wait() }()
 
-	kctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch := b.KeepAlive(kctx, slowG)
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			t.Fatal("keepalive channel closed")
-		}
-		if r.Err != nil {
-			t.Fatalf("renewal answered after %v (renew interval %v, lease %v) counted as failed: %v", slow.delay, interval, ttl, r.Err)
-		}
-		lat := time.Since(r.Sent)
-		if lat < slow.delay {
-			t.Fatalf("renewal confirmed %v after its send, before its answer was let through (%v)", lat, slow.delay)
-		}
-		t.Logf("renewal confirmed %s after its send (interval %v, lease %v)", ms(lat), interval, ttl)
-	case <-time.After(ttl):
-		t.Fatalf("no renewal within the lease's TTL %v", ttl)
+	r, ch := firstRenewal(t, ctx, b, slowG, ttl)
+	if r.Err != nil {
+		t.Fatalf("renewal answered after %v (renew interval %v, lease %v) counted as failed: %v", slow.delay, interval, ttl, r.Err)
 	}
+	lat := time.Since(r.Sent)
+	if lat < slow.delay {
+		t.Fatalf("renewal confirmed %v after its send, before its answer was let through (%v)", lat, slow.delay)
+	}
+	t.Logf("renewal confirmed %s after its send (interval %v, lease %v)", ms(lat), interval, ttl)
 
 	// The next renewal was sent as soon as that answer came (its interval
 	// had passed) and waits 4 s for its own: deleting the key meanwhile is
@@ -228,22 +219,32 @@ func TestSilentNewStreamDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	slow.on.Store(true)
+	r, _ := firstRenewal(t, ctx, b, g, ttl)
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "unresponsive") {
+		t.Fatalf("first renewal on a stream silent for %v (renew interval %v): %+v, want the stream dropped as unresponsive", slow.delay, interval, r)
+	}
+	if lat := time.Since(r.Sent); lat >= slow.delay {
+		t.Fatalf("stream dropped %v after the send, not before the answer (%v)", lat, slow.delay)
+	}
+	t.Logf("silent stream dropped %s after the send: %v", ms(time.Since(r.Sent)), r.Err)
+}
+
+// firstRenewal starts g's keepalive through b, stopped when t ends, and
+// returns its first outcome and its channel; it fails t if the channel
+// closes first or nothing comes within the lease's TTL.
+func firstRenewal(t *testing.T, ctx context.Context, b *etcd.Backend, g driver.Grant, ttl time.Duration) (driver.Renewal, <-chan driver.Renewal) {
+	t.Helper()
 	kctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	t.Cleanup(cancel)
 	ch := b.KeepAlive(kctx, g)
 	select {
 	case r, ok := <-ch:
 		if !ok {
 			t.Fatal("keepalive channel closed")
 		}
-		if r.Err == nil || !strings.Contains(r.Err.Error(), "unresponsive") {
-			t.Fatalf("first renewal on a stream silent for %v (renew interval %v): %+v, want the stream dropped as unresponsive", slow.delay, interval, r)
-		}
-		if lat := time.Since(r.Sent); lat >= slow.delay {
-			t.Fatalf("stream dropped %v after the send, not before the answer (%v)", lat, slow.delay)
-		}
-		t.Logf("silent stream dropped %s after the send: %v", ms(time.Since(r.Sent)), r.Err)
+		return r, ch
 	case <-time.After(ttl):
 		t.Fatalf("no renewal outcome within the lease's TTL %v", ttl)
 	}
+	return driver.Renewal{}, nil // not reached: Fatalf ends the test
 }

@@ -7,23 +7,23 @@ import (
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
-// clusterFairHarness runs the conformance suite against redis.FairBackend
-// on a 3-master Redis Cluster: the fair queue, its hand-off message and
+// clusterFairHarness runs the conformance suite against redis.Backend
+// (whose waiters queue) on a 3-master Redis Cluster: the fair queue, its hand-off message and
 // the waiters' clean-up must stay in the lock's hash slot.
 type clusterFairHarness struct {
 	t     *testing.T
-	cl    *redistest.Cluster
+	cl    *testserver.RedisCluster
 	ops   rueidis.Client
 	names *redis.Backend
 	opts  redis.Options
 }
 
 func (h *clusterFairHarness) NewBackend(ctx context.Context) (driver.Backend, error) {
-	return redis.NewFair(h.cl.Client(h.t, nil), h.opts)
+	return redis.New(h.cl.Client(h.t, nil), h.opts)
 }
 
 func (h *clusterFairHarness) Invalidate(ctx context.Context, key string) error {
@@ -36,7 +36,7 @@ func (h *clusterFairHarness) Config() conformance.Config { return conformance.Co
 // properties included, on Redis Cluster, with PUBLISH and with SPUBLISH.
 // One cluster serves every property (their keys differ).
 func TestClusterConformanceFair(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := testserver.StartRedisCluster(t, 3)
 	for _, sharded := range []bool{false, true} {
 		name := "publish"
 		if sharded {

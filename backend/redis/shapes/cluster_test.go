@@ -12,15 +12,15 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/fencing"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
 // keysOnEveryNode returns one lock name per node of cl, each served by a
 // different node.
-func keysOnEveryNode(t *testing.T, cl *redistest.Cluster, b *redis.Backend) map[*redistest.Server]string {
+func keysOnEveryNode(t *testing.T, cl *testserver.RedisCluster, b *redis.Backend) map[*testserver.Redis]string {
 	t.Helper()
-	keys := make(map[*redistest.Server]string)
+	keys := make(map[*testserver.Redis]string)
 	for i := 0; len(keys) < len(cl.Nodes) && i < 1000; i++ {
 		k := "order/" + strconv.Itoa(i)
 		n := cl.Owner(t, cl.KeySlot(t, b.LockKey(k)))
@@ -46,7 +46,7 @@ func noCrossSlot(t *testing.T, err error) {
 // released; the fence counter sits on the same node as the lock and keeps
 // increasing.
 func TestClusterAcquireRenewReleaseFence(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := testserver.StartRedisCluster(t, 3)
 	b := newBackend(t, cl.Client(t, nil), redis.Options{ShardedPubSub: true})
 	l := newLocker(t, b, fencedlock.Options{TTL: 2 * time.Second})
 	ctx := ctxT(t, 30*time.Second)
@@ -101,7 +101,7 @@ func TestClusterAcquireRenewReleaseFence(t *testing.T) {
 	}
 }
 
-func cliOK(t *testing.T, s *redistest.Server, args ...string) string {
+func cliOK(t *testing.T, s *testserver.Redis, args ...string) string {
 	t.Helper()
 	out, err := s.CLI(t, args...)
 	if err != nil || strings.HasPrefix(out, "ERR") || strings.HasPrefix(out, "(error)") {
@@ -111,7 +111,7 @@ func cliOK(t *testing.T, s *redistest.Server, args ...string) string {
 }
 
 // commandCalls returns cmdstat_<name> calls from INFO commandstats.
-func commandCalls(t *testing.T, s *redistest.Server, name string) int {
+func commandCalls(t *testing.T, s *testserver.Redis, name string) int {
 	t.Helper()
 	out := cliOK(t, s, "INFO", "commandstats")
 	for _, line := range strings.Split(out, "\n") {
@@ -130,7 +130,7 @@ func commandCalls(t *testing.T, s *redistest.Server, name string) int {
 // contender is never granted the key meanwhile, and the fence counter
 // arrives intact.
 func TestClusterSlotMigrationKeepsLease(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := testserver.StartRedisCluster(t, 3)
 	b := newBackend(t, cl.Client(t, nil), redis.Options{ShardedPubSub: true})
 	b2 := newBackend(t, cl.Client(t, nil), redis.Options{ShardedPubSub: true})
 	holder := newLocker(t, b, fencedlock.Options{TTL: keptTTL})
@@ -141,7 +141,7 @@ func TestClusterSlotMigrationKeepsLease(t *testing.T) {
 	lk, fk := b.LockKey(key), b.FenceKey(key)
 	slot := cl.KeySlot(t, lk)
 	src := cl.Owner(t, slot)
-	var dst *redistest.Server
+	var dst *testserver.Redis
 	for _, n := range cl.Nodes {
 		if n != src {
 			dst = n
@@ -197,7 +197,7 @@ func TestClusterSlotMigrationKeepsLease(t *testing.T) {
 	}
 
 	cliOK(t, src, "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port), "", "0", "5000", "KEYS", fk)
-	for _, n := range []*redistest.Server{dst, src} {
+	for _, n := range []*testserver.Redis{dst, src} {
 		cliOK(t, n, "CLUSTER", "SETSLOT", strconv.Itoa(slot), "NODE", dstID)
 	}
 	for _, n := range cl.Nodes {
@@ -234,7 +234,7 @@ func TestClusterSlotMigrationKeepsLease(t *testing.T) {
 // to the same channel name on every node receives nothing; the same release
 // with ShardedPubSub off reaches it (the broadcast the option avoids).
 func TestClusterShardedWakeups(t *testing.T) {
-	cl := redistest.StartCluster(t, 3)
+	cl := testserver.StartRedisCluster(t, 3)
 	holderB := newBackend(t, cl.Client(t, nil), redis.Options{ShardedPubSub: true})
 	waiterB := newBackend(t, cl.Client(t, nil), redis.Options{ShardedPubSub: true})
 	// A long TTL and retry delay: only the release message can wake the
@@ -278,7 +278,7 @@ func TestClusterShardedWakeups(t *testing.T) {
 			time.Sleep(25 * time.Millisecond)
 		}
 	}
-	count := func(n *redistest.Server, args ...string) int {
+	count := func(n *testserver.Redis, args ...string) int {
 		out := cliOK(t, n, args...)
 		f := strings.Fields(out)
 		v, _ := strconv.Atoi(f[len(f)-1])

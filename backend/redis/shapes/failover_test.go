@@ -13,7 +13,7 @@ import (
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // Failover experiment parameters.
@@ -50,7 +50,7 @@ type roundResult struct {
 // asserts what must hold whatever happens: the holder learns of the loss,
 // and the guarded resource (a fencing.Guard checked by an independent
 // history) never accepts a stale write. Only two of the sentinels may stand
-// for election (see redistest.SentinelOptions), so the failover never waits
+// for election (see testserver.SentinelOptions), so the failover never waits
 // for a second election after a split vote.
 func TestSentinelFailover(t *testing.T) {
 	var results []roundResult
@@ -104,14 +104,14 @@ func TestSentinelFailover(t *testing.T) {
 
 func failoverRound(t *testing.T, withWait bool) roundResult {
 	var res roundResult
-	primary := redistest.Start(t)
+	primary := testserver.StartRedis(t)
 	px, err := faultproxy.New(primary.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { px.Close() })
 	_, proxyPort, _ := strings.Cut(px.Addr(), ":")
-	replica := redistest.Start(t, redistest.WithConfig("replicaof 127.0.0.1 "+proxyPort))
+	replica := testserver.StartRedis(t, testserver.WithConfig("replicaof 127.0.0.1 "+proxyPort))
 	for i := 0; ; i++ {
 		out, err := replica.CLI(t, "INFO", "replication")
 		if err == nil && strings.Contains(out, "master_link_status:up") {
@@ -122,7 +122,7 @@ func failoverRound(t *testing.T, withWait bool) roundResult {
 		}
 		time.Sleep(25 * time.Millisecond)
 	}
-	sentinels := redistest.StartSentinels(t, primary, 3, redistest.SentinelOptions{})
+	sentinels := testserver.StartSentinels(t, primary, 3, testserver.SentinelOptions{})
 	t.Cleanup(func() {
 		if t.Failed() {
 			for i, s := range sentinels.Nodes {
@@ -213,7 +213,7 @@ wait:
 		// be satisfied again and every acquire fails with ErrReplication.
 		if addr := sentinels.MasterAddr(t); !replicaAdded && addr != primary.Addr {
 			_, port, _ := strings.Cut(addr, ":")
-			redistest.Start(t, redistest.WithConfig("replicaof 127.0.0.1 "+port))
+			testserver.StartRedis(t, testserver.WithConfig("replicaof 127.0.0.1 "+port))
 			replicaAdded = true
 		}
 		// A renewed through the new master after the kill: it kept its

@@ -11,7 +11,7 @@ import (
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -91,7 +91,7 @@ func TestNetworkFaults(t *testing.T) {
 	}
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
-			srv := redistest.Start(t)
+			srv := testserver.StartRedis(t)
 			px, err := faultproxy.New(srv.Addr)
 			if err != nil {
 				t.Fatal(err)
@@ -178,7 +178,7 @@ func TestRestartWhileHeld(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.Start(t, redistest.WithConfig(tc.config...))
+			srv := testserver.StartRedis(t, testserver.WithConfig(tc.config...))
 			b := newBackend(t, srv.Client(t, nil), redis.Options{})
 			observer := newBackend(t, srv.Client(t, nil), redis.Options{})
 			l := newLocker(t, b, fencedlock.Options{TTL: ttl})
@@ -261,7 +261,7 @@ func TestRestartWhileHeld(t *testing.T) {
 // TestScriptFlushWhileHeld flushes the script cache while leases are held:
 // the watchdog's renewals and the releases fall back to EVAL and succeed.
 func TestScriptFlushWhileHeld(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	b := newBackend(t, srv.Client(t, nil), redis.Options{})
 	l := newLocker(t, b, fencedlock.Options{TTL: keptTTL})
 	ctx := ctxT(t, 30*time.Second)

@@ -13,7 +13,7 @@ import (
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -32,7 +32,7 @@ func dbsize(t *testing.T, c rueidis.Client) int64 {
 // is either handled correctly or refused with a clear error wrapping a
 // sentinel, and nothing on the server is overwritten.
 func TestHostileInput(t *testing.T) {
-	srv := redistest.Start(t)
+	srv := testserver.StartRedis(t)
 	c := srv.Client(t, nil)
 	b := newBackend(t, c, redis.Options{})
 	l := newLocker(t, b, fencedlock.Options{TTL: 5 * time.Second})
@@ -273,6 +273,18 @@ func FuzzRedisKeys(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		ls, err := l.TryAcquire(ctx, key, fencedlock.WithTTL(time.Duration(ttlMs)*time.Millisecond))
+		lk, fk := b.LockKey(key), b.FenceKey(key)
+		if errors.Is(err, fencedlock.ErrLateGrant) {
+			// A short TTL on a loaded machine: the grant came back after
+			// its local deadline and the Locker released it (CI, 117ms TTL,
+			// reply after 174ms). The machine's speed, not the key's
+			// handling; what the key left behind is still checked: only
+			// the fence counter.
+			if got := m.Keys(); len(got) != 1 || got[0] != fk {
+				t.Fatalf("key %q ttl %dms: late grant left %q, want only %q", key, ttlMs, got, fk)
+			}
+			return
+		}
 		if err != nil {
 			if !errors.Is(err, driver.ErrInvalid) {
 				t.Fatalf("key %q ttl %dms: %v", key, ttlMs, err)
@@ -282,7 +294,6 @@ func FuzzRedisKeys(f *testing.F) {
 			}
 			return
 		}
-		lk, fk := b.LockKey(key), b.FenceKey(key)
 		if got := m.Keys(); len(got) != 2 || !(got[0] == lk && got[1] == fk || got[0] == fk && got[1] == lk) {
 			t.Fatalf("keys on the server %q, want %q and %q", got, lk, fk)
 		}

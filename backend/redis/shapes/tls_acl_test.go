@@ -1,5 +1,9 @@
 package shapes_test
 
+// TLS with an ACL user holding only the rule of docs/redis-acl.md: the
+// Backend, its queue of waiters, and a refused
+// fence counter's undo, which must need no permission beyond the rule.
+
 import (
 	"context"
 	"errors"
@@ -10,7 +14,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
 
@@ -20,6 +24,7 @@ import (
 var aclPerms = []string{
 	"+evalsha", "+eval", // the scripts, EVAL after NOSCRIPT
 	"+get", "+set", "+incr", "+pexpire", "+pttl", "+del", "+publish", "+exists", "+sismember", "+sadd", // called by the scripts
+	"+lpop", "+lpush", "+rpush", "+lrange", "+lset", "+lrem", "+time", "+mget", // the queue of waiters (wait.lua, release.lua)
 	"+subscribe", "+unsubscribe", // waiters
 	"+ping", "+cluster|slots", // rueidis: health checks, topology detection
 	"+info", // redis.New reads maxmemory-policy
@@ -42,10 +47,10 @@ func without(perms []string, drop string) []string {
 // startTLSACL starts a TLS-only server (test CA, tls-port, port 0) with an
 // admin user for the test's own redis-cli calls and the fencedlock user
 // given by rule; it returns a client logged in as fencedlock over TLS.
-func startTLSACL(t *testing.T, rule string) (*redistest.Server, rueidis.Client) {
+func startTLSACL(t *testing.T, rule string) (*testserver.Redis, rueidis.Client) {
 	t.Helper()
-	srv := redistest.Start(t, redistest.WithTLS(redistest.NewTLS(t)),
-		redistest.WithUser("admin", "admin-pw"), redistest.WithConfig(rule))
+	srv := testserver.StartRedis(t, testserver.WithTLS(testserver.NewTLS(t)),
+		testserver.WithUser("admin", "admin-pw"), testserver.WithConfig(rule))
 	c := srv.Client(t, func(o *rueidis.ClientOption) { o.Username, o.Password = "fencedlock", "lock-pw" })
 	return srv, c
 }
@@ -205,7 +210,7 @@ func waitExpired(t *testing.T, b *redis.Backend, key string) {
 	}
 }
 
-func waitSubscribed(t *testing.T, srv *redistest.Server, channel string) {
+func waitSubscribed(t *testing.T, srv *testserver.Redis, channel string) {
 	t.Helper()
 	for i := 0; ; i++ {
 		out := cliOK(t, srv, "PUBSUB", "NUMSUB", channel)
@@ -216,5 +221,86 @@ func waitSubscribed(t *testing.T, srv *redistest.Server, channel string) {
 			t.Fatalf("no subscriber on %s", channel)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestTLSAndACLFair: waiters queue and are handed the lock, over TLS, as
+// a user with the rule of docs/redis-acl.md (the list commands of the
+// queue, TIME for its entries' expiry and MGET, wait.lua reading the lock
+// and its counter at once, included), and ACL LOG records no denial.
+func TestTLSAndACLFair(t *testing.T) {
+	srv, c := startTLSACL(t, aclRule("fencedlock", "lock-pw", "fencedlock:*", aclPerms))
+	c2 := srv.Client(t, func(o *rueidis.ClientOption) { o.Username, o.Password = "fencedlock", "lock-pw" })
+	b := newBackend(t, c, redis.Options{})
+	f, err := redis.New(c2, redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	l, l2 := newLocker(t, b, fencedlock.Options{TTL: 30 * time.Second}), newLocker(t, f, fencedlock.Options{TTL: 30 * time.Second})
+	ctx := ctxT(t, 20*time.Second)
+	ls, err := l.TryAcquire(ctx, "fair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wl, err := l2.Acquire(ctx, "fair") // queued, handed the lock by the release
+		if err == nil {
+			if wl.Fence() != ls.Fence()+1 {
+				t.Errorf("waiter fence %d, want %d", wl.Fence(), ls.Fence()+1)
+			}
+			err = wl.Release(ctx)
+		}
+		got <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if strings.TrimSpace(cliOK(t, srv, "LLEN", b.LockKey("fair")+":queue")) == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not queue within 10s")
+		}
+	}
+	if err := ls.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if out := cliOK(t, srv, "ACL", "LOG"); out != "" {
+		t.Fatalf("ACL LOG records denials:\n%s", out)
+	}
+}
+
+// TestTLSAndACLRefusedCounter: the scripts increment the fence counter
+// before checking it, and undo the increment when they refuse it; the
+// undo must need no permission beyond docs/redis-acl.md's rule (a DECR
+// refused by the ACL would abort the script with the lock taken and the
+// counter changed). A negative counter and one with a TTL are refused with
+// ErrCorrupt as that user, and left exactly as they were.
+func TestTLSAndACLRefusedCounter(t *testing.T) {
+	srv, c := startTLSACL(t, aclRule("fencedlock", "lock-pw", "fencedlock:*", aclPerms))
+	b := newBackend(t, c, redis.Options{})
+	l := newLocker(t, b, fencedlock.Options{TTL: 30 * time.Second})
+	ctx := ctxT(t, 20*time.Second)
+	for _, tc := range []struct{ key, val, ttl string }{{"neg", "-5", ""}, {"ttl", "12", "600000"}} {
+		fk := b.FenceKey(tc.key)
+		cliOK(t, srv, "SET", fk, tc.val)
+		if tc.ttl != "" {
+			cliOK(t, srv, "PEXPIRE", fk, tc.ttl)
+		}
+		if _, err := l.TryAcquire(ctx, tc.key); !errors.Is(err, redis.ErrCorrupt) {
+			t.Fatalf("%s: acquire %v, want ErrCorrupt", tc.key, err)
+		}
+		if got := strings.TrimSpace(cliOK(t, srv, "GET", fk)); got != tc.val {
+			t.Fatalf("%s: counter %q after the refusal, want %q", tc.key, got, tc.val)
+		}
+		if got := strings.TrimSpace(cliOK(t, srv, "EXISTS", b.LockKey(tc.key))); got != "0" {
+			t.Fatalf("%s: lock left behind", tc.key)
+		}
+	}
+	if out := cliOK(t, srv, "ACL", "LOG"); out != "" {
+		t.Fatalf("ACL LOG records denials:\n%s", out)
 	}
 }

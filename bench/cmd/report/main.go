@@ -5,8 +5,10 @@
 // bench/results/latest.txt (benchstat reads it), and the headline table on
 // standard output for the repository's README.
 //
-//	go run ./cmd/report                 # run everything (a few minutes), write the files
+//	go run ./cmd/report                 # run everything (about 28 minutes), write the files
 //	go run ./cmd/report -short          # scaled-down run, to try it out
+//	go run ./cmd/report -benchtime 300ms -leases 2000 -leases-scale 1000,10000 -hold 3s -capacity-duration 1s
+//	                                    # shortened for a shared machine
 //	go run ./cmd/report -in results/latest.txt   # re-render a saved run
 //
 // BENCH_REDIS_URL and BENCH_ETCD_ENDPOINTS point the benchmarks at your own
@@ -14,19 +16,13 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"cmp"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,1220 +34,133 @@ const (
 	baseline    = "raw-rueidis"
 )
 
+// options are the command's flags.
+type options struct {
+	in, readme, svg, save, benchtime, bench, scale string
+	count, countFix, leases, capReps               int
+	short                                          bool
+	duration, scaleTTL, hold, capDuration          time.Duration
+}
+
 func main() {
-	var (
-		in        = flag.String("in", "", "render this saved `go test -bench` output instead of running the benchmarks")
-		readme    = flag.String("readme", "README.md", "Markdown file whose report section is replaced")
-		svg       = flag.String("svg", "chart.svg", "SVG chart to write")
-		save      = flag.String("save", filepath.Join("results", "latest.txt"), "where to save the raw benchmark output (empty: don't)")
-		benchtime = flag.String("benchtime", "1s", "go test -benchtime for the b.N scenarios")
-		count     = flag.Int("count", 3, "passes over the b.N scenarios (AcquireRelease, Renew, Overhead); the report shows medians, and ratios as the median of per-pass ratios")
-		countFix  = flag.Int("count-fixed", 3, "go test -count for the fixed-duration scenarios (Contended, Handoff, ManyLeases); the report shows the median over the runs")
-		bench     = flag.String("bench", "", "run only the benchmarks matching this go test -bench pattern (with -count)")
-		short     = flag.Bool("short", false, "scaled-down run (go test -short)")
-		duration  = flag.Duration("duration", 2*time.Second, "length of Contended and Handoff")
-		leases    = flag.Int("leases", 10000, "leases in ManyLeases")
-		scale     = flag.String("leases-scale", "1000,10000,100000", "ManyLeases sizes for fencedlock-redis and fencedlock-etcd at -scale-ttl")
-		scaleTTL  = flag.Duration("scale-ttl", 10*time.Second, "the lease of the -leases-scale sizes (100000 leases at TTL 3s are 100000 renewals/s, more than a shared 2-core machine does)")
-		hold      = flag.Duration("hold", 10*time.Second, "hold time in ManyLeases")
-	)
+	var o options
+	flag.StringVar(&o.in, "in", "", "render this saved `go test -bench` output instead of running the benchmarks")
+	flag.StringVar(&o.readme, "readme", "README.md", "Markdown file whose report section is replaced")
+	flag.StringVar(&o.svg, "svg", "chart.svg", "SVG chart to write")
+	flag.StringVar(&o.save, "save", filepath.Join("results", "latest.txt"), "where to save the raw benchmark output (empty: don't)")
+	flag.StringVar(&o.benchtime, "benchtime", "1s", "go test -benchtime for the b.N scenarios")
+	flag.IntVar(&o.count, "count", 3, "passes over the b.N scenarios (AcquireRelease, Renew, Overhead); the report shows medians, and ratios as the median of per-pass ratios")
+	flag.IntVar(&o.countFix, "count-fixed", 3, "go test -count for the fixed-duration scenarios (Contended, Handoff, PingPong, ManyLeases); the report shows the median over the runs")
+	flag.StringVar(&o.bench, "bench", "", "run only the benchmarks matching this go test -bench pattern (with -count)")
+	flag.BoolVar(&o.short, "short", false, "scaled-down run (go test -short)")
+	flag.DurationVar(&o.duration, "duration", 2*time.Second, "length of Contended and Handoff")
+	flag.IntVar(&o.leases, "leases", 10000, "leases in ManyLeases")
+	flag.StringVar(&o.scale, "leases-scale", "1000,10000,100000", "ManyLeases sizes for fencedlock-redis and fencedlock-etcd at -scale-ttl")
+	flag.DurationVar(&o.scaleTTL, "scale-ttl", 10*time.Second, "the lease of the -leases-scale sizes (100000 leases at TTL 3s are 100000 renewals/s, more than a shared 2-core machine does)")
+	flag.DurationVar(&o.hold, "hold", 10*time.Second, "hold time in ManyLeases")
+	flag.DurationVar(&o.capDuration, "capacity-duration", 2*time.Second, "how long Capacity times each library alone in each repetition")
+	flag.IntVar(&o.capReps, "capacity-reps", 5, "Capacity repetitions (every library once in each, odd ones in reverse order)")
 	flag.Parse()
-	log := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "report: "+format+"\n", args...) }
 
 	var raw []byte
-	var err error
-	if *in != "" {
-		if raw, err = os.ReadFile(*in); err != nil {
-			log("%v", err)
+	if o.in != "" {
+		var err error
+		if raw, err = os.ReadFile(o.in); err != nil {
+			logf("%v", err)
 			os.Exit(1)
 		}
 	} else {
-		var buf bytes.Buffer
-		fmt.Fprintf(&buf, "fencedlock: %s\nloadavg-start: %s\nscale-ttl: %v\n", describeCommit(), loadavg(), *scaleTTL)
-		runGo := func(pattern string, count, pass int) error {
-			args := []string{"test", "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", *benchtime,
-				"-count", strconv.Itoa(count), "-timeout", "60m"}
-			if *short {
-				args = append(args, "-short")
-			}
-			args = append(args, ".", "-args", "-duration", duration.String(), "-leases", strconv.Itoa(*leases), "-leases-scale", *scale, "-scale-ttl", scaleTTL.String(), "-hold", hold.String(),
-				"-pass", strconv.Itoa(pass))
-			log("go %s", strings.Join(args, " "))
-			cmd := exec.Command("go", args...)
-			cmd.Stdout = io.MultiWriter(&buf, os.Stderr)
-			cmd.Stderr = os.Stderr
-			return cmd.Run()
-		}
-		var runErr error
-		if *bench != "" {
-			runErr = runGo(*bench, *count, 0)
-		} else {
-			// Repeat the whole b.N pass rather than each benchmark in a row
-			// (go test -count), so that a burst of load on a shared machine
-			// lands on one sample of every contender, not on all samples
-			// of one. Every other pass runs the contenders in reverse
-			// order (-pass, ABBA); each Redis contender's ratio to the
-			// baseline is measured within its sample, interleaved with
-			// baseline operations (vs-base), and the report shows the
-			// median over passes with the range.
-			for i := 0; i < *count && runErr == nil; i++ {
-				fmt.Fprintf(&buf, "# report pass %d\n", i)
-				runErr = runGo("^Benchmark(AcquireRelease|Renew|Overhead)$", 1, i)
-			}
-			if runErr == nil {
-				fmt.Fprintf(&buf, "# report fixed-duration scenarios\n")
-				runErr = runGo("^Benchmark(Contended|Handoff|ManyLeases)$", *countFix, -1)
-			}
-		}
-		fmt.Fprintf(&buf, "loadavg-end: %s\n", loadavg())
-		raw = buf.Bytes()
-		saved := "raw output not saved"
-		if *save != "" {
-			if err := saveRaw(*save, raw); err != nil {
-				// Render the run anyway (it took minutes), then fail.
-				log("%v", err)
-				defer os.Exit(1)
-			} else {
-				saved = "raw output saved to " + *save
-			}
-		}
-		if runErr != nil {
-			// Render what ran; a failed benchmark has no result line.
-			log("go test failed: %v (%s); rendering the results that exist", runErr, saved)
+		var failed bool
+		if raw, failed = runBenchmarks(o); failed {
+			// Render what ran (it took minutes), then fail.
 			defer os.Exit(1)
 		}
 	}
 
 	run, err := parse(raw)
 	if err != nil {
-		log("%v", err)
+		logf("%v", err)
 		os.Exit(1)
 	}
 	versions := moduleVersions("go.mod")
 	md := render(run, versions)
-	if err := replaceSection(*readme, md); err != nil {
-		log("%v", err)
+	if err := replaceSection(o.readme, md); err != nil {
+		logf("%v", err)
 		os.Exit(1)
 	}
-	if err := os.WriteFile(*svg, []byte(chart(run)), 0o644); err != nil {
-		log("%v", err)
+	if err := os.WriteFile(o.svg, []byte(chart(run)), 0o644); err != nil {
+		logf("%v", err)
 		os.Exit(1)
 	}
-	log("wrote %s and %s", *readme, *svg)
+	logf("wrote %s and %s", o.readme, o.svg)
 	fmt.Print(headline(run))
 }
 
-// saveRaw writes the raw benchmark output to path, creating its directory.
-func saveRaw(path string, raw []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("saving raw output: %w", err)
-	}
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
-		return fmt.Errorf("saving raw output: %w", err)
-	}
-	return nil
-}
+// logf prints a line on standard error.
+func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, "report: "+format+"\n", args...) }
 
-// result is the metrics of one benchmark (the median over -count runs).
-type result map[string]float64
-
-// benchSample is one result line of a benchmark: its values, its place in the
-// output (seq) and the pass it belongs to.
-type benchSample struct {
-	seq  int
-	pass int
-	vals map[string]float64
-}
-
-// runData is a parsed benchmark run: results by benchmark name (without
-// the Benchmark prefix and GOMAXPROCS suffix), e.g.
-// "AcquireRelease/conc=1/lib=redsync".
-type runData struct {
-	config  map[string]string // goos, cpu, redis, etcd...
-	results map[string]result
-	samples map[string][]benchSample // every result line, in output order
-	runs    map[string]int           // how many passes each result summarises
-	procs   int
-}
-
-var (
-	benchLine  = regexp.MustCompile(`^Benchmark(\S+?)(?:-(\d+))?\s+(\d+)\s+(.*)$`)
-	configLine = regexp.MustCompile(`^([a-z][a-zA-Z0-9_-]*):\s+(.*)$`)
-	// passLine starts a pass of the b.N scenarios (the report writes it
-	// before each go test run of them); not a "key: value" line, so
-	// benchstat ignores it rather than splitting the results by pass.
-	passLine = regexp.MustCompile(`^# report pass (\d+)`)
-	// repeatSuffix is what go test appends to the name of a repeated
-	// sub-benchmark (the baseline runs several times in a pass).
-	repeatSuffix = regexp.MustCompile(`#\d+$`)
-)
-
-// passWidth separates the passes that a "# report pass" line starts from
-// those that repeated names count within one go test run (-count).
-const passWidth = 1000
-
-func parse(raw []byte) (*runData, error) {
-	r := &runData{config: map[string]string{}, results: map[string]result{}, samples: map[string][]benchSample{}, runs: map[string]int{}}
-	// A sample's pass: the last "# report pass" line, plus how many times
-	// its full name (a repeated baseline keeps its #NN) was seen since,
-	// so that go test -count N in one run also gives N passes.
-	marker, seen := 0, map[string]int{}
-	seq := 0
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if m := passLine.FindStringSubmatch(line); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			marker, seen = n+1, map[string]int{}
-			continue
+// runBenchmarks runs the benchmarks as o asks and returns their raw output,
+// saved to o.save; failed reports a benchmark or the save that failed (the
+// output holds the results that exist).
+func runBenchmarks(o options) (raw []byte, failed bool) {
+	var buf bytes.Buffer
+	fmt.Fprintf(&buf, "fencedlock: %s\nloadavg-start: %s\nscale-ttl: %v\n", describeCommit(), loadavg(), o.scaleTTL)
+	runGo := func(pattern, benchtime string, count, pass int) error {
+		args := []string{"test", "-run", "^$", "-bench", pattern, "-benchmem", "-benchtime", benchtime,
+			"-count", strconv.Itoa(count), "-timeout", "60m"}
+		if o.short {
+			args = append(args, "-short")
 		}
-		if m := configLine.FindStringSubmatch(line); m != nil {
-			if _, seen := r.config[m[1]]; !seen {
-				r.config[m[1]] = m[2]
-			}
-			continue
-		}
-		m := benchLine.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		full := m[1]
-		name := repeatSuffix.ReplaceAllString(full, "")
-		if m[2] != "" {
-			r.procs, _ = strconv.Atoi(m[2])
-		}
-		f := strings.Fields(m[4])
-		if len(f)%2 != 0 {
-			continue
-		}
-		vals := map[string]float64{}
-		for i := 0; i < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err != nil {
-				continue
-			}
-			vals[f[i+1]] = v
-		}
-		seen[full]++
-		seq++
-		r.samples[name] = append(r.samples[name], benchSample{seq: seq, pass: marker*passWidth + seen[full], vals: vals})
+		args = append(args, ".", "-args", "-duration", o.duration.String(), "-leases", strconv.Itoa(o.leases), "-leases-scale", o.scale, "-scale-ttl", o.scaleTTL.String(), "-hold", o.hold.String(),
+			"-capacity-duration", o.capDuration.String(), "-capacity-reps", strconv.Itoa(o.capReps), "-pass", strconv.Itoa(pass))
+		logf("go %s", strings.Join(args, " "))
+		cmd := exec.Command("go", args...)
+		cmd.Stdout = io.MultiWriter(&buf, os.Stderr)
+		cmd.Stderr = os.Stderr
+		return cmd.Run()
 	}
-	if len(r.samples) == 0 {
-		return nil, errors.New("no benchmark results in the input")
-	}
-	// Several runs of one benchmark (-count, passes, a baseline repeated
-	// within a pass) are summarised by their median, which a burst of
-	// noise on a shared machine does not move.
-	for name, ss := range r.samples {
-		units := map[string][]float64{}
-		passes := map[int]bool{}
-		for _, s := range ss {
-			passes[s.pass] = true
-			for unit, v := range s.vals {
-				units[unit] = append(units[unit], v)
-			}
-		}
-		res := result{}
-		for unit, vs := range units {
-			res[unit] = median(vs)
-		}
-		r.results[name] = res
-		r.runs[name] = len(passes)
-	}
-	return r, nil
-}
-
-// spread is a ratio measured in several passes: the median of the
-// per-pass ratios, their range, and how many passes gave one.
-type spread struct {
-	med, lo, hi float64
-	n           int
-}
-
-// passRatios returns, for every sample of benchmark name, its ratio to
-// the sample(s) of benchmark ref nearest to it in the output within the
-// same pass (the mean of the two when one runs just before and one just
-// after): ref/name for "ops/s" (from ns/op: higher is better for name),
-// name/ref for any other unit. A sample with no ref in its pass gives
-// none. Ratios of samples measured seconds apart, under the same load,
-// rather than of medians gathered minutes apart.
-func (r *runData) passRatios(name, ref, unit string) []float64 {
-	u := unit
-	if unit == "ops/s" {
-		u = "ns/op"
-	}
-	var out []float64
-	for _, s := range r.samples[name] {
-		v, ok := s.vals[u]
-		if !ok || v <= 0 {
-			continue
-		}
-		best, sum, n := math.MaxInt, 0.0, 0
-		for _, b := range r.samples[ref] {
-			bv, ok := b.vals[u]
-			if !ok || b.pass != s.pass || bv <= 0 {
-				continue
-			}
-			d := b.seq - s.seq
-			if d < 0 {
-				d = -d
-			}
-			switch {
-			case d < best:
-				best, sum, n = d, bv, 1
-			case d == best:
-				sum += bv
-				n++
-			}
-		}
-		if n == 0 {
-			continue
-		}
-		if unit == "ops/s" {
-			out = append(out, sum/float64(n)/v)
-		} else {
-			out = append(out, v/(sum/float64(n)))
-		}
-	}
-	return out
-}
-
-// passRatio summarises passRatios: the median per-pass ratio and its
-// range. Without any pass that measured both, it falls back to the ratio
-// of the medians (n 0: no spread known).
-func (r *runData) passRatio(name, ref, unit string) (spread, bool) {
-	if name == ref {
-		_, ok := r.results[name]
-		return spread{med: 1, lo: 1, hi: 1}, ok
-	}
-	if rs := r.passRatios(name, ref, unit); len(rs) > 0 {
-		return spread{med: median(rs), lo: slices.Min(rs), hi: slices.Max(rs), n: len(rs)}, true
-	}
-	v, ok := r.nameRatio(name, ref, unit)
-	return spread{med: v, lo: v, hi: v}, ok
-}
-
-// pairedSpread summarises the vs-base metric of benchmark name: its
-// throughput relative to the baseline, measured with the baseline's
-// operations interleaved with its own (the benchmarks' pairedRatio), one
-// value per pass. False if the run did not measure it.
-func (r *runData) pairedSpread(name string) (spread, bool) { return r.pairedMetric(name, "vs-base") }
-
-// pairedMetric summarises an interleaved ratio of benchmark name (vs-base
-// against the raw baseline, vs-mutex against concurrency.Mutex with a
-// shared Session), one value per pass.
-func (r *runData) pairedMetric(name, metric string) (spread, bool) {
-	var vs []float64
-	for _, s := range r.samples[name] {
-		if v, ok := s.vals[metric]; ok && v > 0 {
-			vs = append(vs, v)
-		}
-	}
-	if len(vs) == 0 {
-		return spread{}, false
-	}
-	return spread{med: median(vs), lo: slices.Min(vs), hi: slices.Max(vs), n: len(vs)}, true
-}
-
-// opsRatio is lib's throughput relative to base in a b.N scenario: against
-// the baseline (and fencedlock-etcd against the shared-session Mutex),
-// from the interleaved measurement when the run has it, between two
-// Redis libraries from their interleaved ratios to the baseline, else
-// from the samples next to each other in each pass.
-func (r *runData) opsRatio(scenario, lib, base string) (spread, bool) {
-	name := scenario + "/lib=" + lib
-	switch {
-	case base == baseline:
-		if s, ok := r.pairedSpread(name); ok {
-			return s, true
-		}
-	case lib == "fencedlock-etcd" && base == "etcd-mutex-shared":
-		if s, ok := r.pairedMetric(name, "vs-mutex"); ok {
-			return s, true
-		}
-	default:
-		if s, ok := r.pairedBetween(name, scenario+"/lib="+base); ok {
-			return s, true
-		}
-	}
-	return r.passRatio(name, scenario+"/lib="+base, "ops/s")
-}
-
-// pairedBetween is name's throughput relative to ref's when both were
-// measured interleaved with the baseline (vs-base) in the same passes: per
-// pass, name's vs-base over ref's (each is the library's throughput over
-// the baseline's under the same load, so the baseline cancels out), then
-// the median over the passes. False if no pass has both.
-func (r *runData) pairedBetween(name, ref string) (spread, bool) {
-	refBy := map[int]float64{}
-	for _, s := range r.samples[ref] {
-		if v, ok := s.vals["vs-base"]; ok && v > 0 {
-			refBy[s.pass] = v
-		}
-	}
-	var rs []float64
-	for _, s := range r.samples[name] {
-		v, ok := s.vals["vs-base"]
-		if rv, rok := refBy[s.pass]; ok && rok && v > 0 {
-			rs = append(rs, v/rv)
-		}
-	}
-	if len(rs) == 0 {
-		return spread{}, false
-	}
-	return spread{med: median(rs), lo: slices.Min(rs), hi: slices.Max(rs), n: len(rs)}, true
-}
-
-func median(vs []float64) float64 {
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
+	var runErr error
+	if o.bench != "" {
+		runErr = runGo(o.bench, o.benchtime, o.count, 0)
 	} else {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-}
-
-// libs lists the libraries in report order, as the benchmarks name them.
-var libs = []string{baseline, "fencedlock-redis", "fencedlock-redis-fair", "fencedlock-goredis", "redsync", "redislock", "rueidislock", "rueidislock-km1",
-	"fencedlock-etcd", "etcd-mutex", "etcd-mutex-shared"}
-
-// display names a library for readers.
-var display = map[string]string{
-	baseline:                "raw rueidis (baseline)",
-	"fencedlock-redis":      "**fencedlock/redis**",
-	"fencedlock-redis-fair": "**fencedlock/redis, FairBackend**",
-	"fencedlock-goredis":    "**fencedlock/goredis**",
-	"redsync":               "go-redsync/redsync/v4",
-	"redislock":             "bsm/redislock",
-	"rueidislock":           "rueidislock",
-	"rueidislock-km1":       "rueidislock KeyMajority 1",
-	"fencedlock-etcd":       "**fencedlock/etcd**",
-	"etcd-mutex":            "etcd concurrency.Mutex",
-	"etcd-mutex-shared":     "etcd concurrency.Mutex, shared session",
-}
-
-func (r *runData) get(scenario, lib, unit string) (float64, bool) {
-	res, ok := r.results[scenario+"/lib="+lib]
-	if !ok {
-		return 0, false
-	}
-	v, ok := res[unit]
-	return v, ok
-}
-
-// opsPerSec is the throughput of a b.N scenario: ns/op is elapsed/N.
-func (r *runData) opsPerSec(scenario, lib string) (float64, bool) {
-	ns, ok := r.get(scenario, lib, "ns/op")
-	if !ok || ns <= 0 {
-		return 0, false
-	}
-	return 1e9 / ns, true
-}
-
-func (r *runData) ratio(scenario, lib, unit string, base string) (float64, bool) {
-	return r.nameRatio(scenario+"/lib="+lib, scenario+"/lib="+base, unit)
-}
-
-// nameRatio is the ratio of two benchmarks' medians: for "ops/s" from
-// ns/op (higher is better), for other units value/base.
-func (r *runData) nameRatio(name, base, unit string) (float64, bool) {
-	u := unit
-	if unit == "ops/s" {
-		u = "ns/op"
-	}
-	v, ok1 := r.results[name][u]
-	b, ok2 := r.results[base][u]
-	if !ok1 || !ok2 || b == 0 || v == 0 {
-		return 0, false
-	}
-	if unit == "ops/s" {
-		return b / v, true
-	}
-	return v / b, true
-}
-
-func fmtRate(v float64) string {
-	switch {
-	case v >= 100:
-		return thousands(int64(math.Round(v)))
-	case v >= 10:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	default:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	}
-}
-
-func thousands(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
+		// Repeat the whole b.N pass rather than each benchmark in a row
+		// (go test -count), so that a burst of load on a shared machine
+		// lands on one sample of every contender, not on all samples
+		// of one. Every other pass runs the contenders in reverse
+		// order (-pass, ABBA); each Redis contender's ratio to the
+		// baseline is measured within its sample, interleaved with
+		// baseline operations (vs-base), and the report shows the
+		// median over passes with the range.
+		for i := 0; i < o.count && runErr == nil; i++ {
+			fmt.Fprintf(&buf, "# report pass %d\n", i)
+			runErr = runGo("^Benchmark(AcquireRelease|Renew|Overhead)$", o.benchtime, 1, i)
 		}
-		b.WriteRune(c)
+		if runErr == nil {
+			// Each library alone for a fixed window, its repetitions
+			// within the one run (-benchtime 1x: the window sets the
+			// length); the report pairs them by their rep metric.
+			fmt.Fprintf(&buf, "# report capacity\n")
+			runErr = runGo("^BenchmarkCapacity$", "1x", 1, -1)
+		}
+		if runErr == nil {
+			fmt.Fprintf(&buf, "# report fixed-duration scenarios\n")
+			runErr = runGo("^Benchmark(Contended|Handoff|PingPong|ManyLeases)$", o.benchtime, o.countFix, -1)
+		}
 	}
-	return b.String()
-}
-
-func fmtDur(ns float64) string {
-	d := time.Duration(ns)
-	switch {
-	case d >= 10*time.Second:
-		return fmt.Sprintf("%.0f s", d.Seconds())
-	case d >= time.Second:
-		return fmt.Sprintf("%.2f s", d.Seconds())
-	case d >= 10*time.Millisecond:
-		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
-	case d >= time.Millisecond:
-		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
-	default:
-		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
-	}
-}
-
-// fmtCPU is a CPU time per operation, in microseconds with two digits
-// (the server's share of a cycle is tens of microseconds).
-func fmtCPU(ns float64) string {
-	return strconv.FormatFloat(ns/1e3, 'f', 1, 64) + " µs"
-}
-
-func fmtNum(v float64) string {
-	switch {
-	case v == 0:
-		return "0"
-	case math.Abs(v) >= 100:
-		return thousands(int64(math.Round(v)))
-	case math.Abs(v) >= 10:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	default:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	}
-}
-
-func fmtRatio(v float64, ok bool) string {
-	if !ok {
-		return "–"
-	}
-	return strconv.FormatFloat(v, 'f', 2, 64) + "x"
-}
-
-// fmtSpread is a median ratio with the range of the per-pass ratios.
-func fmtSpread(s spread, ok bool) string {
-	if !ok {
-		return "–"
-	}
-	if s.n < 2 {
-		return fmtRatio(s.med, true)
-	}
-	return fmt.Sprintf("%.2fx (%.2f–%.2f)", s.med, s.lo, s.hi)
-}
-
-func cell(r *runData, scenario, lib, unit string, f func(float64) string) string {
-	v, ok := r.get(scenario, lib, unit)
-	if !ok {
-		return "–"
-	}
-	return f(v)
-}
-
-type table struct {
-	head []string
-	rows [][]string
-}
-
-func (t *table) String() string {
-	var b strings.Builder
-	b.WriteString("| " + strings.Join(t.head, " | ") + " |\n|")
-	for i := range t.head {
-		if i == 0 {
-			b.WriteString(" --- |")
+	fmt.Fprintf(&buf, "loadavg-end: %s\n", loadavg())
+	raw = buf.Bytes()
+	saved := "raw output not saved"
+	if o.save != "" {
+		if err := saveRaw(o.save, raw); err != nil {
+			logf("%v", err)
+			failed = true
 		} else {
-			b.WriteString(" ---: |")
+			saved = "raw output saved to " + o.save
 		}
 	}
-	b.WriteByte('\n')
-	for _, row := range t.rows {
-		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	if runErr != nil {
+		logf("go test failed: %v (%s); rendering the results that exist", runErr, saved)
+		failed = true
 	}
-	return b.String()
-}
-
-// hotPath renders a b.N scenario (AcquireRelease or Renew) at one
-// concurrency.
-func hotPath(r *runData, scenario string) string {
-	t := &table{head: []string{"library", "ops/s", "vs baseline (per-pass range)", "p50", "p99", "allocs/op", "B/op", "Redis cmds/op", "Redis server CPU/op"}}
-	for _, lib := range libs {
-		ops, ok := r.opsPerSec(scenario, lib)
-		if !ok {
-			continue
-		}
-		ratio, rok := r.opsRatio(scenario, lib, baseline)
-		t.rows = append(t.rows, []string{display[lib], fmtRate(ops), fmtSpread(ratio, rok),
-			cell(r, scenario, lib, "p50-ns", fmtDur), cell(r, scenario, lib, "p99-ns", fmtDur),
-			cell(r, scenario, lib, "allocs/op", fmtNum), cell(r, scenario, lib, "B/op", fmtNum),
-			cell(r, scenario, lib, "cmds/op", fmtNum), cell(r, scenario, lib, "server-cpu-ns/op", fmtCPU)})
-	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
-}
-
-func contended(r *runData) string {
-	const s = "Contended"
-	t := &table{head: []string{"library", "acquisitions/s", "hand-offs/s", "hand-offs vs baseline", "wait p50", "wait p99",
-		"hand-off p50", "hand-off p99", "longest free-lock gap", "fairness (min/max)", "allocs/acq", "Redis cmds/acq"}}
-	for _, lib := range libs {
-		acq, ok := r.get(s, lib, "acq/s")
-		if !ok {
-			continue
-		}
-		ratio, rok := r.ratio(s, lib, "handoffs/s", baseline)
-		lo, _ := r.get(s, lib, "min-acq")
-		hi, _ := r.get(s, lib, "max-acq")
-		fair, _ := r.get(s, lib, "fairness")
-		t.rows = append(t.rows, []string{display[lib], fmtRate(acq), cell(r, s, lib, "handoffs/s", fmtRate), fmtRatio(ratio, rok),
-			cell(r, s, lib, "wait-p50-ns", fmtDur), cell(r, s, lib, "wait-p99-ns", fmtDur),
-			cell(r, s, lib, "handoff-p50-ns", fmtDur), cell(r, s, lib, "handoff-p99-ns", fmtDur),
-			cell(r, s, lib, "idle-max-ns", fmtDur),
-			fmt.Sprintf("%.2f (%s/%s)", fair, fmtNum(lo), fmtNum(hi)),
-			cell(r, s, lib, "allocs/op", fmtNum), cell(r, s, lib, "cmds/op", fmtNum)})
-	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
-}
-
-func handoff(r *runData) string {
-	const s = "Handoff"
-	t := &table{head: []string{"library", "mean", "p50", "p99", "max", "samples", "waiter stuck on a free lock"}}
-	for _, lib := range libs {
-		if _, ok := r.get(s, lib, "p50-ns"); !ok {
-			continue
-		}
-		t.rows = append(t.rows, []string{display[lib], cell(r, s, lib, "ns/op", fmtDur), cell(r, s, lib, "p50-ns", fmtDur),
-			cell(r, s, lib, "p99-ns", fmtDur), cell(r, s, lib, "max-ns", fmtDur), cell(r, s, lib, "handoffs", fmtNum),
-			cell(r, s, lib, "stuck", func(v float64) string {
-				if v > 0 {
-					return "yes (run stopped)"
-				}
-				return "no"
-			})})
-	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
-}
-
-// manySizes returns the ManyLeases sizes measured for lib at the TTL
-// every contender runs (sub-benchmarks ManyLeases/lib=<lib>/leases=<n>),
-// smallest first.
-func manySizes(r *runData, lib string) []int { return sizesOf(r, "ManyLeases/lib="+lib+"/leases=") }
-
-// scaleSizes returns the ManyLeases sizes measured for lib at scale, at
-// -scale-ttl (sub-benchmarks ManyLeases/lib=<lib>/scale=<n>), smallest
-// first.
-func scaleSizes(r *runData, lib string) []int { return sizesOf(r, "ManyLeases/lib="+lib+"/scale=") }
-
-func sizesOf(r *runData, prefix string) []int {
-	var ns []int
-	for name := range r.results {
-		if v, ok := strings.CutPrefix(name, prefix); ok {
-			if n, err := strconv.Atoi(v); err == nil {
-				ns = append(ns, n)
-			}
-		}
-	}
-	slices.Sort(ns)
-	return ns
-}
-
-// manyCommon is the ManyLeases size every contender ran (-leases): the
-// size measured for the most libraries, the larger on a tie.
-func manyCommon(r *runData) int {
-	count := map[int]int{}
-	best := 0
-	for _, lib := range libs {
-		for _, n := range manySizes(r, lib) {
-			count[n]++
-			if count[n] > count[best] || count[n] == count[best] && n > best {
-				best = n
-			}
-		}
-	}
-	return best
-}
-
-// manyLib names lib's result at n leases for runData.get.
-func manyLib(lib string, n int) string { return fmt.Sprintf("%s/leases=%d", lib, n) }
-
-// halfRenewLib names fencedlock-etcd's result at n leases renewed every
-// TTL/2 (the Mutex's renewal rate) for runData.get.
-func halfRenewLib(n int) string { return fmt.Sprintf("fencedlock-etcd/halfrenew=%d", n) }
-
-// scaleLib names lib's result at n leases at scale for runData.get.
-func scaleLib(lib string, n int) string { return fmt.Sprintf("%s/scale=%d", lib, n) }
-
-func many(r *runData) string {
-	const s = "ManyLeases"
-	n := manyCommon(r)
-	t := &table{head: []string{"library", "acquire, per lease", "allocs/acquire", "CPU per lease per s", "memory per lease",
-		"goroutines per lease", "Redis cmds per lease per s", "etcd keepalives per lease per s", "lost", "failed releases"}}
-	row := func(name, l string) {
-		if _, ok := r.get(s, l, "lost"); !ok {
-			return
-		}
-		t.rows = append(t.rows, []string{name, cell(r, s, l, "ns/op", fmtDur), cell(r, s, l, "allocs/op", fmtNum),
-			cell(r, s, l, "cpu-ns/lease/s", fmtDur),
-			cell(r, s, l, "mem-B/lease", func(v float64) string { return fmtNum(v) + " B" }),
-			cell(r, s, l, "goroutines/lease", fmtNum), cell(r, s, l, "cmds/lease/s", fmtNum), cell(r, s, l, "keepalives/lease/s", fmtNum),
-			cell(r, s, l, "lost", fmtNum), cell(r, s, l, "release-errors", fmtNum)})
-	}
-	for _, lib := range libs {
-		row(display[lib], manyLib(lib, n))
-		if lib == "fencedlock-etcd" {
-			row(display[lib]+", RenewInterval TTL/2", halfRenewLib(n))
-		}
-	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return fmt.Sprintf("%s leases each.\n\n", fmtNum(float64(n))) + t.String()
-}
-
-// manyScale is the table of the libraries measured at several ManyLeases
-// sizes: per-lease CPU and memory at each size, and their growth from the
-// previous size (target: at most 1.2x from 10k to 100k).
-func manyScale(r *runData) string {
-	const s = "ManyLeases"
-	t := &table{head: []string{"library", "leases", "acquire, per lease", "CPU per lease per s", "memory per lease",
-		"growth from the previous size (CPU / memory)", "server CPU per lease per s", "Redis cmds per lease per s", "Redis cmds per round trip", "etcd keepalives per lease per s", "lost", "failed releases"}}
-	for _, lib := range libs {
-		sizes := scaleSizes(r, lib)
-		if len(sizes) < 2 {
-			continue
-		}
-		for i, n := range sizes {
-			l := scaleLib(lib, n)
-			growth := "–"
-			if i > 0 {
-				p := scaleLib(lib, sizes[i-1])
-				cpu, okc := r.ratio(s, l, "cpu-ns/lease/s", p)
-				mem, okm := r.ratio(s, l, "mem-B/lease", p)
-				growth = fmtRatio(cpu, okc) + " / " + fmtRatio(mem, okm)
-			}
-			t.rows = append(t.rows, []string{display[lib], fmtNum(float64(n)), cell(r, s, l, "ns/op", fmtDur),
-				cell(r, s, l, "cpu-ns/lease/s", fmtDur),
-				cell(r, s, l, "mem-B/lease", func(v float64) string { return fmtNum(v) + " B" }),
-				growth, cell(r, s, l, "server-cpu-ns/lease/s", fmtDur), cell(r, s, l, "cmds/lease/s", fmtNum), cell(r, s, l, "cmds/roundtrip", fmtNum),
-				cell(r, s, l, "keepalives/lease/s", fmtNum), cell(r, s, l, "lost", fmtNum), cell(r, s, l, "release-errors", fmtNum)})
-		}
-	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
-}
-
-// overheadName names a layer's result at a concurrency; a run saved
-// before the concurrency-64 layer has only "Overhead/layer=<layer>" (1).
-func overheadName(r *runData, conc, layer string) string {
-	name := "Overhead/conc=" + conc + "/layer=" + layer
-	if _, ok := r.results[name]; !ok && conc == "1" {
-		if _, ok := r.results["Overhead/layer="+layer]; ok {
-			return "Overhead/layer=" + layer
-		}
-	}
-	return name
-}
-
-func overhead(r *runData) string {
-	t := &table{head: []string{"layer", "goroutines", "ops/s", "vs raw (per-pass range)", "p50", "p99", "allocs/op", "B/op", "Redis cmds/op", "Redis server CPU/op"}}
-	names := map[string]string{"raw": "raw rueidis scripts", "backend": "backend/redis directly", "locker-try": "Locker.TryAcquire + Lease.Release", "locker": "Locker.Acquire + Lease.Release"}
-	for _, conc := range []string{"1", "64"} {
-		for _, layer := range []string{"raw", "backend", "locker-try", "locker"} {
-			name := overheadName(r, conc, layer)
-			res, ok := r.results[name]
-			if !ok || res["ns/op"] <= 0 {
-				continue
-			}
-			ratio, rok := r.pairedSpread(name)
-			if !rok {
-				ratio, rok = r.passRatio(name, overheadName(r, conc, "raw"), "ops/s")
-			}
-			c := func(unit string, f func(float64) string) string {
-				if v, ok := res[unit]; ok {
-					return f(v)
-				}
-				return "–"
-			}
-			t.rows = append(t.rows, []string{names[layer], conc, fmtRate(1e9 / res["ns/op"]), fmtSpread(ratio, rok),
-				c("p50-ns", fmtDur), c("p99-ns", fmtDur), c("allocs/op", fmtNum), c("B/op", fmtNum),
-				c("cmds/op", fmtNum), c("server-cpu-ns/op", fmtCPU)})
-		}
-	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
-}
-
-// target is one goal of an open issue, checked against the run.
-type target struct {
-	issue int
-	what  string
-	value string
-	met   bool
-	known bool
-}
-
-// targets checks the goals of issues 19 (Redis), 20 (etcd) and 16
-// (go-redis) against the run. Hot-path ratios are medians of per-pass
-// ratios (with their range); the fixed-duration scenarios run once.
-func targets(r *runData) []target {
-	var ts []target
-	add := func(issue int, what, value string, met, known bool) {
-		ts = append(ts, target{issue: issue, what: what, value: value, met: known && met, known: known})
-	}
-	// atLeast checks a hot-path throughput ratio of lib to ref.
-	atLeast := func(issue int, what, scenario, lib, ref string, min float64) {
-		s, ok := r.opsRatio(scenario, lib, ref)
-		add(issue, what, fmtSpread(s, ok), s.med >= min, ok)
-	}
-	atMost := func(issue int, what, scenario, lib, unit string, max float64, f func(float64) string) {
-		v, ok := r.get(scenario, lib, unit)
-		add(issue, what, f(v), v <= max, ok)
-	}
-
-	// Issue 19: Redis, hot path and fair hand-off.
-	atLeast(19, "fencedlock/redis acquire+release, concurrency 1, >= 0.95x baseline", "AcquireRelease/conc=1", "fencedlock-redis", baseline, 0.95)
-	atLeast(19, "fencedlock/redis acquire+release, concurrency 64, >= 0.9x baseline", "AcquireRelease/conc=64", "fencedlock-redis", baseline, 0.9)
-	atMost(19, "fencedlock/redis allocs per acquire+release <= 8", "AcquireRelease/conc=1", "fencedlock-redis", "allocs/op", 8, fmtNum)
-	atLeast(19, "fencedlock/redis renew, concurrency 64, >= 0.95x baseline", "Renew/conc=64", "fencedlock-redis", baseline, 0.95)
-	atMost(19, "fencedlock/redis allocs per renew (concurrency 64) <= 1", "Renew/conc=64", "fencedlock-redis", "allocs/op", 1, fmtNum)
-	const fair = "fencedlock-redis-fair"
-	h, ok := r.ratio("Contended", fair, "handoffs/s", baseline)
-	add(19, "FairBackend contended hand-offs/s >= 2x the raw 1 ms polling baseline", fmtRatio(h, ok), h >= 2, ok)
-	w, ok := r.ratio("Contended", fair, "wait-p99-ns", baseline)
-	add(19, "FairBackend contended wait p99 <= 0.25x the baseline's", fmtRatio(w, ok), w <= 0.25, ok)
-	atMost(19, "FairBackend contended fairness (min/max acquisitions per worker) >= 0.9", "Contended", fair, "fairness", math.Inf(1), fmtNum)
-	if f, ok := r.get("Contended", fair, "fairness"); ok {
-		ts[len(ts)-1].met = f >= 0.9
-	}
-	atMost(19, "FairBackend contended Redis commands per acquisition <= 8", "Contended", fair, "cmds/op", 8, fmtNum)
-	atMost(19, "FairBackend contended longest free-lock gap <= 2 ms", "Contended", fair, "idle-max-ns", 2e6, fmtDur)
-	atMost(19, "FairBackend contended overlaps (two holders at once) = 0", "Contended", fair, "violations", 0, fmtNum)
-
-	// Issue 20: etcd against concurrency.Mutex with one shared Session,
-	// and many leases on both backends.
-	for _, c := range []string{"1", "64"} {
-		atLeast(20, "fencedlock/etcd acquire+release, concurrency "+c+", >= 1.0x concurrency.Mutex (shared session)",
-			"AcquireRelease/conc="+c, "fencedlock-etcd", "etcd-mutex-shared", 1.0)
-	}
-	v, ok := r.ratio("Contended", "fencedlock-etcd", "handoffs/s", "etcd-mutex")
-	add(20, "fencedlock/etcd contended hand-offs >= 10x concurrency.Mutex", fmtRatio(v, ok), v >= 10, ok)
-	for _, lib := range []string{"fencedlock-redis", "fencedlock-etcd"} {
-		who := strings.ReplaceAll(lib, "-", "/")
-		from, to, cpu, mem, ok := manyGrowth(r, lib)
-		what := who + " ManyLeases growth per lease (CPU / memory) <= 1.2x"
-		if ok {
-			what += fmt.Sprintf(", %s to %s leases", fmtNum(float64(from)), fmtNum(float64(to)))
-		}
-		add(20, what, fmtRatio(cpu, ok)+" / "+fmtRatio(mem, ok), cpu <= 1.2 && mem <= 1.2, ok)
-		lost, ok := manySum(r, lib, "lost")
-		add(20, who+" ManyLeases leases lost = 0 (every size)", fmtNum(lost), lost == 0, ok)
-		fails, ok := manySum(r, lib, "release-errors")
-		add(20, who+" ManyLeases failed releases = 0 (every size)", fmtNum(fails), fails == 0, ok)
-	}
-	if n := manyCommon(r); n > 0 {
-		for _, m := range []struct{ what, unit string }{{"CPU per lease per s", "cpu-ns/lease/s"}, {"memory per lease", "mem-B/lease"}} {
-			v, ok := r.ratio("ManyLeases", manyLib("fencedlock-etcd", n), m.unit, manyLib("etcd-mutex", n))
-			add(20, fmt.Sprintf("fencedlock/etcd ManyLeases %s <= 1.5x concurrency.Mutex's (%s leases)", m.what, fmtNum(float64(n))), fmtRatio(v, ok), v <= 1.5, ok)
-		}
-		v, ok := r.ratio("ManyLeases", halfRenewLib(n), "cpu-ns/lease/s", manyLib("etcd-mutex", n))
-		add(20, fmt.Sprintf("fencedlock/etcd ManyLeases CPU per lease per s at the Mutex's renewal rate (RenewInterval TTL/2) <= 1.5x concurrency.Mutex's (%s leases)", fmtNum(float64(n))), fmtRatio(v, ok), v <= 1.5, ok)
-	}
-
-	return ts
-}
-
-// manySum adds up one ManyLeases metric of lib over every size, at
-// both TTLs.
-func manySum(r *runData, lib, unit string) (float64, bool) {
-	var sum float64
-	var names []string
-	for _, n := range manySizes(r, lib) {
-		names = append(names, manyLib(lib, n))
-	}
-	for _, n := range scaleSizes(r, lib) {
-		names = append(names, scaleLib(lib, n))
-	}
-	for _, name := range names {
-		v, _ := r.get("ManyLeases", name, unit)
-		sum += v
-	}
-	return sum, len(names) > 0
-}
-
-// manyGrowth is lib's growth in ManyLeases CPU and memory per lease at
-// scale from 10,000 leases (or the size before the largest, if 10,000 was
-// not measured) to the largest size (issue 20 asks 10k to 100k); false
-// without two sizes.
-func manyGrowth(r *runData, lib string) (from, to int, cpu, mem float64, ok bool) {
-	sizes := scaleSizes(r, lib)
-	if len(sizes) < 2 {
-		return 0, 0, 0, 0, false
-	}
-	from, to = 10000, sizes[len(sizes)-1]
-	if !slices.Contains(sizes, from) || from >= to {
-		from = sizes[len(sizes)-2]
-	}
-	cpu, ok1 := r.ratio("ManyLeases", scaleLib(lib, to), "cpu-ns/lease/s", scaleLib(lib, from))
-	mem, ok2 := r.ratio("ManyLeases", scaleLib(lib, to), "mem-B/lease", scaleLib(lib, from))
-	return from, to, cpu, mem, ok1 && ok2
-}
-
-func render(r *runData, versions map[string]string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\n", beginMarker)
-	b.WriteString("### Headline\n\n")
-	b.WriteString(headline(r))
-	b.WriteString("\n![throughput relative to the raw rueidis baseline, and contended hand-offs per second](chart.svg)\n\n")
-
-	b.WriteString("### Targets of the open issues, checked on this run\n\n")
-	b.WriteString("Ratios of the hot path (acquire+release, renew) are the median over the passes of a ratio measured within each pass, with the range in parentheses: against the raw baseline, the interleaved measurement (vs-base, see the note at the end); between two Redis libraries, the ratio of their two interleaved ratios to the baseline in the same pass (the baseline cancels out); fencedlock/etcd against the shared-session concurrency.Mutex, their own interleaved measurement (vs-mutex); the contended, hand-off and many-leases figures are from one run.\n\n")
-	b.WriteString(targetTable(targets(r)))
-
-	for _, s := range []struct{ title, scenario, text string }{
-		{"Uncontended acquire+release, concurrency 1", "AcquireRelease/conc=1", "One goroutine, one client, its own key; the library's blocking acquire on a free key, then release."},
-		{"Uncontended acquire+release, concurrency 64", "AcquireRelease/conc=64", "64 goroutines on one client, each on its own key. ops/s is the total throughput; p50/p99 are per operation."},
-		{"Renew of a held lock, concurrency 1", "Renew/conc=1", "The library's manual extend (fencedlock: `Lease.Renew` with `ManualRenew`). rueidislock has no manual renew."},
-		{"Renew of a held lock, concurrency 64", "Renew/conc=64", ""},
-	} {
-		fmt.Fprintf(&b, "\n### %s\n\n", s.title)
-		if s.text != "" {
-			b.WriteString(s.text + "\n\n")
-		}
-		b.WriteString(hotPath(r, s.scenario))
-	}
-	b.WriteString("\n### Contended: 16 workers, one client each, one key\n\n")
-	b.WriteString("Each worker loops on the library's blocking acquire and an immediate release, measured after a warm-up of 300 ms in which all workers already contend the same way (so every client has dialled what its blocking acquire uses, a subscription included, before the window; the same for every library). A hand-off is an acquisition by a worker other than the previous holder; acquisitions alone flatter libraries whose releasing worker re-takes the lock while the others sleep. Wait is from calling acquire to holding; hand-off latency from the previous holder's release call to a different worker holding; the free-lock gap from a release call to the next acquisition by anyone.\n\n")
-	b.WriteString(contended(r))
-	b.WriteString("\n### Hand-off latency: one holder, one waiter\n\n")
-	b.WriteString("The holder keeps the lock 5 ms (so the waiter is really waiting), then releases; the time from its release call to the waiter holding. A waiter that does not get the free lock within the run time plus 5 s ends the run (stuck).\n\n")
-	b.WriteString(handoff(r))
-	b.WriteString("\n### Many leases held by one process\n\n")
-	b.WriteString("One client acquires the leases (64 at a time), holds them while the library keeps them alive (TTL 3 s), then releases them. redsync and bsm/redislock have no watchdog and are left out; the raw baseline runs the renew loop a user would write (one goroutine and ticker per lock). CPU is the client process's; memory is live heap after GC plus goroutine stacks. etcd keepalives are the LeaseKeepAlive requests the server received (fencedlock renews every TTL/3 by default; etcd's client renews TTL/3 after the previous answer, checked every 500 ms, so about every 1.5 s at TTL 3 s; the row with RenewInterval TTL/2 renews at that rate). Lost leases are a finding, not an error of the run: the library reported them lost (or its renewals failed) while the process held them.\n\n")
-	b.WriteString(many(r))
-	ttl := r.config["scale-ttl"]
-	if ttl == "" {
-		ttl = "10s"
-	}
-	fmt.Fprintf(&b, "\nAt scale (`-leases-scale`), for fencedlock/redis and fencedlock/etcd, each size at TTL %s (`-scale-ttl`, the library's default unless changed; a lease is renewed every TTL/3, so 100,000 leases at TTL 3 s would be 100,000 renewals per second). Growth is the ratio to the previous size's figure (1.00x: flat per lease). Redis commands per round trip are commands per read event of the server (`total_reads_processed`): above 1, renewals share round trips (auto-pipelining).\n\n", ttl)
-	b.WriteString(manyScale(r))
-
-	b.WriteString("\n### Where fencedlock/redis spends its time (uncontended acquire+release, 1 and 64 goroutines)\n\n")
-	b.WriteString("The same operation through each layer on one client: the raw baseline, the Redis backend called directly, then `Locker.TryAcquire` and `Locker.Acquire` (lease, watchdog, contexts, logging of the root package on top); at 64 goroutines each has its own key. A layer's gap to raw that its Redis server CPU per operation matches is on the server (more or heavier commands); the rest is in the client.\n\n")
-	b.WriteString(overhead(r))
-
-	b.WriteString("\n---\n\n")
-	b.WriteString(footnote(r, versions))
-	fmt.Fprintf(&b, "\n%s\n", endMarker)
-	return b.String()
-}
-
-// targetTable renders targets, one row each.
-func targetTable(ts []target) string {
-	tt := &table{head: []string{"issue", "target", "measured", "met"}}
-	for _, t := range ts {
-		met := "no"
-		switch {
-		case !t.known:
-			met = "not run"
-		case t.met:
-			met = "yes"
-		}
-		tt.rows = append(tt.rows, []string{fmt.Sprintf("#%d", t.issue), t.what, t.value, met})
-	}
-	return tt.String()
-}
-
-// headline is the short table for the repository README.
-func headline(r *runData) string {
-	t := &table{head: []string{"library", "acquire+release/s (1)", "acquire+release/s (64)", "renew/s (1)", "contended hand-offs/s", "contended wait p99", "fencing token", "watchdog, loss notice"}}
-	feat := map[string][2]string{
-		baseline:                {"yes", "no"},
-		"fencedlock-redis":      {"yes", "yes"},
-		"fencedlock-redis-fair": {"yes", "yes"},
-		"fencedlock-goredis":    {"yes", "yes"},
-		"redsync":               {"no", "no"},
-		"redislock":             {"no", "no"},
-		"rueidislock":           {"no", "yes"},
-		"rueidislock-km1":       {"no", "yes"},
-		"fencedlock-etcd":       {"yes", "yes"},
-		"etcd-mutex":            {"revision", "session"},
-		"etcd-mutex-shared":     {"revision", "session"},
-	}
-	rate := func(scenario, lib string) string {
-		v, ok := r.opsPerSec(scenario, lib)
-		if !ok {
-			return "–"
-		}
-		ratio, _ := r.opsRatio(scenario, lib, baseline)
-		return fmt.Sprintf("%s (%.2fx)", fmtRate(v), ratio.med)
-	}
-	for _, lib := range libs {
-		if _, ok := r.opsPerSec("AcquireRelease/conc=1", lib); !ok {
-			if _, ok := r.get("Contended", lib, "handoffs/s"); !ok {
-				continue
-			}
-		}
-		t.rows = append(t.rows, []string{display[lib], rate("AcquireRelease/conc=1", lib), rate("AcquireRelease/conc=64", lib),
-			rate("Renew/conc=1", lib), cell(r, "Contended", lib, "handoffs/s", fmtRate), cell(r, "Contended", lib, "wait-p99-ns", fmtDur),
-			feat[lib][0], feat[lib][1]})
-	}
-	return t.String() + "\nRatios are against the raw rueidis baseline (the least a correct fenced Redis lock needs: one script to SET NX PX and INCR a fence, one compare-and-delete script), measured next to each library in every pass of the same run: the median of the per-pass ratios.\n"
-}
-
-func footnote(r *runData, versions map[string]string) string {
-	var b strings.Builder
-	b.WriteString("Measured on: ")
-	var parts []string
-	for _, k := range []string{"goos", "goarch", "cpu"} {
-		if v := r.config[k]; v != "" {
-			parts = append(parts, v)
-		}
-	}
-	if r.procs > 0 {
-		parts = append(parts, fmt.Sprintf("GOMAXPROCS %d", r.procs))
-	}
-	b.WriteString(strings.Join(parts, ", "))
-	b.WriteString(". Servers on the same machine, over loopback: ")
-	fmt.Fprintf(&b, "Redis %s; etcd %s. ", orUnknown(r.config["redis"]), orUnknown(r.config["etcd"]))
-	b.WriteString("Clients and servers share the CPUs, so absolute figures are low and noisy; compare rows of the same run, not runs. ")
-	if r.config["loadavg-start"] != "" {
-		fmt.Fprintf(&b, "Load average (1, 5, 15 min) at the start of the run %s, at the end %s: other work on the machine competed for the same CPUs. ", r.config["loadavg-start"], r.config["loadavg-end"])
-	}
-	b.WriteString("Versions: ")
-	var vs []string
-	for _, m := range []string{"github.com/redis/rueidis", "github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9",
-		"github.com/bsm/redislock", "go.etcd.io/etcd/client/v3", "go.etcd.io/etcd/server/v3"} {
-		if v := versions[m]; v != "" {
-			vs = append(vs, "`"+m+"` "+v)
-		}
-	}
-	b.WriteString(strings.Join(vs, ", "))
-	fmt.Fprintf(&b, "; fencedlock at %s. ", cmp.Or(r.config["fencedlock"], "a commit the run did not record"))
-	fmt.Fprintf(&b, "AcquireRelease, Renew and Overhead: %d passes over all contenders, each a go test run of its own, every other one in reverse order; the figures are medians over the passes. A ratio to the raw baseline (\"vs baseline\", \"vs raw\") is measured in every pass, after the timed run, over a quarter of b.N operations of each: at concurrency 1 the library's operation and a baseline operation back to back, alternating which goes first; at 64, blocks of 4 operations per goroutine of one library, then of the other, in the order A B B A (single operations would share one server queue and wait alike); the ratio is the baseline's total time over the library's (leaving out the 1%% of rounds that took longest: stalls of the machine), under the same load within milliseconds; the report gives the median over the passes with the range in parentheses. Ratios between two Redis libraries are the median over the passes of the ratio of their vs-base ratios (each measured against the same baseline under its own load); fencedlock/etcd against concurrency.Mutex with a shared Session (the targets of issue 20) is measured the same interleaved way against the Mutex (vs-mutex); other etcd ratios come from samples run next to each other. Redis server CPU per operation is `INFO cpu` (used_cpu_sys + used_cpu_user) of the benchmark's own server over the timed operations. The fixed-duration scenarios (Contended, Handoff, ManyLeases): %s each, every figure the median over the runs. ", r.maxRuns("AcquireRelease/"), plural(r.maxRuns("Contended"), "run"))
-	b.WriteString("Not a statistical study: for decisions, run `go test -run '^$' -bench . -benchmem -count 10` against your own servers and compare with benchstat.\n")
-	return b.String()
-}
-
-func (r *runData) maxRuns(prefix string) int {
-	n := 0
-	for name, c := range r.runs {
-		if strings.HasPrefix(name, prefix) {
-			n = max(n, c)
-		}
-	}
-	return n
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "(version not recorded)"
-	}
-	return s
-}
-
-// loadavg returns the 1, 5 and 15 minute load averages, if the system
-// tells.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], ", ")
-}
-
-// describeCommit names the commit of the repository the benchmarks ran on,
-// noting uncommitted changes outside bench/.
-func describeCommit() string {
-	out, err := exec.Command("git", "-C", "..", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "an unknown commit"
-	}
-	desc := "commit " + strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
-		desc += " plus uncommitted changes"
-	}
-	return desc
-}
-
-// moduleVersions reads the require lines of a go.mod.
-func moduleVersions(path string) map[string]string {
-	m := map[string]string{}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return m
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
-		if len(f) >= 2 && strings.HasPrefix(f[1], "v") {
-			m[f[0]] = f[1]
-		}
-	}
-	return m
-}
-
-// replaceSection replaces the text between the markers of path with md
-// (which carries the markers), or appends md if the markers are missing.
-func replaceSection(path, md string) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	s := string(old)
-	i := strings.Index(s, "<!-- report:begin")
-	j := strings.Index(s, endMarker)
-	if i >= 0 && j > i {
-		s = s[:i] + strings.TrimSuffix(md, "\n") + s[j+len(endMarker):]
-	} else {
-		if s != "" && !strings.HasSuffix(s, "\n") {
-			s += "\n"
-		}
-		s += "\n" + md
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
-}
-
-// chart draws two panels: hot-path throughput relative to the baseline,
-// and contended hand-offs per second (log scale).
-func chart(r *runData) string {
-	type series struct {
-		scenario, label, color string
-	}
-	ss := []series{
-		{"AcquireRelease/conc=1", "acquire+release, 1", "#4e79a7"},
-		{"AcquireRelease/conc=64", "acquire+release, 64", "#a0cbe8"},
-		{"Renew/conc=1", "renew, 1", "#f28e2b"},
-		{"Renew/conc=64", "renew, 64", "#ffbe7d"},
-	}
-	var present []string
-	for _, lib := range libs {
-		for _, s := range ss {
-			if _, ok := r.opsPerSec(s.scenario, lib); ok {
-				present = append(present, lib)
-				break
-			}
-		}
-	}
-	const (
-		labelW = 260
-		plotW  = 420
-		barH   = 7
-		gap    = 10
-		top    = 60
-		width  = labelW + plotW + 40
-	)
-	groupH := len(ss)*barH + gap
-	panel1H := len(present) * groupH
-	maxRatio := 1.0
-	for _, lib := range present {
-		for _, s := range ss {
-			if v, ok := r.opsRatio(s.scenario, lib, baseline); ok {
-				maxRatio = math.Max(maxRatio, v.med)
-			}
-		}
-	}
-	maxRatio = math.Ceil(maxRatio*4) / 4
-
-	var hand []string
-	maxH := 1.0
-	for _, lib := range libs {
-		if v, ok := r.get("Contended", lib, "handoffs/s"); ok {
-			hand = append(hand, lib)
-			maxH = math.Max(maxH, v)
-		}
-	}
-	top2 := top + panel1H + 70
-	height := top2 + len(hand)*(barH*2+gap) + 40
-
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14" font-weight="bold">Throughput relative to the raw rueidis baseline (same run; higher is better)</text>`+"\n")
-	// Legend.
-	lx := 10
-	for _, s := range ss {
-		fmt.Fprintf(&b, `<rect x="%d" y="32" width="12" height="10" fill="%s"/><text x="%d" y="41">%s</text>`+"\n", lx, s.color, lx+16, esc(s.label))
-		lx += 24 + 7*len(s.label)
-	}
-	x := func(v float64) float64 { return labelW + v/maxRatio*plotW }
-	// Grid.
-	for v := 0.0; v <= maxRatio+1e-9; v += 0.25 {
-		stroke := "#ddd"
-		if math.Abs(v-1) < 1e-9 {
-			stroke = "#333"
-		}
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s"/>`+"\n", x(v), top-5, x(v), top+panel1H, stroke)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#555">%.2fx</text>`+"\n", x(v), top+panel1H+14, v)
-	}
-	for i, lib := range present {
-		y := top + i*groupH
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", labelW-8, y+len(ss)*barH/2+4, esc(strings.ReplaceAll(display[lib], "**", "")))
-		for j, s := range ss {
-			sp, ok := r.opsRatio(s.scenario, lib, baseline)
-			if !ok {
-				continue
-			}
-			v := sp.med
-			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"><title>%s %s: %.2fx</title></rect>`+"\n",
-				labelW, y+j*barH, x(v)-labelW, barH-1, s.color, esc(lib), esc(s.label), v)
-		}
-	}
-	// Panel 2: hand-offs/s, log scale.
-	fmt.Fprintf(&b, `<text x="10" y="%d" font-size="14" font-weight="bold">Contended (16 workers, one key): hand-offs per second, log scale (higher is better)</text>`+"\n", top2-30)
-	decades := math.Ceil(math.Log10(maxH))
-	lxv := func(v float64) float64 {
-		if v < 1 {
-			v = 1
-		}
-		return labelW + math.Log10(v)/decades*plotW
-	}
-	for d := 0.0; d <= decades; d++ {
-		v := math.Pow(10, d)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>`+"\n", lxv(v), top2-5, lxv(v), top2+len(hand)*(barH*2+gap))
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#555">%s</text>`+"\n", lxv(v), top2+len(hand)*(barH*2+gap)+14, thousands(int64(v)))
-	}
-	for i, lib := range hand {
-		y := top2 + i*(barH*2+gap)
-		v, _ := r.get("Contended", lib, "handoffs/s")
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", labelW-8, y+barH+4, esc(strings.ReplaceAll(display[lib], "**", "")))
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="#59a14f"><title>%s: %.0f hand-offs/s</title></rect>`+"\n",
-			labelW, y, lxv(v)-labelW, barH*2-2, esc(lib), v)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="#333">%s</text>`+"\n", lxv(v)+4, y+barH+4, fmtRate(v))
-	}
-	b.WriteString("</svg>\n")
-	return b.String()
-}
-
-func esc(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
-}
-
-// plural is "1 run", "3 runs".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
+	return raw, failed
 }

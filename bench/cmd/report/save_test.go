@@ -39,6 +39,8 @@ var (
 	_ = flag.Duration("scale-ttl", 0, "")
 	_ = flag.Duration("hold", 0, "")
 	_ = flag.Int("pass", -1, "")
+	_ = flag.Duration("capacity-duration", 0, "")
+	_ = flag.Int("capacity-reps", 0, "")
 )
 
 func BenchmarkAcquireRelease(b *testing.B) {

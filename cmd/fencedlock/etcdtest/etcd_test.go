@@ -12,8 +12,6 @@ package etcdtest
 import (
 	"context"
 	"encoding/json"
-	"flag"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -21,10 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
+	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
+	"github.com/fencedlock/fencedlock/backend/etcd/clustertest/harness"
 	"github.com/fencedlock/fencedlock/internal/clitest"
 )
 
@@ -39,11 +38,7 @@ const (
 var bin = clitest.Bin{Name: "fencedlock", EnvPrefix: "FENCEDLOCK_", RunTimeout: 90 * time.Second}
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		fmt.Fprintln(os.Stderr, "etcdtest: refusing -short: the etcd framework would skip every cluster test")
-		os.Exit(2)
-	}
+	harness.Setup("etcdtest")
 	os.Exit(bin.Main(m, "../../..", "./cmd/fencedlock"))
 }
 
@@ -51,12 +46,7 @@ func TestMain(m *testing.M) {
 // its comma-separated client endpoints and an operator's client.
 func cluster(t *testing.T) (*integration.Cluster, string, *clientv3.Client) {
 	t.Helper()
-	t.Cleanup(func() {
-		if t.Skipped() {
-			t.Errorf("etcdtest: the etcd framework skipped %s; skipping is not allowed", t.Name())
-		}
-	})
-	beforeTest(t)
+	harness.BeforeTest(t, "etcdtest")
 	clus := integration.NewCluster(t, &integration.ClusterConfig{Size: 3, UseTCP: true, UseIP: true})
 	t.Cleanup(func() { clus.Terminate(t) })
 	var eps []string
@@ -71,31 +61,29 @@ func cluster(t *testing.T) (*integration.Cluster, string, *clientv3.Client) {
 	return clus, strings.Join(eps, ","), admin
 }
 
-// leakWait is how long a goroutine may outlive the test that started it
-// before it counts as leaked.
-const leakWait = 5 * time.Second
-
-// beforeTest is integration.BeforeTest with the framework's leak check
-// replaced by one that waits: the framework's looks once (10 ms) and skips
-// the test if any goroutine of interest runs at that instant, including the
-// brief one of a context deadline timer firing then (it failed the
-// backend's cluster tests in CI that way with nothing leaked). Here the test
-// fails, never skips, on goroutines still running leakWait after the
-// previous test ended or after this one did.
-func beforeTest(t *testing.T) {
+// newBackend returns an etcd backend on the operator's client, closed
+// when the test ends.
+func newBackend(t *testing.T, admin *clientv3.Client) *etcdb.Backend {
 	t.Helper()
-	if err := testutil.CheckAfterTest(leakWait); err != nil {
-		t.Fatalf("etcdtest: before %s: an earlier test %v", t.Name(), err)
+	b, err := etcdb.New(admin, etcdb.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	integration.BeforeTest(t, integration.WithoutGoLeakDetection())
-	t.Cleanup(func() {
-		if t.Failed() {
-			return // its goroutines may be why; the failure is reported already
-		}
-		if err := testutil.CheckAfterTest(leakWait); err != nil {
-			t.Errorf("etcdtest: %s %v", t.Name(), err)
-		}
-	})
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// runJSON runs the binary with env and args and returns the JSON object
+// it printed, decoded into a T; it fails t unless the binary exits 0 with
+// such an object on its standard output.
+func runJSON[T any](t *testing.T, env []string, args ...string) T {
+	t.Helper()
+	var v T
+	code, p := bin.Run(t, env, args...)
+	if err := json.Unmarshal([]byte(p.Stdout.String()), &v); code != 0 || err != nil {
+		t.Fatalf("%s: exit %d, %v; stdout %q, stderr:\n%s", strings.Join(args, " "), code, err, p.Stdout, p.Stderr)
+	}
+	return v
 }
 
 // lockDir is the etcd directory of a lock's queue (package etcd's layout,
@@ -114,43 +102,24 @@ func TestEtcd(t *testing.T) {
 	// measured, accepting no cut run (see the Redis TestRunNeverOverlaps).
 	t.Run("runs never overlap", func(t *testing.T) {
 		const procs, rounds, grace = 3, 2, 10 * time.Second // grace: run's default
-		ttl := 2 * time.Second
-		args := func(ttl time.Duration) []string {
-			return []string{"run", "-q", "--ttl", ttl.String(), "--wait", "60s", "shared", "--"}
-		}
-		lag := clitest.StartLag(t)
-		runs := bin.RunsDisjoint(t, env, args(ttl), procs, rounds, switchFired)
-		if len(runs.Cut) > 0 {
-			retry := clitest.RetryTTL(ttl, grace, lag.Max())
-			t.Logf("inconclusive with --ttl %v: %d of %d runs cut short by the supervisor (a renewal at least %v late; scheduling delay max %v); retrying once with --ttl %v. First cut run's stderr:\n%s",
-				ttl, len(runs.Cut), procs*rounds, clitest.SwitchLateness(ttl, grace).Round(time.Millisecond), lag.Max().Round(time.Millisecond), retry, runs.Cut[0])
-			ttl = retry
-			runs = bin.RunsDisjoint(t, env, args(ttl), procs, rounds, nil)
-		}
-		t.Logf("%d runs by %d processes on etcd with --ttl %v, no overlap; scheduling delay max %v", len(runs.Gaps)+1, procs, ttl, lag.Max().Round(time.Millisecond))
+		runs, ttl, lag := bin.RunsNeverOverlap(t, env, "shared", time.Minute, 2*time.Second, grace, procs, rounds, switchFired)
+		t.Logf("%d runs by %d processes on etcd with --ttl %v, no overlap; scheduling delay max %v", len(runs.Gaps)+1, procs, ttl, lag)
 	})
 
 	t.Run("inspect", func(t *testing.T) {
 		dir := t.TempDir()
 		holder := bin.Start(t, env, "run", "--ttl", "5s", "orders", "--", "/bin/sh", "-c", `echo "$FENCEDLOCK_FENCE $FENCEDLOCK_HOLDER" > `+dir+`/lease; sleep 30`)
 		lease := strings.Fields(clitest.WaitFile(t, dir+"/lease", 20*time.Second))
-		code, p := bin.Run(t, env, "inspect", "--json", "orders")
-		if code != 0 {
-			t.Fatalf("exit %d: %s", code, p.Stderr)
-		}
-		var got struct {
+		got := runJSON[struct {
 			Held   bool   `json:"held"`
 			Holder string `json:"holder"`
 			TTLms  int64  `json:"ttl_ms"`
 			Fence  uint64 `json:"fence"`
-		}
-		if err := json.Unmarshal([]byte(p.Stdout.String()), &got); err != nil {
-			t.Fatalf("%v: %s", err, p.Stdout)
-		}
+		}](t, env, "inspect", "--json", "orders")
 		if !got.Held || strconv.FormatUint(got.Fence, 10) != lease[0] || got.Holder != lease[1] || got.TTLms <= 0 {
 			t.Errorf("inspect --json = %+v; the holder has fence %s, holder %s", got, lease[0], lease[1])
 		}
-		code, p = bin.Run(t, env, "run", "--try", "orders", "--", "true")
+		code, p := bin.Run(t, env, "run", "--try", "orders", "--", "true")
 		if code != exitNotAcquired || !strings.Contains(p.Stderr.String(), "held by holder "+lease[1]) {
 			t.Errorf("--try on a held key: exit %d: %s", code, p.Stderr)
 		}
@@ -241,12 +210,8 @@ func TestEtcd(t *testing.T) {
 }
 
 // switchFired tells a run that the supervisor's dead man's switch cut
-// short (exit 76) while the server still kept its lease: run did not
-// report the lease lost.
-func switchFired(code int, stderr string) bool {
-	_, fired := clitest.SwitchFired(stderr)
-	return code == exitLeaseLost && fired && !strings.Contains(stderr, "fencedlock run: lease on ")
-}
+// short (exit 76) while the server still kept its lease.
+var switchFired = clitest.SwitchCut(exitLeaseLost)
 
 // checkLeaseLoss runs a command under the lock key with a 2s TTL and a 3s
 // grace period, then calls lose, which takes the lease away and returns

@@ -2,10 +2,14 @@ module github.com/fencedlock/fencedlock/cmd/fencedlock/etcdtest
 
 go 1.26.0
 
-replace github.com/fencedlock/fencedlock => ../../..
+replace (
+	github.com/fencedlock/fencedlock => ../../..
+	github.com/fencedlock/fencedlock/backend/etcd/clustertest => ../../../backend/etcd/clustertest
+)
 
 require (
 	github.com/fencedlock/fencedlock v0.0.0-00010101000000-000000000000
+	github.com/fencedlock/fencedlock/backend/etcd/clustertest v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/tests/v3 v3.7.3

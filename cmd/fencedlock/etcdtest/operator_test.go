@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
-	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/clitest"
 )
@@ -30,11 +29,7 @@ func TestEtcdOperatorTools(t *testing.T) {
 	env := []string{"FENCEDLOCK_ETCD=" + eps}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	b, err := etcdb.New(admin, etcdb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := newBackend(t, admin)
 	locker, err := fencedlock.New(b, fencedlock.Options{TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -110,23 +105,16 @@ func TestEtcdOperatorTools(t *testing.T) {
 		}()
 		time.Sleep(500 * time.Millisecond)
 
-		code, p := bin.Run(t, env, "release", "--force", "--json", "--resource", "job-resource", "job")
-		forcedAt := time.Now()
-		if code != 0 {
-			t.Fatalf("release --force: exit %d: %s", code, p.Stderr)
-		}
-		var rec struct {
+		rec := runJSON[struct {
 			Held     bool     `json:"held"`
 			Holder   string   `json:"holder"`
 			Before   uint64   `json:"fence_before"`
 			After    uint64   `json:"fence_after"`
 			Operator string   `json:"operator"`
 			Barriers []string `json:"barriers"`
-		}
-		if err := json.Unmarshal([]byte(p.Stdout.String()), &rec); err != nil {
-			t.Fatalf("%v: %s", err, p.Stdout)
-		}
-		t.Logf("release --force: %s", p.Stdout)
+		}](t, env, "release", "--force", "--json", "--resource", "job-resource", "job")
+		forcedAt := time.Now()
+		t.Logf("release --force: %+v", rec)
 		if !rec.Held || rec.Holder != oldHolder || rec.Before != oldFence || rec.After <= rec.Before || !slices.Equal(rec.Barriers, []string{"job-resource"}) {
 			t.Fatalf("audit record %+v: want the holder %s with fence %d broken and the barrier written", rec, oldHolder, oldFence)
 		}

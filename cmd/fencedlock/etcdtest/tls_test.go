@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/tests/v3/framework/integration"
 
+	"github.com/fencedlock/fencedlock/backend/etcd/clustertest/harness"
 	"github.com/fencedlock/fencedlock/internal/clitest"
 )
 
@@ -21,12 +22,7 @@ import (
 func TestEtcdTLSAndAuth(t *testing.T) {
 	dir := t.TempDir()
 	files := clitest.WriteCerts(t, dir)
-	t.Cleanup(func() {
-		if t.Skipped() {
-			t.Errorf("etcdtest: the etcd framework skipped %s; skipping is not allowed", t.Name())
-		}
-	})
-	beforeTest(t)
+	harness.BeforeTest(t, "etcdtest")
 	clus := integration.NewCluster(t, &integration.ClusterConfig{
 		Size:   1,
 		UseTCP: true,

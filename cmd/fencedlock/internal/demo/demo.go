@@ -116,7 +116,7 @@ type demo struct {
 	tickDone chan struct{}
 	server   Server
 	backend  driver.Backend
-	res      resource
+	res      *resource
 	closeB   func()
 	workers  []*workerProc
 
@@ -209,29 +209,11 @@ func (d *demo) cleanup() {
 // play runs the scenario; it returns an error if it could not be played
 // to its end (the verdict judges the outcome).
 func (d *demo) play(ctx context.Context) error {
-	ttl := d.cfg.TTL
-	step := 5*ttl + 10*time.Second // bound on any single step
-	A, err := d.startWorker("A", rolePaused)
+	step := 5*d.cfg.TTL + 10*time.Second // bound on any single step
+	A, err := d.stopA(step)
 	if err != nil {
 		return err
 	}
-	if d.a, err = A.expect("acquired", step); err != nil {
-		return err
-	}
-	if _, err := A.expect("checked", step); err != nil {
-		return err
-	}
-	if err := syscall.Kill(A.pid(), syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("SIGSTOP to A: %w", err)
-	}
-	A.stopped = true
-	d.tl.say("demo", "SIGSTOP A (pid %d) between its check and its write; it will stay stopped past its %v lease", A.pid(), ttl)
-	if state, ok := procState(A.pid(), time.Second); ok && state == "T" {
-		d.tl.say("demo", "A's process state is %q (stopped): no renewals from now on", state)
-	} else if ok {
-		return fmt.Errorf("process state of A is %q after SIGSTOP, not stopped (T)", state)
-	}
-
 	B, err := d.startWorker("B", roleWriter)
 	if err != nil {
 		return err
@@ -242,41 +224,12 @@ func (d *demo) play(ctx context.Context) error {
 	if d.bWrite, err = B.expect("write", step); err != nil {
 		return err
 	}
-
-	if err := syscall.Kill(A.pid(), syscall.SIGCONT); err != nil {
-		return fmt.Errorf("SIGCONT to A: %w", err)
-	}
-	A.stopped = false
-	d.tl.say("demo", "SIGCONT A: it resumes where it stopped, and writes with its old fence %d", d.a.Fence)
-	if err := A.send("go"); err != nil {
+	if err := d.resumeA(A, step); err != nil {
 		return err
 	}
-	if d.aWrite, err = A.expect("write", step); err != nil {
+	if err := d.inspectB(ctx); err != nil {
 		return err
 	}
-	if _, err := A.expect("lease", step); err != nil {
-		return err
-	}
-	if _, err := A.expect("released", step); err != nil {
-		return err
-	}
-	if err := A.wait(step); err != nil {
-		return err
-	}
-
-	ictx, cancel := context.WithTimeout(ctx, stepTimeout)
-	info, err := d.backend.(driver.Inspector).Inspect(ictx, d.cfg.Lock)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("inspecting %q: %w", d.cfg.Lock, err)
-	}
-	d.stillHeldB = info.Held && info.Holder == d.b.Holder
-	if d.stillHeldB {
-		d.tl.say("demo", "%q is still held by B (holder %s, fence %v): A's late release deleted nothing", d.cfg.Lock, info.Holder, info.Fence)
-	} else {
-		d.tl.say("demo", "after A's release, %q is held=%v by holder %q: B's lock was NOT left alone", d.cfg.Lock, info.Held, info.Holder)
-	}
-
 	if err := B.send("release"); err != nil {
 		return err
 	}
@@ -291,6 +244,74 @@ func (d *demo) play(ctx context.Context) error {
 	defer cancel()
 	if d.final, err = d.res.read(rctx); err != nil {
 		return fmt.Errorf("reading the resource back: %w", err)
+	}
+	return nil
+}
+
+// stopA starts worker A, lets it take the lock and check its lease, and
+// stops it (SIGSTOP) before its write, each step within step.
+func (d *demo) stopA(step time.Duration) (*workerProc, error) {
+	A, err := d.startWorker("A", rolePaused)
+	if err != nil {
+		return nil, err
+	}
+	if d.a, err = A.expect("acquired", step); err != nil {
+		return nil, err
+	}
+	if _, err := A.expect("checked", step); err != nil {
+		return nil, err
+	}
+	if err := syscall.Kill(A.pid(), syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("SIGSTOP to A: %w", err)
+	}
+	A.stopped = true
+	d.tl.say("demo", "SIGSTOP A (pid %d) between its check and its write; it will stay stopped past its %v lease", A.pid(), d.cfg.TTL)
+	if state, ok := procState(A.pid(), time.Second); ok && state == "T" {
+		d.tl.say("demo", "A's process state is %q (stopped): no renewals from now on", state)
+	} else if ok {
+		return nil, fmt.Errorf("process state of A is %q after SIGSTOP, not stopped (T)", state)
+	}
+	return A, nil
+}
+
+// resumeA lets A go on (SIGCONT) with its late write and release, and
+// waits for it to exit.
+func (d *demo) resumeA(A *workerProc, step time.Duration) error {
+	if err := syscall.Kill(A.pid(), syscall.SIGCONT); err != nil {
+		return fmt.Errorf("SIGCONT to A: %w", err)
+	}
+	A.stopped = false
+	d.tl.say("demo", "SIGCONT A: it resumes where it stopped, and writes with its old fence %d", d.a.Fence)
+	if err := A.send("go"); err != nil {
+		return err
+	}
+	var err error
+	if d.aWrite, err = A.expect("write", step); err != nil {
+		return err
+	}
+	if _, err := A.expect("lease", step); err != nil {
+		return err
+	}
+	if _, err := A.expect("released", step); err != nil {
+		return err
+	}
+	return A.wait(step)
+}
+
+// inspectB records whether B still holds the lock after A's late
+// release.
+func (d *demo) inspectB(ctx context.Context) error {
+	ictx, cancel := context.WithTimeout(ctx, stepTimeout)
+	info, err := d.backend.(driver.Inspector).Inspect(ictx, d.cfg.Lock)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("inspecting %q: %w", d.cfg.Lock, err)
+	}
+	d.stillHeldB = info.Held && info.Holder == d.b.Holder
+	if d.stillHeldB {
+		d.tl.say("demo", "%q is still held by B (holder %s, fence %v): A's late release deleted nothing", d.cfg.Lock, info.Holder, info.Fence)
+	} else {
+		d.tl.say("demo", "after A's release, %q is held=%v by holder %q: B's lock was NOT left alone", d.cfg.Lock, info.Held, info.Holder)
 	}
 	return nil
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/human"
 )
 
 // workerProc is one worker process of the demo.
@@ -181,7 +183,7 @@ func describeEvent(ev workerEvent) string {
 	case "waiting":
 		switch {
 		case ev.Holder != "" && ev.TTLms > 0:
-			return fmt.Sprintf("lock is held by holder %s (fence %d), lease ends in %v: waiting", ev.Holder, ev.Fence, roundDuration(time.Duration(ev.TTLms)*time.Millisecond))
+			return fmt.Sprintf("lock is held by holder %s (fence %d), lease ends in %v: waiting", ev.Holder, ev.Fence, human.Duration(time.Duration(ev.TTLms)*time.Millisecond))
 		case ev.Holder != "":
 			return fmt.Sprintf("lock is held by holder %s (fence %d): waiting", ev.Holder, ev.Fence)
 		}
@@ -226,17 +228,4 @@ func describeWrite(ev workerEvent, unfenced bool) string {
 		return fmt.Sprintf("REJECTED %q with fence %d (holder %s): %s", ev.Value, ev.Fence, ev.Holder, ev.Detail)
 	}
 	return fmt.Sprintf("did not take %q with fence %d (holder %s): %s", ev.Value, ev.Fence, ev.Holder, ev.Detail)
-}
-
-// roundDuration formats d for the timeline: rounded to what a human reads.
-func roundDuration(d time.Duration) time.Duration {
-	switch {
-	case d <= 0:
-		return 0
-	case d < time.Second:
-		return d.Round(time.Millisecond)
-	case d < time.Minute:
-		return d.Round(10 * time.Millisecond)
-	}
-	return d.Round(time.Second)
 }

@@ -25,19 +25,47 @@ import (
 // result back. With --no-fencing the workers write with a plain HSET or
 // Put, as code that ignores the fence would.
 
-// resource is the resource key on the demo's server, with the
-// connection that writes it.
-type resource interface {
-	// write writes value with a lease's fence and holder id: through the
-	// fenced helper, or plainly if the resource was opened unfenced. A
-	// stale write returns an error wrapping fencing.ErrStale.
-	write(ctx context.Context, value string, fence fencing.Token, holder string) error
-	// read returns the value and the fence record kept with it.
-	read(ctx context.Context) (resourceState, error)
-	// reset deletes the value, so that a run starts from nothing.
-	reset(ctx context.Context) error
-	// describe names the resource and how it is written.
-	describe() string
+// resource is the resource key on the demo's server, on the fenced store
+// of the lock's connection.
+type resource struct {
+	store    fencing.Store
+	key      string
+	unfenced bool
+	// plain writes value without the fence check (--no-fencing), as code
+	// that ignores the fence would.
+	plain func(ctx context.Context, value string) error
+	// del deletes the value.
+	del func(ctx context.Context) error
+	// what names the key and its server; fencedHow and plainHow how a
+	// write goes through the store or without it.
+	what, fencedHow, plainHow string
+}
+
+// write writes value with a lease's fence and holder id: through the
+// fenced store, or plainly if the resource was opened unfenced. A stale
+// write returns an error wrapping fencing.ErrStale.
+func (r *resource) write(ctx context.Context, value string, fence fencing.Token, holder string) error {
+	if r.unfenced {
+		return r.plain(ctx, value)
+	}
+	return r.store.Set(ctx, r.key, value, fence, holder)
+}
+
+// read returns the value and the fence record kept with it.
+func (r *resource) read(ctx context.Context) (resourceState, error) {
+	rec, err := r.store.Get(ctx, r.key)
+	return resourceState{value: rec.Value, ok: rec.Found, fence: rec.Fence, holder: rec.Holder}, err
+}
+
+// reset deletes the value, so that a run starts from nothing.
+func (r *resource) reset(ctx context.Context) error { return r.del(ctx) }
+
+// describe names the resource and how it is written.
+func (r *resource) describe() string {
+	if r.unfenced {
+		return r.what + ", written with " + r.plainHow + " (--no-fencing: every write applies, whatever its fence)"
+	}
+	return r.what + ", written with " + r.fencedHow
 }
 
 // resourceState is what a resource holds: its value (ok false if none) and
@@ -51,37 +79,41 @@ type resourceState struct {
 
 // open connects to s and returns the lock backend, the resource at key
 // on the same connection, and a function that closes both.
-func open(ctx context.Context, s Server, key string, unfenced bool) (driver.Backend, resource, func(), error) {
+func open(ctx context.Context, s Server, key string, unfenced bool) (driver.Backend, *resource, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	if key == "" {
 		return nil, nil, nil, fmt.Errorf("empty resource key: %w", driver.ErrInvalid)
 	}
-	if s.DialRedis != nil {
-		client, b, err := s.DialRedis()
+	var (
+		b        driver.Backend
+		prefix   string
+		res      *resource
+		closeAll func()
+	)
+	switch {
+	case s.DialRedis != nil:
+		client, rb, err := s.DialRedis()
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		closeAll := func() { _ = b.Close(); client.Close() }
-		if err := outsidePrefix(key, b.Options().KeyPrefix); err != nil {
-			closeAll()
+		b, prefix, res = rb, rb.Options().KeyPrefix, redisResource(rb, client, key, unfenced)
+		closeAll = func() { _ = rb.Close(); client.Close() }
+	case s.DialEtcd != nil:
+		client, eb, err := s.DialEtcd(ctx)
+		if err != nil {
 			return nil, nil, nil, err
 		}
-		return b, &redisResource{b: b, c: client, key: key, unfenced: unfenced}, closeAll, nil
-	}
-	if s.DialEtcd == nil {
+		b, prefix, res = eb, eb.Options().KeyPrefix, etcdResource(eb, client, key, unfenced)
+		closeAll = func() { _ = eb.Close(); client.Close() }
+	default:
 		return nil, nil, nil, fmt.Errorf("demo: no server to dial: %w", driver.ErrInvalid)
 	}
-	client, b, err := s.DialEtcd(ctx)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	closeAll := func() { _ = b.Close(); client.Close() }
-	if err := outsidePrefix(key, b.Options().KeyPrefix); err != nil {
+	if err := outsidePrefix(key, prefix); err != nil {
 		closeAll()
 		return nil, nil, nil, err
 	}
-	return b, &etcdResource{b: b, c: client, key: key, unfenced: unfenced}, closeAll, nil
+	return b, res, closeAll, nil
 }
 
 // openTimeout bounds how long connecting to the server may take.
@@ -96,83 +128,51 @@ func outsidePrefix(key, prefix string) error {
 	return nil
 }
 
-// redisResource is a Redis hash: FencedSet keeps the value in field
-// redis.ValueField and the fence record in two more fields.
-type redisResource struct {
-	b        *redisb.Backend
-	c        rueidis.Client
-	key      string
-	unfenced bool
-}
-
-func (r *redisResource) write(ctx context.Context, value string, fence fencing.Token, holder string) error {
-	if r.unfenced {
-		cmd := r.c.B().Hset().Key(r.key).FieldValue().FieldValue(redisb.ValueField, value).Build()
-		if err := r.c.Do(ctx, cmd).Error(); err != nil {
-			return fmt.Errorf("redis: hset %q: %w", r.key, err)
+// redisResource is a Redis hash: the store keeps the value in field
+// redis.ValueField and the fence record in two more fields, which go with
+// the hash when it is deleted.
+func redisResource(b *redisb.Backend, c rueidis.Client, key string, unfenced bool) *resource {
+	do := func(ctx context.Context, op string, cmd rueidis.Completed) error {
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			return fmt.Errorf("redis: %s %q: %w", op, key, err)
 		}
 		return nil
 	}
-	return r.b.FencedSet(ctx, r.key, value, fence, holder)
-}
-
-func (r *redisResource) read(ctx context.Context) (resourceState, error) {
-	rec, err := r.b.FencedGet(ctx, r.key)
-	return resourceState{value: rec.Value, ok: rec.Found, fence: rec.Fence, holder: rec.Holder}, err
-}
-
-func (r *redisResource) reset(ctx context.Context) error {
-	// The fence record is in the hash: it goes too.
-	if err := r.c.Do(ctx, r.c.B().Del().Key(r.key).Build()).Error(); err != nil {
-		return fmt.Errorf("redis: del %q: %w", r.key, err)
+	return &resource{
+		store: redisb.NewStore(b), key: key, unfenced: unfenced,
+		plain: func(ctx context.Context, value string) error {
+			return do(ctx, "hset", c.B().Hset().Key(key).FieldValue().FieldValue(redisb.ValueField, value).Build())
+		},
+		del: func(ctx context.Context) error {
+			return do(ctx, "del", c.B().Del().Key(key).Build())
+		},
+		what:      fmt.Sprintf("Redis hash %q on the lock's server", key),
+		fencedHow: "FencedSet (one script checks the fence and writes)",
+		plainHow:  "a plain HSET",
 	}
-	return nil
 }
 
-func (r *redisResource) describe() string {
-	if r.unfenced {
-		return fmt.Sprintf("Redis hash %q on the lock's server, written with a plain HSET (--no-fencing: every write applies, whatever its fence)", r.key)
+// etcdResource is an etcd key: the store keeps its fence record under the
+// backend's prefix. A reset leaves the record of an earlier run (the
+// backend owns it); it holds an older revision than any fence of this run,
+// so it rejects nothing this run writes.
+func etcdResource(b *etcdb.Backend, c *clientv3.Client, key string, unfenced bool) *resource {
+	return &resource{
+		store: etcdb.NewFencedStore(b), key: key, unfenced: unfenced,
+		plain: func(ctx context.Context, value string) error {
+			if _, err := c.Put(ctx, key, value); err != nil {
+				return fmt.Errorf("etcd: put %q: %w", key, err)
+			}
+			return nil
+		},
+		del: func(ctx context.Context) error {
+			if _, err := c.Delete(ctx, key); err != nil {
+				return fmt.Errorf("etcd: delete %q: %w", key, err)
+			}
+			return nil
+		},
+		what:      fmt.Sprintf("etcd key %q on the lock's cluster", key),
+		fencedHow: "FencedPut (one Txn checks the fence and writes)",
+		plainHow:  "a plain Put",
 	}
-	return fmt.Sprintf("Redis hash %q on the lock's server, written with FencedSet (one script checks the fence and writes)", r.key)
-}
-
-// etcdResource is an etcd key: FencedPut keeps its fence record under the
-// backend's prefix.
-type etcdResource struct {
-	b        *etcdb.Backend
-	c        *clientv3.Client
-	key      string
-	unfenced bool
-}
-
-func (r *etcdResource) write(ctx context.Context, value string, fence fencing.Token, holder string) error {
-	if r.unfenced {
-		if _, err := r.c.Put(ctx, r.key, value); err != nil {
-			return fmt.Errorf("etcd: put %q: %w", r.key, err)
-		}
-		return nil
-	}
-	return r.b.FencedPut(ctx, r.key, value, fence, holder)
-}
-
-func (r *etcdResource) read(ctx context.Context) (resourceState, error) {
-	rec, err := r.b.FencedGet(ctx, r.key)
-	return resourceState{value: rec.Value, ok: rec.Found, fence: rec.Fence, holder: rec.Holder}, err
-}
-
-func (r *etcdResource) reset(ctx context.Context) error {
-	// The fence record of an earlier run stays (the backend owns it); it
-	// holds an older revision than any fence of this run, so it rejects
-	// nothing this run writes.
-	if _, err := r.c.Delete(ctx, r.key); err != nil {
-		return fmt.Errorf("etcd: delete %q: %w", r.key, err)
-	}
-	return nil
-}
-
-func (r *etcdResource) describe() string {
-	if r.unfenced {
-		return fmt.Sprintf("etcd key %q on the lock's cluster, written with a plain Put (--no-fencing: every write applies, whatever its fence)", r.key)
-	}
-	return fmt.Sprintf("etcd key %q on the lock's cluster, written with FencedPut (one Txn checks the fence and writes)", r.key)
 }

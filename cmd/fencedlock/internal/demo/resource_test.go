@@ -13,12 +13,12 @@ import (
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
-	"github.com/fencedlock/fencedlock/internal/redistest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // redisServer is the demo's Server on s, with the backend's key prefix
 // (the default if empty).
-func redisServer(t *testing.T, s *redistest.Server, prefix string) Server {
+func redisServer(t *testing.T, s *testserver.Redis, prefix string) Server {
 	t.Helper()
 	return Server{
 		Name: "redis " + s.Addr,
@@ -44,7 +44,7 @@ func redisServer(t *testing.T, s *redistest.Server, prefix string) Server {
 // fencing rule to FencedSet, a plain write (--no-fencing) ignores it, reset
 // clears value and fence record, and a key inside the prefix is refused.
 func TestDemoResourceRedis(t *testing.T) {
-	s := redistest.Start(t)
+	s := testserver.StartRedis(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cfg := redisServer(t, s, "")

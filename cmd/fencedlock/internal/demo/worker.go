@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/human"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 )
@@ -65,43 +66,83 @@ func Worker(ctx context.Context, server func() (Server, error), args []string, s
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 
-	enc := json.NewEncoder(stdout)
-	emit := func(ev workerEvent) {
-		ev.At = time.Now().UnixNano()
-		_ = enc.Encode(ev)
-	}
-	fail := func(code int, format string, a ...any) int {
-		emit(workerEvent{Ev: "error", Detail: fmt.Sprintf(format, a...)})
-		return code
-	}
+	w := &worker{enc: json.NewEncoder(stdout), cmds: bufio.NewScanner(stdin)}
 	s, err := server()
 	if err != nil {
-		return fail(exitUsage, "%v", err)
+		return w.fail(exitUsage, "%v", err)
 	}
 	b, res, closeBackend, err := open(ctx, s, resource, unfenced)
 	if err != nil {
-		return fail(exitBackend, "%v", err)
+		return w.fail(exitBackend, "%v", err)
 	}
 	defer closeBackend()
 	locker, err := fencedlock.New(b, fencedlock.Options{TTL: ttl})
 	if err != nil {
-		return fail(exitUsage, "%v", err)
+		return w.fail(exitUsage, "%v", err)
 	}
 	defer locker.Close()
-	cmds := bufio.NewScanner(stdin)
-	await := func(want string) error {
-		if !cmds.Scan() {
-			if err := cmds.Err(); err != nil {
-				return err
-			}
-			return io.ErrUnexpectedEOF
-		}
-		if got := cmds.Text(); got != want {
-			return fmt.Errorf("got command %q, want %q", got, want)
-		}
-		return nil
-	}
 
+	lease, err := w.acquire(ctx, locker, b, key)
+	if err != nil {
+		return w.fail(exitNotAcquired, "%v", err)
+	}
+	w.emit(workerEvent{Ev: "acquired", Fence: uint64(lease.Fence()), Holder: lease.Holder(), TTLms: lease.TTL().Milliseconds()})
+	value := "written by " + name
+
+	switch role {
+	case rolePaused:
+		if code, ok := w.pausedWrite(ctx, lease, res, value, ttl); !ok {
+			return code
+		}
+	case roleWriter:
+		werr := res.write(ctx, value, lease.Fence(), lease.Holder())
+		w.emit(writeEvent(lease, value, werr))
+		if err := w.await("release"); err != nil {
+			return w.fail(exitFailure, "%v", err)
+		}
+	default:
+		return w.fail(exitUsage, "unknown role %q", role)
+	}
+	w.release(ctx, lease)
+	return exitOK
+}
+
+// worker is a running worker's link to the demo: the events it reports
+// and the commands it reads.
+type worker struct {
+	enc  *json.Encoder
+	cmds *bufio.Scanner
+}
+
+// emit reports ev, stamped with the time.
+func (w *worker) emit(ev workerEvent) {
+	ev.At = time.Now().UnixNano()
+	_ = w.enc.Encode(ev)
+}
+
+// fail reports an error event and returns code.
+func (w *worker) fail(code int, format string, a ...any) int {
+	w.emit(workerEvent{Ev: "error", Detail: fmt.Sprintf(format, a...)})
+	return code
+}
+
+// await reads the demo's next command, which must be want.
+func (w *worker) await(want string) error {
+	if !w.cmds.Scan() {
+		if err := w.cmds.Err(); err != nil {
+			return err
+		}
+		return io.ErrUnexpectedEOF
+	}
+	if got := w.cmds.Text(); got != want {
+		return fmt.Errorf("got command %q, want %q", got, want)
+	}
+	return nil
+}
+
+// acquire takes the lock on key, reporting first who holds it if it is
+// taken.
+func (w *worker) acquire(ctx context.Context, locker *fencedlock.Locker, b driver.Backend, key string) (*fencedlock.Lease, error) {
 	lease, err := locker.TryAcquire(ctx, key)
 	if errors.Is(err, fencedlock.ErrNotAcquired) {
 		ev := workerEvent{Ev: "waiting"}
@@ -110,55 +151,49 @@ func Worker(ctx context.Context, server func() (Server, error), args []string, s
 				ev.Holder, ev.Fence, ev.TTLms = info.Holder, uint64(info.Fence), info.TTL.Milliseconds()
 			}
 		}
-		emit(ev)
+		w.emit(ev)
 		lease, err = locker.Acquire(ctx, key)
 	}
-	if err != nil {
-		return fail(exitNotAcquired, "%v", err)
-	}
-	emit(workerEvent{Ev: "acquired", Fence: uint64(lease.Fence()), Holder: lease.Holder(), TTLms: lease.TTL().Milliseconds()})
-	value := "written by " + name
+	return lease, err
+}
 
-	switch role {
-	case rolePaused:
-		// The classic mistake-free holder: it checks that it still holds
-		// the lease, then writes. The demo stops it between the two.
-		if err := lease.Err(); err != nil {
-			return fail(exitFailure, "lease lost before the write: %v", err)
-		}
-		emit(workerEvent{Ev: "checked", Detail: fmt.Sprintf("lease valid for %v more", roundDuration(time.Until(lease.Deadline())))})
-		if err := await("go"); err != nil {
-			return fail(exitFailure, "%v", err)
-		}
-		// Just resumed from SIGSTOP: the client's timers all fired at once
-		// and may have dropped its connection, so a network error is
-		// retried (with the same fence: the guard makes that idempotent).
-		// A stale rejection is final.
-		var werr error
-		for try := 1; try <= 5; try++ {
-			werr = res.write(ctx, value, lease.Fence(), lease.Holder())
-			if werr == nil || errors.Is(werr, fencing.ErrStale) || ctx.Err() != nil {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		emit(writeEvent(lease, value, werr))
-		// Now that it runs again, its watchdog finds the lease gone.
-		select {
-		case <-lease.Done():
-			emit(workerEvent{Ev: "lease", Detail: context.Cause(lease.Context()).Error()})
-		case <-time.After(3*ttl + time.Second):
-			emit(workerEvent{Ev: "lease", OK: true, Detail: "still held after the pause"})
-		}
-	case roleWriter:
-		werr := res.write(ctx, value, lease.Fence(), lease.Holder())
-		emit(writeEvent(lease, value, werr))
-		if err := await("release"); err != nil {
-			return fail(exitFailure, "%v", err)
-		}
-	default:
-		return fail(exitUsage, "unknown role %q", role)
+// pausedWrite is the paused role's part: the classic mistake-free
+// holder, which checks that it still holds the lease, then writes. The
+// demo stops it between the two. It returns false, with the exit code,
+// if the worker must stop.
+func (w *worker) pausedWrite(ctx context.Context, lease *fencedlock.Lease, res *resource, value string, ttl time.Duration) (int, bool) {
+	if err := lease.Err(); err != nil {
+		return w.fail(exitFailure, "lease lost before the write: %v", err), false
 	}
+	w.emit(workerEvent{Ev: "checked", Detail: fmt.Sprintf("lease valid for %v more", human.Duration(time.Until(lease.Deadline())))})
+	if err := w.await("go"); err != nil {
+		return w.fail(exitFailure, "%v", err), false
+	}
+	// Just resumed from SIGSTOP: the client's timers all fired at once
+	// and may have dropped its connection, so a network error is
+	// retried (with the same fence: the guard makes that idempotent).
+	// A stale rejection is final.
+	var werr error
+	for try := 1; try <= 5; try++ {
+		werr = res.write(ctx, value, lease.Fence(), lease.Holder())
+		if werr == nil || errors.Is(werr, fencing.ErrStale) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.emit(writeEvent(lease, value, werr))
+	// Now that it runs again, its watchdog finds the lease gone.
+	select {
+	case <-lease.Done():
+		w.emit(workerEvent{Ev: "lease", Detail: context.Cause(lease.Context()).Error()})
+	case <-time.After(3*ttl + time.Second):
+		w.emit(workerEvent{Ev: "lease", OK: true, Detail: "still held after the pause"})
+	}
+	return 0, true
+}
+
+// release releases the lease and reports how that went.
+func (w *worker) release(ctx context.Context, lease *fencedlock.Lease) {
 	rerr := lease.Release(ctx)
 	ev := workerEvent{Ev: "released", OK: rerr == nil}
 	switch {
@@ -167,10 +202,10 @@ func Worker(ctx context.Context, server func() (Server, error), args []string, s
 	case rerr != nil:
 		ev.Detail = rerr.Error()
 	}
-	emit(ev)
-	return exitOK
+	w.emit(ev)
 }
 
+// writeEvent is the event of a write of value with lease's fence.
 func writeEvent(lease *fencedlock.Lease, value string, err error) workerEvent {
 	ev := workerEvent{Ev: "write", Fence: uint64(lease.Fence()), Holder: lease.Holder(), Value: value, OK: err == nil}
 	if err != nil {

@@ -1,0 +1,198 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// Read-write locks ([driver.RWLocker]), under "rwlocks/NAME/": each reader
+// is a key under "r/", the writer a key under "w/", each on a lease of its
+// own (named by the lease ID, as the lock's entries), and a waiting
+// writer's intent a key under "i/" named by its holder id, on a lease of
+// the intent's TTL. Every step is one Txn: a reader is put only if no key
+// exists under "w/" and "i/", a writer only if none exists under "r/" and
+// "w/" (compares on a prefix). The fence is the revision of the granting
+// Txn: etcd's revisions increase over the whole store, so every later
+// grant of the name, read or write, has a greater one. Releases announce
+// nothing: waiters of a read-write lock poll with the Locker's backoff.
+
+var _ driver.RWLocker = (*Backend)(nil)
+
+// rwGrant is the private data of a read-write lock's Grant.
+type rwGrant struct {
+	name  string // our etcd key, under r/ or w/
+	lease clientv3.LeaseID
+	rev   int64 // create revision of name: the fence
+}
+
+// rwDir is the directory of the read-write lock name, ending in "/".
+func (b *Backend) rwDir(name string) string {
+	return b.opts.KeyPrefix + "rwlocks/" + url.PathEscape(name) + "/"
+}
+
+// rwSub is the subdirectory of mode m's holders.
+func rwSub(m driver.RWMode) string {
+	if m == driver.Write {
+		return "w/"
+	}
+	return "r/"
+}
+
+// AcquireRW makes one attempt to take req.Key in req.Mode: one Txn that
+// puts our key on a new lease if no conflicting key exists, or, for a
+// writer with an intent, puts the intent instead.
+func (b *Backend) AcquireRW(ctx context.Context, req driver.RWRequest) (driver.Grant, error) {
+	ctx, cancel, err := b.enter(ctx)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	defer b.leave(ctx, cancel)
+	op := req.Mode.String() + " acquire"
+	dir, hid := b.rwDir(req.Key), driver.HolderID(req.Owner)
+	lg, err := b.c.Grant(ctx, ttlSeconds(req.TTL))
+	if err != nil {
+		return driver.Grant{}, b.ctxErr(ctx, errorf("%s %q: lease grant: %w", op, req.Key, err))
+	}
+	name := entryIn(dir+rwSub(req.Mode), lg.ID)
+	conflict := []string{dir + "w/", dir + "i/"}
+	then := []clientv3.Op{clientv3.OpPut(name, hid, clientv3.WithLease(lg.ID))}
+	var orElse []clientv3.Op
+	var intent clientv3.LeaseID
+	if req.Mode == driver.Write {
+		conflict[1] = dir + "r/"
+		then = append(then, clientv3.OpDelete(dir+"i/"+hid))
+		if req.Intent > 0 {
+			il, err := b.c.Grant(ctx, ttlSeconds(req.Intent))
+			if err != nil {
+				b.revokeAsync(lg.ID)
+				return driver.Grant{}, b.ctxErr(ctx, errorf("%s %q: intent lease grant: %w", op, req.Key, err))
+			}
+			intent = il.ID
+			orElse = append(orElse, clientv3.OpPut(dir+"i/"+hid, "", clientv3.WithLease(intent)))
+		}
+	}
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(conflict[0]), "=", 0).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(conflict[1]), "=", 0).WithPrefix()).
+		Then(then...).Else(orElse...).Commit()
+	if err != nil || resp.Succeeded {
+		if intent != 0 {
+			b.revokeAsync(intent) // carries nothing, or an intent no longer wanted
+		}
+	}
+	if err != nil {
+		b.revokeAsync(lg.ID) // removes whatever the Txn may have put on it
+		return driver.Grant{}, b.ctxErr(ctx, errorf("%s %q: %w", op, req.Key, err))
+	}
+	if !resp.Succeeded {
+		b.revokeAsync(lg.ID)
+		return driver.Grant{}, errorf("%s: %w", op, &driver.HeldError{Key: req.Key})
+	}
+	rev := resp.Header.Revision
+	d := &rwGrant{name: name, lease: lg.ID, rev: rev}
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: time.Duration(lg.TTL) * time.Second, Data: d}, nil
+}
+
+// rwGrantOf returns g's private data if it is a lease of mode m, or, for
+// a Grant made without it (the Locker's clean-up), looks the key up by
+// holder id under m's subdirectory; nil if there is none.
+func (b *Backend) rwGrantOf(ctx context.Context, g driver.Grant, m driver.RWMode) (*rwGrant, error) {
+	sub := b.rwDir(g.Key) + rwSub(m)
+	if d, ok := g.Data.(*rwGrant); ok && d != nil {
+		if !strings.HasPrefix(d.name, sub) {
+			return nil, nil // a lease of the other mode
+		}
+		return d, nil
+	}
+	resp, err := b.c.Get(ctx, sub, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	hid := driver.HolderID(g.Owner)
+	for _, kv := range resp.Kvs {
+		if string(kv.Value) == hid {
+			return &rwGrant{name: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
+		}
+	}
+	return nil, nil
+}
+
+// RenewRW renews g's lease (one keepalive) and checks that our key still
+// carries our create revision; etcd cannot change a lease's TTL, so the
+// granted TTL is returned. An error wrapping [driver.ErrNotHeld] if the
+// lease or the key is gone, or g is not a lease of mode m.
+func (b *Backend) RenewRW(ctx context.Context, g driver.Grant, m driver.RWMode, _ time.Duration) (time.Duration, error) {
+	ctx, cancel, err := b.enter(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer b.leave(ctx, cancel)
+	op := m.String() + " renew"
+	d, err := b.rwGrantOf(ctx, g, m)
+	if err != nil {
+		return 0, b.ctxErr(ctx, errorf("%s %q: %w", op, g.Key, err))
+	}
+	if d == nil {
+		return 0, errorf("%s %q: %w", op, g.Key, driver.ErrNotHeld)
+	}
+	kattl, err := b.ka.renew(ctx, d.lease)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return 0, errorf("%s %q: lease expired or revoked: %w", op, g.Key, driver.ErrNotHeld)
+	}
+	if err != nil {
+		return 0, b.ctxErr(ctx, errorf("%s %q: %w", op, g.Key, err))
+	}
+	resp, err := b.c.Get(ctx, d.name)
+	if err != nil {
+		return 0, b.ctxErr(ctx, errorf("%s %q: %w", op, g.Key, err))
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != d.rev {
+		return 0, errorf("%s %q: key deleted: %w", op, g.Key, driver.ErrNotHeld)
+	}
+	return time.Duration(kattl) * time.Second, nil
+}
+
+// ReleaseRW deletes g's key if it still carries g's create revision, and
+// the intent of g's owner, in one Txn, then revokes g's lease in the
+// background; an error wrapping [driver.ErrNotHeld] if g held no lease of
+// mode m.
+func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode) error {
+	ctx, cancel, err := b.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.leave(ctx, cancel)
+	op := m.String() + " release"
+	d, err := b.rwGrantOf(ctx, g, m)
+	if err != nil {
+		return b.ctxErr(ctx, errorf("%s %q: %w", op, g.Key, err))
+	}
+	dropIntent := clientv3.OpDelete(b.rwDir(g.Key) + "i/" + driver.HolderID(g.Owner))
+	if d == nil {
+		if _, err := b.c.Do(ctx, dropIntent); err != nil {
+			return b.ctxErr(ctx, errorf("%s %q: %w", op, g.Key, err))
+		}
+		return errorf("%s %q: %w", op, g.Key, driver.ErrNotHeld)
+	}
+	resp, err := b.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(d.name), "=", d.rev)).
+		Then(clientv3.OpDelete(d.name), dropIntent).
+		Else(dropIntent).Commit()
+	b.revokeAsync(d.lease) // it carried only our key
+	if err != nil {
+		return b.ctxErr(ctx, errorf("%s %q: %w", op, g.Key, err))
+	}
+	if !resp.Succeeded {
+		return errorf("%s %q: %w", op, g.Key, driver.ErrNotHeld)
+	}
+	return nil
+}

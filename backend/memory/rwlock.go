@@ -1,0 +1,155 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
+)
+
+// Read-write locks ([driver.RWLocker]): a name's readers, writer, waiting
+// writers' intents and fence counter, beside (and apart from) the plain
+// lock of the same name.
+
+var _ driver.RWLocker = (*Backend)(nil)
+
+// rwName is the state of one read-write lock's name.
+type rwName struct {
+	fence   fencing.Token        // the last fence granted, read or write; never goes back
+	writer  entry                // the writer, if writer.owner != ""
+	readers map[string]entry     // by owner token
+	intents map[string]time.Time // waiting writers' intents: owner token -> expiry
+}
+
+// rwState returns the state of name, expired leases and intents dropped.
+// s.mu must be held.
+func (s *Store) rwState(name string, now time.Time) *rwName {
+	if s.rw == nil {
+		s.rw = make(map[string]*rwName)
+	}
+	n := s.rw[name]
+	if n == nil {
+		n = &rwName{readers: make(map[string]entry), intents: make(map[string]time.Time)}
+		s.rw[name] = n
+	}
+	if n.writer.owner != "" && !now.Before(n.writer.expires) {
+		n.writer = entry{}
+	}
+	for o, e := range n.readers {
+		if !now.Before(e.expires) {
+			delete(n.readers, o)
+		}
+	}
+	for o, exp := range n.intents {
+		if !now.Before(exp) {
+			delete(n.intents, o)
+		}
+	}
+	return n
+}
+
+// AcquireRW implements [driver.RWLocker].
+func (b *Backend) AcquireRW(ctx context.Context, req driver.RWRequest) (driver.Grant, error) {
+	if err := b.usable(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	if req.TTL <= 0 || (req.Mode != driver.Read && req.Mode != driver.Write) {
+		return driver.Grant{}, fmt.Errorf("memory: %v acquire, TTL %v: %w", req.Mode, req.TTL, driver.ErrInvalid)
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	n := s.rwState(req.Key, now)
+	if wait := n.refuse(req, now); wait > 0 {
+		return driver.Grant{}, &driver.HeldError{Key: req.Key, RetryAfter: wait}
+	}
+	n.fence++
+	e := entry{owner: req.Owner, fence: n.fence, expires: now.Add(req.TTL)}
+	if req.Mode == driver.Write {
+		n.writer = e
+		delete(n.intents, req.Owner)
+	} else {
+		n.readers[req.Owner] = e
+	}
+	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: e.fence, TTL: req.TTL}, nil
+}
+
+// refuse returns how long until req may be granted (at most: a hint), or
+// 0 if it may be now; a writer refused registers its intent.
+func (n *rwName) refuse(req driver.RWRequest, now time.Time) time.Duration {
+	var wait time.Duration
+	if n.writer.owner != "" {
+		wait = n.writer.expires.Sub(now)
+	}
+	if req.Mode == driver.Read {
+		for _, exp := range n.intents {
+			wait = max(wait, exp.Sub(now))
+		}
+		return wait
+	}
+	for _, e := range n.readers {
+		wait = max(wait, e.expires.Sub(now))
+	}
+	if wait > 0 && req.Intent > 0 {
+		n.intents[req.Owner] = now.Add(req.Intent)
+	}
+	return wait
+}
+
+// held returns the live entry of g.Owner in mode m, if any. s.mu must be
+// held.
+func (n *rwName) held(owner string, m driver.RWMode) bool {
+	if m == driver.Write {
+		return n.writer.owner == owner
+	}
+	_, ok := n.readers[owner]
+	return ok
+}
+
+// RenewRW implements [driver.RWLocker].
+func (b *Backend) RenewRW(ctx context.Context, g driver.Grant, m driver.RWMode, ttl time.Duration) (time.Duration, error) {
+	if err := b.usable(ctx); err != nil {
+		return 0, err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	n := s.rwState(g.Key, now)
+	if g.Owner == "" || !n.held(g.Owner, m) {
+		return 0, fmt.Errorf("memory: %v renew %q: %w", m, g.Key, driver.ErrNotHeld)
+	}
+	if m == driver.Write {
+		n.writer.expires = now.Add(ttl)
+	} else {
+		e := n.readers[g.Owner]
+		e.expires = now.Add(ttl)
+		n.readers[g.Owner] = e
+	}
+	return ttl, nil
+}
+
+// ReleaseRW implements [driver.RWLocker]. It wakes the name's watchers.
+func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode) error {
+	if err := b.usable(ctx); err != nil {
+		return err
+	}
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.rwState(g.Key, time.Now())
+	delete(n.intents, g.Owner)
+	if g.Owner == "" || !n.held(g.Owner, m) {
+		return fmt.Errorf("memory: %v release %q: %w", m, g.Key, driver.ErrNotHeld)
+	}
+	if m == driver.Write {
+		n.writer = entry{}
+	} else {
+		delete(n.readers, g.Owner)
+	}
+	s.wake(g.Key)
+	return nil
+}

@@ -1,0 +1,260 @@
+package rediscore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/feed"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
+)
+
+// Elections ([driver.Elector]): a term is a lease of the election's lock,
+// its fence the lock's fence. The leader's value lives in a record of its
+// own beside the lock (lock key + LeaderSuffix: a hash of fence, holder
+// and value), written by proclaim.lua only while the lock holds the lease
+// of that fence and holder id. The record has no TTL and outlives its
+// term; it is reported only while the fence counter, which is the
+// holder's fence while the lock is held, is the record's fence.
+
+// leaderResync bounds the time a watch of a leader goes without reading
+// the state: a wake-up lost while the subscription connection reconnects
+// (the hub subscribes again in the background) or a term ended without a
+// message (expired, deleted by hand) is seen at most this late.
+const leaderResync = 2 * time.Second
+
+// leaderRetry is the pause of a watch of a leader after a failed read.
+const leaderRetry = 100 * time.Millisecond
+
+// electionKeys returns the lock key of key and the KEYS of proclaim.lua
+// and leader.lua: lock, fence counter, leader record.
+func (b *Backend) electionKeys(key string) []string {
+	lk := redisscript.LockKey(b.opts.KeyPrefix, key)
+	return []string{lk, lk + redisnames.FenceSuffix, lk + redisnames.LeaderSuffix}
+}
+
+// Proclaim stores value as the leader's value of key's term of fence and
+// holder (proclaim.lua: the server checks that the lock holds that lease,
+// computing the holder id of the owner token it holds) and wakes the
+// watchers of key, followed by WAIT with WaitReplicas as Acquire; an error
+// wrapping [driver.ErrNotHeld] if that lease no longer holds key.
+func (b *Backend) Proclaim(ctx context.Context, key string, fence fencing.Token, holder string, value []byte) error {
+	const op = "proclaim"
+	if b.c.Closed() {
+		return redisscript.ErrClosed(op, key)
+	}
+	if err := redisscript.CheckInspectKey(op, key); err != nil {
+		return err
+	}
+	c := &Call{Keys: b.electionKeys(key)}
+	c.Args = []string{strconv.FormatUint(uint64(fence), 10), holder, string(value), ""}
+	if b.opts.ShardedPubSub {
+		c.Args[3] = "sharded"
+	}
+	var (
+		n, acked int64
+		err      error
+	)
+	if b.opts.WaitReplicas > 0 {
+		n, acked, err = b.c.EvalWait(ctx, proclaimScript, c, b.opts.WaitReplicas, b.opts.WaitTimeout)
+	} else {
+		n, err = b.c.EvalInt(ctx, proclaimScript, c)
+	}
+	if err != nil {
+		return b.c.Wrap(op, key, err)
+	}
+	if n == 1 && b.opts.WaitReplicas > 0 && acked < int64(b.opts.WaitReplicas) {
+		// Stored on the primary only: a failover could lose the value
+		// while the term (whose grant was confirmed) goes on.
+		return b.opts.NotReplicated(op, key, acked, nil)
+	}
+	if n != 1 {
+		return redisscript.NotHeld(op, key)
+	}
+	return nil
+}
+
+// Leader reports key's current term (leader.lua: the lock, its counter
+// and the leader record read at once).
+func (b *Backend) Leader(ctx context.Context, key string) (driver.LeaderInfo, error) {
+	const op = "leader"
+	if b.c.Closed() {
+		return driver.LeaderInfo{}, redisscript.ErrClosed(op, key)
+	}
+	if err := redisscript.CheckInspectKey(op, key); err != nil {
+		return driver.LeaderInfo{}, err
+	}
+	info, _, err := b.readLeader(ctx, key)
+	return info, err
+}
+
+// readLeader runs leader.lua and returns key's term and the fence counter
+// (0 if none).
+func (b *Backend) readLeader(ctx context.Context, key string) (driver.LeaderInfo, fencing.Token, error) {
+	const op = "leader"
+	vals, err := b.c.Eval(ctx, leaderScript, b.electionKeys(key), nil)
+	if err != nil {
+		return driver.LeaderInfo{}, 0, b.c.Wrap(op, key, err)
+	}
+	if len(vals) != 5 {
+		return driver.LeaderInfo{}, 0, fmt.Errorf("redis: %s %q: unexpected reply of %d values", op, key, len(vals))
+	}
+	var s [4]string
+	var found [4]bool
+	for i := range s {
+		if s[i], found[i], err = vals[i+1].Text(); err != nil {
+			return driver.LeaderInfo{}, 0, fmt.Errorf("redis: %s %q: unexpected reply: %w", op, key, err)
+		}
+	}
+	var counter fencing.Token
+	if found[0] {
+		var ok bool
+		if counter, ok = redisscript.ParseFence(s[0]); !ok {
+			return driver.LeaderInfo{}, 0, fmt.Errorf("redis: %s %q: fence counter %q: %w", op, key, s[0], redisscript.ErrCorrupt)
+		}
+	}
+	pttl, err := vals[0].Int()
+	if err != nil {
+		return driver.LeaderInfo{}, 0, fmt.Errorf("redis: %s %q: unexpected reply: %w", op, key, err)
+	}
+	if pttl <= 0 || counter == 0 || !found[1] || s[1] != s[0] || !found[2] {
+		return driver.LeaderInfo{}, counter, nil // no lease, or its term not proclaimed
+	}
+	return driver.LeaderInfo{Held: true, Fence: counter, Holder: s[2], Value: []byte(s[3]), TTL: time.Duration(pttl) * time.Millisecond}, counter, nil
+}
+
+// WatchLeader watches key's terms: it subscribes to key's release channel
+// on the hubs (release.lua and proclaim.lua publish on it), reads the
+// state, and reads it again at every wake-up, at the current term's expiry
+// and at least every leaderResync; each read that shows another leader (or
+// none after one) is delivered. Every grant increments the fence counter,
+// so a read that finds grants it cannot account for (fences between the
+// last read's counter and the term it reports) delivers its state with
+// Missed: a term may have begun and ended between two reads. A failed
+// read marks the next event Missed too.
+func (b *Backend) WatchLeader(ctx context.Context, key string) (<-chan driver.LeaderEvent, func(), error) {
+	const op = "watch leader"
+	if b.c.Closed() {
+		return nil, nil, redisscript.ErrClosed(op, key)
+	}
+	if err := redisscript.CheckInspectKey(op, key); err != nil {
+		return nil, nil, err
+	}
+	w, stopW, err := b.hubs.Watch(ctx, key, b.electionKeys(key)[0]+redisnames.ReleasedSuffix, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	// Subscribed first: a change after this read publishes a wake-up.
+	info, counter, err := b.readLeader(ctx, key)
+	if err != nil {
+		stopW()
+		return nil, nil, err
+	}
+	events, stop := feed.Start(ctx, func(ctx context.Context, out chan<- driver.LeaderEvent) {
+		defer stopW()
+		f := leaderFollower{b: b, key: key, w: w, out: out, last: info, counter: counter}
+		f.run(ctx)
+	})
+	return events, stop, nil
+}
+
+// leaderFollower is the goroutine of one WatchLeader.
+type leaderFollower struct {
+	b       *Backend
+	key     string
+	w       *Watcher
+	out     chan<- driver.LeaderEvent
+	last    driver.LeaderInfo // the state delivered last
+	newest  fencing.Token     // the greatest fence delivered
+	counter fencing.Token     // the fence counter at the last read
+	missed  bool              // a change may have been lost since the last event
+	failed  bool              // the last read failed
+}
+
+// run delivers the first state, then every change, until ctx ends or the
+// backend is closed (Close wakes every watcher).
+func (f *leaderFollower) run(ctx context.Context) {
+	timer := time.NewTimer(leaderResync)
+	defer timer.Stop()
+	evs := []driver.LeaderEvent{{LeaderInfo: f.last}}
+	f.newest = f.last.Fence
+	for {
+		for _, ev := range evs {
+			select {
+			case f.out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+		wait := leaderResync
+		switch {
+		case f.failed:
+			wait = leaderRetry
+		case f.last.Held && f.last.TTL < wait:
+			wait = f.last.TTL + time.Millisecond
+		}
+		timer.Reset(wait)
+		select {
+		case <-f.w.C():
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+		if f.b.c.Closed() {
+			return
+		}
+		evs = f.next(ctx)
+	}
+}
+
+// next reads the state and returns the events to deliver: none if the
+// leader did not change (or the read failed: it is tried again soon, and
+// the next event says Missed), the state read, and before a term that
+// follows the term delivered last, that term's end: terms are leases of
+// one lock, so a state with no leader came between (a term that expired
+// has no message, and its successor may lead before the expiry is read).
+func (f *leaderFollower) next(ctx context.Context) []driver.LeaderEvent {
+	info, counter, err := f.b.readLeader(ctx, f.key)
+	if f.failed = err != nil; f.failed {
+		f.missed = true
+		return nil
+	}
+	// Grants since the last read that this state does not account for.
+	granted := int64(counter) - int64(f.counter)
+	if info.Held && info.Fence > f.counter {
+		granted--
+	}
+	if granted > 0 {
+		f.missed = true
+	}
+	f.counter = counter
+	if info.Held && info.Fence < f.newest {
+		// Below a term delivered: a fence counter retired and started
+		// again. Never delivered; the state is in doubt.
+		f.missed = true
+		return nil
+	}
+	// A change, or grants unaccounted for: the terms they began (and
+	// ended) are reported missed, with the state now, even if it is the
+	// state delivered last.
+	prev := f.last
+	changed := info.Held != prev.Held || info.Fence != prev.Fence
+	f.last = info
+	if !changed && granted <= 0 {
+		return nil
+	}
+	if info.Held {
+		f.newest = info.Fence
+	}
+	var evs []driver.LeaderEvent
+	if prev.Held && info.Held && info.Fence != prev.Fence {
+		evs = append(evs, driver.LeaderEvent{})
+	}
+	evs = append(evs, driver.LeaderEvent{LeaderInfo: info, Missed: f.missed})
+	f.missed = false
+	return evs
+}

@@ -1,0 +1,153 @@
+package rediscore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
+)
+
+// Sets of keys ([driver.MultiLocker]): each key of a set is the lock of
+// Acquire (the same lock key, owner token and fence counter), taken,
+// renewed and released for the whole set by one script
+// (multi_acquire.lua, multi_renew.lua, multi_release.lua), so a set and a
+// single-key lease exclude each other and share each key's fences.
+
+var (
+	multiAcquireScript = NewScript(redisscript.MultiAcquireLua)
+	multiRenewScript   = NewScript(redisscript.MultiRenewLua)
+	multiReleaseScript = NewScript(redisscript.MultiReleaseLua)
+)
+
+// ClusterConn is implemented by a [Conn] that can say whether its client
+// talks to a Redis Cluster: a script there runs only on keys of one hash
+// slot, so a set of keys in several slots is refused before it is sent.
+type ClusterConn interface {
+	Cluster() bool
+}
+
+// multiOp starts op on the set keys: it returns their lock keys, or an
+// error for a closed backend, WaitReplicas (a set's grant is not followed
+// by WAIT: refused rather than unconfirmed), or, on Redis Cluster, keys in
+// more than one hash slot.
+func (b *Backend) multiOp(op string, keys []string) ([]string, error) {
+	name := fmt.Sprintf("%q", keys)
+	if b.c.Closed() {
+		return nil, redisscript.ErrClosed(op, name)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("redis: %s: empty set of keys: %w", op, driver.ErrInvalid)
+	}
+	if b.opts.WaitReplicas > 0 {
+		return nil, fmt.Errorf("redis: %s %s: sets of keys do not support WaitReplicas: %w", op, name, driver.ErrInvalid)
+	}
+	locks := make([]string, len(keys))
+	for i, k := range keys {
+		locks[i] = redisscript.LockKey(b.opts.KeyPrefix, k)
+	}
+	if cc, ok := b.c.(ClusterConn); ok && cc.Cluster() {
+		for i := range locks {
+			if HashSlot(locks[i]) != HashSlot(locks[0]) {
+				return nil, fmt.Errorf("redis: %s %s: keys %q and %q are in different Cluster hash slots (a set must be in one slot): %w",
+					op, name, keys[0], keys[i], driver.ErrInvalid)
+			}
+		}
+	}
+	return locks, nil
+}
+
+// AcquireMulti takes every key of req.Keys, or none (multi_acquire.lua):
+// a *driver.HeldError names the first key held by another owner.
+func (b *Backend) AcquireMulti(ctx context.Context, req driver.MultiRequest) (driver.MultiGrant, error) {
+	const op = "acquire set"
+	locks, err := b.multiOp(op, req.Keys)
+	if err != nil {
+		return driver.MultiGrant{}, err
+	}
+	n := len(locks)
+	keys := make([]string, 0, 2*n+1)
+	keys = append(keys, locks...)
+	for _, l := range locks {
+		keys = append(keys, l+redisnames.FenceSuffix)
+	}
+	keys = append(keys, locks[0]+redisnames.AbandonedSuffix)
+	ttl := b.ttl.Get(req.TTL)
+	_, vals, err := b.c.EvalInts(ctx, multiAcquireScript, &Call{Keys: keys, Args: []string{req.Owner, ttl.S}})
+	if err != nil {
+		return driver.MultiGrant{}, b.c.Wrap(op, fmt.Sprintf("%q", req.Keys), err)
+	}
+	switch {
+	case len(vals) == 3 && vals[0] == 0 && vals[1] >= 1 && vals[1] <= int64(n):
+		return driver.MultiGrant{}, redisscript.Held(req.Keys[vals[1]-1], -vals[2])
+	case len(vals) != n+1 || vals[0] != 1:
+		return driver.MultiGrant{}, fmt.Errorf("redis: %s %q: unexpected reply %v", op, req.Keys, vals)
+	}
+	fences := make([]fencing.Token, n)
+	for i, v := range vals[1:] {
+		fences[i] = fencing.Token(v)
+	}
+	return driver.MultiGrant{Keys: req.Keys, Owner: req.Owner, Fences: fences, TTL: ttl.Duration()}, nil
+}
+
+// RenewMulti extends every key of g to ttl if g.Owner holds them all
+// (multi_renew.lua); otherwise a *driver.LostKeyError names the first key
+// it does not hold, and nothing changed.
+func (b *Backend) RenewMulti(ctx context.Context, g driver.MultiGrant, ttl time.Duration) (time.Duration, error) {
+	const op = "renew set"
+	locks, err := b.multiOp(op, g.Keys)
+	if err != nil {
+		return 0, err
+	}
+	a := b.ttl.Get(ttl)
+	n, _, err := b.c.EvalInts(ctx, multiRenewScript, &Call{Keys: locks, Args: []string{g.Owner, a.S}})
+	if err != nil {
+		return 0, b.c.Wrap(op, fmt.Sprintf("%q", g.Keys), err)
+	}
+	if err := lostKey(op, g.Keys, n); err != nil {
+		return 0, err
+	}
+	return a.Duration(), nil
+}
+
+// ReleaseMulti deletes the keys of g that g.Owner holds and wakes their
+// waiters (multi_release.lua); a *driver.LostKeyError names the first key
+// it did not hold. A MultiGrant without Fences (the Locker's clean-up after
+// an acquire whose outcome is unknown) also makes the server remember the
+// owner for redisscript.AbandonTTL, so that its acquire takes nothing if
+// it arrives later.
+func (b *Backend) ReleaseMulti(ctx context.Context, g driver.MultiGrant) error {
+	const op = "release set"
+	locks, err := b.multiOp(op, g.Keys)
+	if err != nil {
+		return err
+	}
+	args := []string{g.Owner, ""}
+	if b.opts.ShardedPubSub {
+		args[1] = "sharded"
+	}
+	if g.Fences == nil {
+		locks = append(locks, locks[0]+redisnames.AbandonedSuffix)
+		args = append(args, redisscript.AbandonTTLms)
+	}
+	n, _, err := b.c.EvalInts(ctx, multiReleaseScript, &Call{Keys: locks, Args: args})
+	if err != nil {
+		return b.c.Wrap(op, fmt.Sprintf("%q", g.Keys), err)
+	}
+	return lostKey(op, g.Keys, n)
+}
+
+// lostKey returns nil for a reply of 0, the *driver.LostKeyError of
+// keys[n-1] for 1 <= n <= len(keys).
+func lostKey(op string, keys []string, n int64) error {
+	switch {
+	case n == 0:
+		return nil
+	case n >= 1 && n <= int64(len(keys)):
+		return fmt.Errorf("redis: %s: %w", op, &driver.LostKeyError{Key: keys[n-1]})
+	}
+	return fmt.Errorf("redis: %s %q: unexpected reply %d", op, keys, n)
+}

@@ -1,0 +1,123 @@
+package rediscore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
+	"github.com/fencedlock/fencedlock/internal/redisscript"
+)
+
+// Read-write locks ([driver.RWLocker]): one script, rwlock.lua, for every
+// step; the writer, the readers (a sorted set scored by expiry, server
+// time), the readers' fences, the shared fence counter and the waiting
+// writers' intents are keys beside the lock key of the name (same hash
+// slot, apart from the plain lock's keys). Releases publish on the lock
+// key's release channel, so the adapters' Watch of the name wakes waiters.
+
+// rwScript is rwlock.lua. Again: an acquire repeated grants the owner its
+// own lease again, a renew or release repeated finds the same or nothing.
+var rwScript = newScript(redisscript.RWLockLua, redisscript.SHA1Hex(redisscript.RWLockLua), true)
+
+// rwCall returns the Call of rwlock.lua on name for op, mode and owner,
+// with ttl and intent (acquire, renew) or the release channel.
+func (b *Backend) rwCall(name, op string, m driver.RWMode, owner, ttl, intent string) *Call {
+	lk := redisscript.LockKey(b.opts.KeyPrefix, name)
+	mode := "r"
+	if m == driver.Write {
+		mode = "w"
+	}
+	c := &Call{Keys: []string{lk + redisnames.RWWriterSuffix, lk + redisnames.RWReadersSuffix,
+		lk + redisnames.RWFencesSuffix, lk + redisnames.RWFenceSuffix, lk + redisnames.RWIntentsSuffix}}
+	c.Args = []string{op, mode, owner, ttl, intent, lk + redisnames.ReleasedSuffix, ""}
+	if b.opts.ShardedPubSub {
+		c.Args[6] = "sharded"
+	}
+	return c
+}
+
+// evalRW runs c, followed by WAIT with WaitReplicas: a positive reply not
+// confirmed by enough replicas returns an error wrapping ErrReplication
+// with the reply.
+func (b *Backend) evalRW(ctx context.Context, op, name string, c *Call) (int64, error) {
+	if b.opts.WaitReplicas == 0 {
+		n, err := b.c.EvalInt(ctx, rwScript, c)
+		if err != nil {
+			return 0, b.c.Wrap(op, name, err)
+		}
+		return n, nil
+	}
+	n, acked, err := b.c.EvalWait(ctx, rwScript, c, b.opts.WaitReplicas, b.opts.WaitTimeout)
+	if err != nil {
+		return 0, b.c.Wrap(op, name, err)
+	}
+	if n > 0 && acked < int64(b.opts.WaitReplicas) {
+		return n, b.opts.NotReplicated(op, name, acked, nil)
+	}
+	return n, nil
+}
+
+// AcquireRW makes one attempt to take req.Key in req.Mode (rwlock.lua),
+// followed by WAIT with WaitReplicas; a grant not confirmed by enough
+// replicas is released again.
+func (b *Backend) AcquireRW(ctx context.Context, req driver.RWRequest) (driver.Grant, error) {
+	op := req.Mode.String() + " acquire"
+	if b.c.Closed() {
+		return driver.Grant{}, redisscript.ErrClosed(op, req.Key)
+	}
+	ttl := b.ttl.Get(req.TTL)
+	intent := strconv.FormatInt(int64((max(req.Intent, 0)+time.Millisecond-1)/time.Millisecond), 10)
+	n, err := b.evalRW(ctx, op, req.Key, b.rwCall(req.Key, "acquire", req.Mode, req.Owner, ttl.S, intent))
+	if err != nil && n > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
+		err = errors.Join(err, b.ReleaseRW(rctx, driver.Grant{Key: req.Key, Owner: req.Owner}, req.Mode))
+		cancel()
+	}
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	if n <= 0 {
+		return driver.Grant{}, redisscript.Held(req.Key, n)
+	}
+	return redisscript.Grant(req.AcquireRequest, n, ttl), nil
+}
+
+// RenewRW extends g's lease of mode m to ttl if g.Owner still holds it
+// (rwlock.lua), followed by WAIT with WaitReplicas; otherwise an error
+// wrapping [driver.ErrNotHeld].
+func (b *Backend) RenewRW(ctx context.Context, g driver.Grant, m driver.RWMode, ttl time.Duration) (time.Duration, error) {
+	op := m.String() + " renew"
+	if b.c.Closed() {
+		return 0, redisscript.ErrClosed(op, g.Key)
+	}
+	a := b.ttl.Get(ttl)
+	n, err := b.evalRW(ctx, op, g.Key, b.rwCall(g.Key, "renew", m, g.Owner, a.S, "0"))
+	if err != nil {
+		return 0, err
+	}
+	if n != 1 {
+		return 0, redisscript.NotHeld(op, g.Key)
+	}
+	return a.Duration(), nil
+}
+
+// ReleaseRW ends g's lease of mode m and g.Owner's intent (rwlock.lua),
+// and wakes the name's watchers when it may have become free; an error
+// wrapping [driver.ErrNotHeld] if g.Owner held no lease of mode m.
+func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode) error {
+	op := m.String() + " release"
+	if b.c.Closed() {
+		return redisscript.ErrClosed(op, g.Key)
+	}
+	n, err := b.c.EvalInt(ctx, rwScript, b.rwCall(g.Key, "release", m, g.Owner, "0", "0"))
+	if err != nil {
+		return b.c.Wrap(op, g.Key, err)
+	}
+	if n != 1 {
+		return redisscript.NotHeld(op, g.Key)
+	}
+	return nil
+}

@@ -1,0 +1,329 @@
+// Package rwlocktest holds the scenarios of package rwlock, run on each
+// backend that implements driver.RWLocker (memory, real redis-server).
+package rwlocktest
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/rwlock"
+)
+
+// Setup is what the scenarios need of a backend.
+type Setup struct {
+	// New returns an RWLock on a backend of its own, as another process
+	// would have, closed when t ends.
+	New func(t *testing.T, opts fencedlock.Options) *rwlock.RWLock
+	// Backend returns a backend of its own, closed when t ends.
+	Backend func(t *testing.T) driver.RWLocker
+	// Store is the backend's fenced store.
+	Store fencing.Store
+	// TTL is the short lease of the scenarios with a holder paused past it.
+	TTL time.Duration
+	// Intent is the intent of the crashed writer (0: 400ms), and
+	// ExpirySlack how late the server may end it (0: 500ms).
+	Intent, ExpirySlack time.Duration
+}
+
+func name(prefix string) string { return prefix + "-" + rand.Text()[:8] }
+
+// retrying are the options of a waiter that must get a lease soon after
+// one is free (short retry delays where the backend polls).
+var retrying = fencedlock.Options{MinRetryDelay: time.Millisecond, MaxRetryDelay: 20 * time.Millisecond}
+
+// take waits for a lease of n in mode m.
+func take(ctx context.Context, r *rwlock.RWLock, n string, m rwlock.Mode) (*rwlock.Lease, error) {
+	if m == rwlock.Read {
+		return r.RLock(ctx, n)
+	}
+	return r.Lock(ctx, n)
+}
+
+func lock(t *testing.T, ctx context.Context, r *rwlock.RWLock, n string, m rwlock.Mode) *rwlock.Lease {
+	t.Helper()
+	l, err := take(ctx, r, n, m)
+	if err != nil {
+		t.Fatalf("%v lock %q: %v", m, n, err)
+	}
+	if l.Key() != n || l.Mode() != m {
+		t.Fatalf("lease of %q %v: Key %q Mode %v", n, m, l.Key(), l.Mode())
+	}
+	return l
+}
+
+func wantRefused(t *testing.T, l *rwlock.Lease, err error, why string) {
+	t.Helper()
+	if err == nil {
+		l.Release(context.Background())
+		t.Fatalf("%s: granted (fence %v)", why, l.Fence())
+	}
+	if !errors.Is(err, fencedlock.ErrNotAcquired) {
+		t.Fatalf("%s: %v, want ErrNotAcquired", why, err)
+	}
+}
+
+func wantStale(t *testing.T, err error, accepted fencing.Token, why string) {
+	t.Helper()
+	var se *fencing.StaleError
+	if !errors.As(err, &se) || !errors.Is(err, fencing.ErrStale) || se.Accepted != accepted {
+		t.Fatalf("%s: %v, want a *fencing.StaleError having accepted %v", why, err, accepted)
+	}
+}
+
+// ModesExclude: readers share a name, a writer excludes readers and
+// writers, both ways, tried once each (TryRLock, TryLock).
+func ModesExclude(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	a, b := s.New(t, fencedlock.Options{}), s.New(t, fencedlock.Options{})
+	n := name("modes")
+	r1 := lock(t, ctx, a, n, rwlock.Read)
+	r2, err := a.TryRLock(ctx, n) // the same RWLock: readers share
+	if err != nil {
+		t.Fatalf("second reader in the same RWLock: %v", err)
+	}
+	r3 := lock(t, ctx, b, n, rwlock.Read)
+	w, err := b.TryLock(ctx, n)
+	wantRefused(t, w, err, "TryLock while 3 readers hold")
+	for _, r := range []*rwlock.Lease{r1, r2, r3} {
+		if err := r.Release(ctx); err != nil {
+			t.Fatalf("reader release: %v", err)
+		}
+	}
+	w = lock(t, ctx, b, n, rwlock.Write)
+	if w.Fence() <= r3.Fence() || w.Fence() <= r2.Fence() || w.Fence() <= r1.Fence() {
+		t.Fatalf("writer fence %v not above the readers' %v %v %v", w.Fence(), r1.Fence(), r2.Fence(), r3.Fence())
+	}
+	r, err := a.TryRLock(ctx, n)
+	wantRefused(t, r, err, "TryRLock while a writer holds")
+	w2, err := a.TryLock(ctx, n)
+	wantRefused(t, w2, err, "TryLock while a writer holds")
+	if err := w.Release(ctx); err != nil {
+		t.Fatalf("writer release: %v", err)
+	}
+	r = lock(t, ctx, a, n, rwlock.Read)
+	if r.Fence() <= w.Fence() {
+		t.Fatalf("reader after the writer has fence %v, not above the writer's %v", r.Fence(), w.Fence())
+	}
+	r.Release(ctx)
+}
+
+// NeverReaderAndWriter: goroutines of several RWLocks take read and write
+// leases of one name in a bounded loop; a writer never holds with anyone
+// else, checked while each lease is valid.
+func NeverReaderAndWriter(t *testing.T, s Setup, workers, rounds int) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	n := name("exclusive")
+	var readers, writers, maxReaders atomic.Int64
+	var bad atomic.Value
+	var wg sync.WaitGroup
+	for i := range workers {
+		r := s.New(t, retrying)
+		wg.Go(func() {
+			for j := range rounds {
+				m := rwlock.Read
+				if (i+j)%4 == 0 {
+					m = rwlock.Write
+				}
+				l, err := take(ctx, r, n, m)
+				if err != nil {
+					bad.CompareAndSwap(nil, "lock: "+err.Error())
+					return
+				}
+				if m == rwlock.Write {
+					if w := writers.Add(1); w != 1 || readers.Load() != 0 {
+						bad.CompareAndSwap(nil, "a writer held with others")
+					}
+				} else if readers.Add(1); writers.Load() != 0 {
+					bad.CompareAndSwap(nil, "a reader held with a writer")
+				}
+				if m == rwlock.Read {
+					maxReaders.Store(max(maxReaders.Load(), readers.Load()))
+				}
+				time.Sleep(time.Millisecond)
+				valid := l.Err() == nil
+				if m == rwlock.Write {
+					writers.Add(-1)
+				} else {
+					readers.Add(-1)
+				}
+				if err := l.Release(ctx); err != nil || !valid {
+					bad.CompareAndSwap(nil, "a lease was lost: the check is void")
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	t.Logf("%d workers x %d rounds; at most %d readers at once", workers, rounds, maxReaders.Load())
+}
+
+// WriterNotStarved: readers that overlap so that the name is never free
+// of readers (each takes its next read lease while the others hold) do
+// not keep a writer out: the writer's intent stops new readers, the held
+// ones release, and the writer gets the name. The readers' loop is
+// bounded: a starved writer fails the test instead of hanging.
+func WriterNotStarved(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	n := name("starve")
+	rl, wl := s.New(t, retrying), s.New(t, retrying)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	for i := range 4 {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 5 * time.Millisecond) // staggered: the readers overlap
+			for range 2000 {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+				l, err := rl.RLock(rctx, n)
+				rcancel()
+				if err != nil {
+					continue // a writer holds or waits: try again
+				}
+				reads.Add(1)
+				time.Sleep(20 * time.Millisecond)
+				l.Release(ctx)
+			}
+		})
+	}
+	for reads.Load() < 8 { // the readers are in
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	w, err := wl.Lock(ctx, n)
+	took, before := time.Since(start), reads.Load()
+	close(done)
+	if err == nil {
+		w.Release(ctx) // the readers waiting behind it get in, see done and stop
+	}
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("writer starved by overlapping readers: %v", err)
+	}
+	t.Logf("the writer got %q %v after it asked, after %d reads", n, took, before)
+}
+
+// PausedWriterRefused: a writer paused past its TTL (it never renews)
+// loses the name; a reader and then another writer come in; the paused
+// writer's late write is refused by the fencing guard, whose newest fence
+// is the second writer's, above the reader's and the first writer's.
+func PausedWriterRefused(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	paused := s.New(t, fencedlock.Options{TTL: s.TTL, ManualRenew: true})
+	other := s.New(t, retrying)
+	n := name("paused")
+	start := time.Now()
+	a := lock(t, ctx, paused, n, rwlock.Write)
+	r := lock(t, ctx, other, n, rwlock.Read) // waits until a expired on the server
+	if waited := time.Since(start); waited < s.TTL {
+		t.Fatalf("a reader came in %v after the writer, within its TTL of %v", waited, s.TTL)
+	}
+	if !errors.Is(a.Err(), fencedlock.ErrLeaseLost) {
+		t.Fatalf("paused writer's Err = %v, want ErrLeaseLost", a.Err())
+	}
+	r.Release(ctx)
+	b := lock(t, ctx, other, n, rwlock.Write)
+	defer b.Release(ctx)
+	if !(a.Fence() < r.Fence() && r.Fence() < b.Fence()) {
+		t.Fatalf("fences writer %v, reader %v, writer %v: not increasing", a.Fence(), r.Fence(), b.Fence())
+	}
+	key := n + "/data"
+	if err := s.Store.Set(ctx, key, "by b", b.Fence(), b.Holder()); err != nil {
+		t.Fatalf("b's write: %v", err)
+	}
+	wantStale(t, s.Store.Set(ctx, key, "late a", a.Fence(), a.Holder()), b.Fence(), "paused writer a's late write")
+	if rec, err := s.Store.Get(ctx, key); err != nil || rec.Value != "by b" {
+		t.Fatalf("stored %+v, %v after the refused write, want %q", rec, err, "by b")
+	}
+	if err := a.Release(ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("paused writer's Release = %v, want ErrNotHeld", err)
+	}
+}
+
+// CancelledWriterLeavesNothing: a writer waiting behind a reader whose
+// context ends returns ErrNotAcquired with the context's error, holds
+// nothing and leaves no intent: a reader gets in at once.
+func CancelledWriterLeavesNothing(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rl, wl := s.New(t, fencedlock.Options{}), s.New(t, retrying)
+	n := name("cancel")
+	r := lock(t, ctx, rl, n, rwlock.Read)
+	for i := range 5 { // the context ends in a sleep or in an attempt
+		wctx, wcancel := context.WithTimeout(ctx, time.Duration(50+i*17)*time.Millisecond)
+		w, err := wl.Lock(wctx, n)
+		wcancel()
+		wantRefused(t, w, err, "writer behind a reader")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("cancelled writer: %v, want the context's error", err)
+		}
+		r2, err := rl.TryRLock(ctx, n)
+		if err != nil {
+			t.Fatalf("TryRLock after the writer gave up: %v, want no intent left", err)
+		}
+		r2.Release(ctx)
+	}
+	r.Release(ctx)
+	w, err := rl.TryLock(ctx, n) // the cancelled writers hold nothing
+	if err != nil {
+		t.Fatalf("TryLock after every reader left: %v", err)
+	}
+	w.Release(ctx)
+}
+
+// CrashedWriterIntentExpires: the intent of a writer that crashed while
+// waiting (registered through the driver, never removed) keeps readers
+// out until it expires on the server, and no longer; it never grants the
+// writer anything.
+func CrashedWriterIntentExpires(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	rl := s.New(t, fencedlock.Options{})
+	n := name("crash")
+	r := lock(t, ctx, rl, n, rwlock.Read)
+	intent := cmp.Or(s.Intent, 400*time.Millisecond)
+	rw := s.Backend(t)
+	req := driver.RWRequest{AcquireRequest: driver.AcquireRequest{Key: n, Owner: rand.Text(), TTL: time.Second}, Mode: driver.Write, Intent: intent}
+	start := time.Now()
+	if _, err := rw.AcquireRW(ctx, req); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("writer behind a reader: %v, want ErrNotAcquired", err)
+	}
+	r2, err := rl.TryRLock(ctx, n)
+	if time.Since(start) < intent {
+		wantRefused(t, r2, err, "a reader while a crashed writer's intent is live")
+	} else if err == nil {
+		r2.Release(ctx) // a loaded machine: too late to tell
+	}
+	time.Sleep(time.Until(start.Add(intent)))
+	limit := start.Add(intent + cmp.Or(s.ExpirySlack, 500*time.Millisecond))
+	for r2, err = rl.TryRLock(ctx, n); err != nil; r2, err = rl.TryRLock(ctx, n) { // bounded by limit
+		if time.Now().After(limit) {
+			t.Fatalf("TryRLock %v after the crashed writer's intent of %v: %v", time.Since(start), intent, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r2.Release(ctx)
+	r.Release(ctx)
+	if _, err := rw.RenewRW(ctx, driver.Grant{Key: n, Owner: req.Owner}, driver.Write, time.Second); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("the crashed writer's renew: %v, want ErrNotHeld: it was never granted", err)
+	}
+}

@@ -1,0 +1,209 @@
+package rwlock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/redact"
+)
+
+// Mode is a lease's mode: [Read] (shared) or [Write] (exclusive).
+type Mode = driver.RWMode
+
+// The modes of a lease.
+const (
+	Read  = driver.Read  // shared: many readers, no writer
+	Write = driver.Write // exclusive: one writer, no reader
+)
+
+// intentSlack is added to twice the Locker's MaxRetryDelay to make a
+// waiting writer's intent: it outlives the longest pause between two
+// attempts of the writer (each refreshes it), with room for a round trip.
+const intentSlack = 250 * time.Millisecond
+
+// RWLock grants read and write leases of read-write locks on one backend.
+// It is safe for concurrent use.
+type RWLock struct {
+	rd, wr *fencedlock.Locker
+	rw     driver.RWLocker
+	intent time.Duration
+	seq    atomic.Uint64 // makes the readers' Locker keys distinct
+}
+
+// New returns an RWLock on b, with a Locker per mode made with opts (the
+// leases' TTL, renewal, safety margin, the waiters' retry delays). b must
+// implement [driver.RWLocker]; if it does not, New returns an error
+// wrapping errors.ErrUnsupported. A backend that is a [driver.Notifier]
+// wakes waiters when a holder releases; others poll with the Locker's
+// backoff. As with a Locker, the caller closes b after the RWLock.
+func New(b driver.Backend, opts fencedlock.Options) (*RWLock, error) {
+	rw, ok := b.(driver.RWLocker)
+	if !ok {
+		return nil, fmt.Errorf("rwlock: backend %T does not implement driver.RWLocker: %w", b, errors.ErrUnsupported)
+	}
+	rd, err := fencedlock.New(newView(b, rw, Read, 0), opts)
+	if err != nil {
+		return nil, fmt.Errorf("rwlock: %w", err)
+	}
+	intent := 2*rd.Options().MaxRetryDelay + intentSlack
+	wr, err := fencedlock.New(newView(b, rw, Write, intent), opts)
+	if err != nil {
+		return nil, fmt.Errorf("rwlock: %w", err)
+	}
+	return &RWLock{rd: rd, wr: wr, rw: rw, intent: intent}, nil
+}
+
+// Intent returns how long a waiting writer's intent outlives its last
+// attempt: a writer whose Lock gave up (its context ended) still keeps new
+// readers out of the name for at most this long.
+func (r *RWLock) Intent() time.Duration { return r.intent }
+
+// Close releases every lease the RWLock holds and closes its Lockers.
+func (r *RWLock) Close() error { return errors.Join(r.rd.Close(), r.wr.Close()) }
+
+// Lease is a read or write lease of a name, held by the caller of RLock,
+// Lock, TryRLock or TryLock. It is a [fencedlock.Lease] (Fence, Holder,
+// Context, Done, Err, Deadline, Renew and Release are the lease's: the
+// watchdog renews it and reports its loss) whose Key is the name.
+type Lease struct {
+	*fencedlock.Lease
+	name string
+	mode Mode
+}
+
+// Key returns the name of the read-write lock.
+func (l *Lease) Key() string { return l.name }
+
+// Mode returns [Read] or [Write].
+func (l *Lease) Mode() Mode { return l.mode }
+
+// leaseView is what a printed Lease shows.
+type leaseView struct {
+	Name   string
+	Mode   string
+	Fence  fencing.Token
+	Holder string
+	TTL    time.Duration
+}
+
+func (l *Lease) view() leaseView {
+	return leaseView{Name: l.name, Mode: l.mode.String(), Fence: l.Fence(), Holder: l.Holder(), TTL: l.TTL()}
+}
+
+// Format implements [fmt.Formatter]: every verb prints the lease's name,
+// mode, fence, holder id and TTL, never its owner token.
+func (l *Lease) Format(f fmt.State, verb rune) { redact.Format(f, verb, "&rwlock.Lease", l.view()) }
+
+// String returns the lease's name, mode, fence, holder id and TTL.
+func (l *Lease) String() string { return fmt.Sprintf("%+v", l.view()) }
+
+// LogValue implements [slog.LogValuer]: what String shows.
+func (l *Lease) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", l.name), slog.String("mode", l.mode.String()),
+		slog.Uint64("fence", uint64(l.Fence())), slog.String("holder", l.Holder()), slog.Duration("ttl", l.TTL()))
+}
+
+// MarshalJSON encodes what a printed lease shows.
+func (l *Lease) MarshalJSON() ([]byte, error) { return json.Marshal(l.view()) }
+
+// RLock blocks until the caller holds a read lease of name, or ctx is
+// done. Readers share the name; a reader waits while a writer holds it or
+// while a writer waits for it (writer preference: readers cannot starve
+// a writer). When ctx ends first the error wraps
+// [fencedlock.ErrNotAcquired] and ctx.Err(), and nothing is left held.
+func (r *RWLock) RLock(ctx context.Context, name string, opts ...fencedlock.LeaseOption) (*Lease, error) {
+	return r.acquire(ctx, name, Read, true, opts)
+}
+
+// Lock blocks until the caller holds the write lease of name, or ctx is
+// done. While it waits it keeps an intent on the server that refuses new
+// readers; once it gives up the intent expires within [RWLock.Intent].
+// Its fence is greater than the fence of every lease of name, read or
+// write, granted before it.
+func (r *RWLock) Lock(ctx context.Context, name string, opts ...fencedlock.LeaseOption) (*Lease, error) {
+	return r.acquire(ctx, name, Write, true, opts)
+}
+
+// TryRLock makes one attempt at a read lease of name; an error wrapping
+// [fencedlock.ErrNotAcquired] if a writer holds or awaits it.
+func (r *RWLock) TryRLock(ctx context.Context, name string, opts ...fencedlock.LeaseOption) (*Lease, error) {
+	return r.acquire(ctx, name, Read, false, opts)
+}
+
+// TryLock makes one attempt at the write lease of name (registering no
+// intent); an error wrapping [fencedlock.ErrNotAcquired] if it is held.
+func (r *RWLock) TryLock(ctx context.Context, name string, opts ...fencedlock.LeaseOption) (*Lease, error) {
+	return r.acquire(ctx, name, Write, false, opts)
+}
+
+func (r *RWLock) acquire(ctx context.Context, name string, m Mode, wait bool, opts []fencedlock.LeaseOption) (*Lease, error) {
+	op := m.String() + " lock"
+	if err := validate(name); err != nil {
+		return nil, fmt.Errorf("rwlock: %s: %w", op, err)
+	}
+	l, key := r.wr, name
+	if m == Read {
+		l, key = r.rd, name+readSep+strconv.FormatUint(r.seq.Add(1), 10)
+	}
+	var (
+		ls  *fencedlock.Lease
+		err error
+	)
+	if wait && m == Write {
+		ls, err = r.lock(ctx, key, opts)
+	} else if wait {
+		ls, err = l.Acquire(ctx, key, opts...)
+	} else {
+		ls, err = l.TryAcquire(context.WithValue(ctx, tryKey{}, true), key, opts...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("rwlock: %s %q: %w", op, name, err)
+	}
+	return &Lease{Lease: ls, name: name, mode: m}, nil
+}
+
+// lock waits for the write lease of name. If it gives up, it removes the
+// intents its attempts registered (a release of each attempt's owner,
+// bounded by the Locker's ReleaseTimeout, detached from ctx's end); an
+// intent whose removal failed expires within Intent.
+func (r *RWLock) lock(ctx context.Context, name string, opts []fencedlock.LeaseOption) (*fencedlock.Lease, error) {
+	o := &owners{}
+	ls, err := r.wr.Acquire(context.WithValue(ctx, ownerKey{}, o), name, opts...)
+	if err == nil {
+		return ls, nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.wr.Options().ReleaseTimeout)
+	defer cancel()
+	for _, owner := range o.all() {
+		_ = r.rw.ReleaseRW(rctx, driver.Grant{Key: name, Owner: owner}, Write) // not held: ends the intent only
+	}
+	return nil, err
+}
+
+// maxSeq is the longest suffix readKey adds to a name.
+const maxSeq = len(readSep) + 20
+
+// validate refuses a name a Locker would refuse, or that contains readSep
+// or is too long for a reader's key.
+func validate(name string) error {
+	if err := driver.ValidateKey(name); err != nil {
+		return err
+	}
+	if strings.Contains(name, readSep) {
+		return fmt.Errorf("name %q contains a NUL byte: %w", name, fencedlock.ErrInvalid)
+	}
+	if len(name) > driver.MaxKeyLen-maxSeq {
+		return fmt.Errorf("name of %d bytes exceeds %d: %w", len(name), driver.MaxKeyLen-maxSeq, fencedlock.ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+package semaphore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/internal/locktest"
+	"github.com/fencedlock/fencedlock/internal/semaphoretest"
+	"github.com/fencedlock/fencedlock/internal/testserver"
+	"github.com/fencedlock/fencedlock/semaphore"
+)
+
+// redisSetup runs the scenarios on a real redis-server: each Semaphore on
+// a Backend with a client of its own, as processes sharing one server.
+func redisSetup(t *testing.T) semaphoretest.Setup {
+	srv := testserver.StartRedis(t)
+	newBackend := func(t *testing.T) *redis.Backend {
+		t.Helper()
+		b, err := redis.New(srv.Client(t, nil), redis.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	return semaphoretest.Setup{
+		New: func(t *testing.T, opts fencedlock.Options) *semaphore.Semaphore {
+			return locktest.Open(t, newBackend(t), opts, semaphore.New)
+		},
+		Store: redis.NewStore(newBackend(t)),
+		TTL:   time.Second,
+	}
+}
+
+func TestRedisLimitNeverExceeded(t *testing.T) {
+	semaphoretest.LimitNeverExceeded(t, redisSetup(t), 3, 8, 10)
+}
+
+func TestRedisLimitsDisagree(t *testing.T) {
+	semaphoretest.LimitsDisagree(t, redisSetup(t), 2, 4, 8, 10)
+}
+
+func TestRedisLowerLimitWaitsForLowSlots(t *testing.T) {
+	semaphoretest.LowerLimitWaitsForLowSlots(t, redisSetup(t))
+}
+
+func TestRedisPausedHolderWriteRefused(t *testing.T) {
+	semaphoretest.PausedHolderWriteRefused(t, redisSetup(t))
+}
+
+func TestRedisCrashedPermitReturns(t *testing.T) {
+	semaphoretest.CrashedPermitReturns(t, redisSetup(t))
+}
+
+func TestRedisCancelledAcquireLeavesNothing(t *testing.T) {
+	semaphoretest.CancelledAcquireLeavesNothing(t, redisSetup(t))
+}

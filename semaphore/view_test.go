@@ -1,0 +1,60 @@
+package semaphore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/backend/memory"
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/semaphore"
+)
+
+// lostReply is a memory Backend whose AcquireSlot takes a slot on the
+// store and then reports a transient error: the reply was lost after the
+// server applied the request.
+type lostReply struct{ *memory.Backend }
+
+var errLost = errors.New("reply lost")
+
+func (b lostReply) AcquireSlot(ctx context.Context, req driver.AcquireRequest, keys []string) (int, driver.Grant, error) {
+	if _, _, err := b.Backend.AcquireSlot(ctx, req, keys); err != nil {
+		return 0, driver.Grant{}, err
+	}
+	return 0, driver.Grant{}, errLost
+}
+
+// TestLostSlotReplyCleanedUp: after a one-step attempt of unknown outcome
+// the Locker's clean-up Release of the permit's key and owner frees the
+// slot the owner took, whichever it was: TryAcquire reports the failure
+// and every slot is free again (slot 0 stays held by another holder).
+func TestLostSlotReplyCleanedUp(t *testing.T) {
+	st := memory.NewStore()
+	other, err := semaphore.New(st.Backend(), fencedlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	held, err := other.TryAcquire(t.Context(), "lost", 3)
+	if err != nil || held.Slot() != 0 {
+		t.Fatalf("first permit = %v, %v; want slot 0", held, err)
+	}
+	s, err := semaphore.New(lostReply{st.Backend()}, fencedlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if p, err := s.TryAcquire(t.Context(), "lost", 3); p != nil || !errors.Is(err, errLost) {
+		t.Fatalf("TryAcquire with the reply lost = %v, %v; want the transient error", p, err)
+	}
+	b := st.Backend()
+	for slot := 1; slot < 3; slot++ {
+		if info, err := b.Inspect(t.Context(), semaphore.SlotKey("lost", slot)); err != nil || info.Held {
+			t.Fatalf("slot %d after the clean-up: held %v, %v; want free", slot, info.Held, err)
+		}
+	}
+	if info, err := b.Inspect(t.Context(), semaphore.SlotKey("lost", 0)); err != nil || !info.Held || info.Fence != held.Fence() {
+		t.Fatalf("slot 0 after another owner's clean-up: %+v, %v; want still held by its permit", info, err)
+	}
+}
