@@ -182,16 +182,18 @@ func (w *fairWait) loop(ctx context.Context, sub *Watcher) (driver.Grant, error)
 func (w *fairWait) step(ctx context.Context, sent time.Time, polling bool) (uint64, time.Duration, error) {
 	b, key := w.b, w.req.Key
 	n, vals, err := b.c.EvalInts(ctx, waitScript, w.call)
-	w.call.Args[3] = "" // no longer "new"
 	if err != nil {
-		// The client may still hold the Call (see Call.done): the next
-		// request gets a new one.
+		// The client may still hold the Call and read its arguments (see
+		// Call.done): the next request gets a new one, and the old one is
+		// only read, never written.
 		old := w.call
 		w.call = b.newCall(key)
 		w.call.Keys = w.call.names[:]
 		w.call.args = old.args
 		w.call.Args = w.call.args[:]
-	} else {
+	}
+	w.call.Args[3] = "" // no longer "new"
+	if err == nil {
 		err = checkWaitReply(n, vals)
 	}
 	if err == nil && vals == nil {
