@@ -7,6 +7,7 @@ import (
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
 	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
@@ -31,6 +32,17 @@ func (h *clusterFairHarness) Invalidate(ctx context.Context, key string) error {
 }
 
 func (h *clusterFairHarness) Config() conformance.Config { return conformance.Config{} }
+
+// SetKeys makes the harness a conformance.SetKeyer: on Redis Cluster the
+// keys of a set must be in one hash slot (AcquireMulti refuses others
+// with ErrInvalid, which TestCluster checks).
+func (h *clusterFairHarness) SetKeys(prefix string, n int) []string {
+	p := h.opts.KeyPrefix
+	if p == "" {
+		p = redis.DefaultKeyPrefix
+	}
+	return rediscoretest.SameSlotKeys(p, prefix, n)
+}
 
 // TestClusterConformanceFair: the whole conformance suite, WaitAcquirer
 // properties included, on Redis Cluster, with PUBLISH and with SPUBLISH.
