@@ -37,10 +37,11 @@ func redisStore(t *testing.T) store {
 				t.Fatalf("DEL %s: %d, %v", b.LockKey(key), n, err)
 			}
 		},
-		// The first held attempt is followed by a watch and a second
-		// attempt; a release after that one is announced.
-		waitKind:    locktrace.WaitHeld,
-		waitsBefore: 2,
+		// redis.New queues waiters on the server (a WaitAcquirer): a
+		// waiter behind a holder is reported queued once, and the
+		// release hands the key to it.
+		waitKind:    locktrace.WaitQueued,
+		waitsBefore: 1,
 		ttl:         3 * time.Second,
 	}
 }
