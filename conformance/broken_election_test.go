@@ -22,35 +22,16 @@ const (
 )
 
 func init() {
-	brokenVariants = append(brokenVariants,
+	addExclusiveVariants(
 		variant{"ElectionProclaimAnyTerm", []string{"ElectionProclaim"}, brokenElection(proclaimAnyTerm)},
 		variant{"ElectionFenceWraps", []string{"ElectionFences"}, brokenElection(fenceWraps)},
 		variant{"ElectionObserveReordered", []string{"ElectionObserve"}, brokenElection(observeReordered)},
 	)
-	for _, name := range []string{"ElectionProclaimAnyTerm", "ElectionFenceWraps", "ElectionObserveReordered"} {
-		exclusive[name] = true
-	}
 }
 
 func brokenElection(bug electionBug) func() conformance.Harness {
-	return func() conformance.Harness { return electionHarness{memory.NewStore(), bug} }
+	return brokenOnMemory(func(b *memory.Backend) driver.Backend { return brokenElector{b, bug} })
 }
-
-type electionHarness struct {
-	s   *memory.Store
-	bug electionBug
-}
-
-func (h electionHarness) NewBackend(context.Context) (driver.Backend, error) {
-	return brokenElector{h.s.Backend(), h.bug}, nil
-}
-
-func (h electionHarness) Invalidate(_ context.Context, key string) error {
-	h.s.Invalidate(key)
-	return nil
-}
-
-func (h electionHarness) Config() conformance.Config { return conformance.Config{} }
 
 // brokenElector is a memory Backend with one bug in its Elector.
 type brokenElector struct {

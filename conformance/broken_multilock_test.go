@@ -22,34 +22,15 @@ const (
 )
 
 func init() {
-	brokenVariants = append(brokenVariants,
+	addExclusiveVariants(
 		variant{"MultiPartialGrant", []string{"MultiAllOrNothing"}, brokenMulti(multiPartial)},
 		variant{"MultiLeaseOutlivesKey", []string{"MultiOneLease"}, brokenMulti(multiKeyLenient)},
 	)
-	for _, name := range []string{"MultiPartialGrant", "MultiLeaseOutlivesKey"} {
-		exclusive[name] = true
-	}
 }
 
 func brokenMulti(bug multiBug) func() conformance.Harness {
-	return func() conformance.Harness { return multiHarness{memory.NewStore(), bug} }
+	return brokenOnMemory(func(b *memory.Backend) driver.Backend { return brokenMultiLocker{b, bug} })
 }
-
-type multiHarness struct {
-	s   *memory.Store
-	bug multiBug
-}
-
-func (h multiHarness) NewBackend(context.Context) (driver.Backend, error) {
-	return brokenMultiLocker{h.s.Backend(), h.bug}, nil
-}
-
-func (h multiHarness) Invalidate(_ context.Context, key string) error {
-	h.s.Invalidate(key)
-	return nil
-}
-
-func (h multiHarness) Config() conformance.Config { return conformance.Config{} }
 
 // brokenMultiLocker is a memory Backend with one bug in its MultiLocker.
 type brokenMultiLocker struct {

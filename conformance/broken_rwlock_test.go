@@ -22,36 +22,16 @@ const (
 )
 
 func init() {
-	names := []string{"RWSharedWriter", "RWReadersAhead", "RWIgnoresIntent"}
-	brokenVariants = append(brokenVariants,
-		variant{names[0], []string{"RWExclusion", "RWFences", "RWWriterPreference"}, brokenRW(rwSharedWriter)},
-		variant{names[1], []string{"RWFences"}, brokenRW(rwReadersAhead)},
-		variant{names[2], []string{"RWWriterPreference"}, brokenRW(rwIgnoresIntent)},
+	addExclusiveVariants(
+		variant{"RWSharedWriter", []string{"RWExclusion", "RWFences", "RWWriterPreference"}, brokenRW(rwSharedWriter)},
+		variant{"RWReadersAhead", []string{"RWFences"}, brokenRW(rwReadersAhead)},
+		variant{"RWIgnoresIntent", []string{"RWWriterPreference"}, brokenRW(rwIgnoresIntent)},
 	)
-	for _, name := range names {
-		exclusive[name] = true
-	}
 }
 
 func brokenRW(bug rwBug) func() conformance.Harness {
-	return func() conformance.Harness { return rwHarness{memory.NewStore(), bug} }
+	return brokenOnMemory(func(b *memory.Backend) driver.Backend { return brokenRWLocker{b, bug} })
 }
-
-type rwHarness struct {
-	s   *memory.Store
-	bug rwBug
-}
-
-func (h rwHarness) NewBackend(context.Context) (driver.Backend, error) {
-	return brokenRWLocker{h.s.Backend(), h.bug}, nil
-}
-
-func (h rwHarness) Invalidate(_ context.Context, key string) error {
-	h.s.Invalidate(key)
-	return nil
-}
-
-func (h rwHarness) Config() conformance.Config { return conformance.Config{} }
 
 // brokenRWLocker is a memory Backend with one bug in its RWLocker.
 type brokenRWLocker struct {

@@ -26,7 +26,7 @@ const (
 )
 
 func init() {
-	brokenVariants = append(brokenVariants,
+	addExclusiveVariants(
 		// Every semaphore property sees unlimited permits: a second
 		// permit at once, fences restarting on each fresh lock, a permit
 		// granted within a crashed holder's TTL.
@@ -35,30 +35,11 @@ func init() {
 		variant{"SemaphoreSlotFenceWraps", []string{"SemaphoreSlotFences", "SemaphoreLimit"}, brokenSemaphore(slotFenceWraps)},
 		variant{"SemaphorePermitNeverExpires", []string{"SemaphoreCrashedPermit"}, brokenSemaphore(permitNeverExpires)},
 	)
-	for _, name := range []string{"SemaphorePermitsUnlimited", "SemaphoreSlotFenceWraps", "SemaphorePermitNeverExpires"} {
-		exclusive[name] = true
-	}
 }
 
 func brokenSemaphore(bug semaphoreBug) func() conformance.Harness {
-	return func() conformance.Harness { return semaphoreHarness{memory.NewStore(), bug} }
+	return brokenOnMemory(func(b *memory.Backend) driver.Backend { return brokenSlots{b, bug} })
 }
-
-type semaphoreHarness struct {
-	s   *memory.Store
-	bug semaphoreBug
-}
-
-func (h semaphoreHarness) NewBackend(context.Context) (driver.Backend, error) {
-	return brokenSlots{h.s.Backend(), h.bug}, nil
-}
-
-func (h semaphoreHarness) Invalidate(_ context.Context, key string) error {
-	h.s.Invalidate(key)
-	return nil
-}
-
-func (h semaphoreHarness) Config() conformance.Config { return conformance.Config{} }
 
 // brokenSlots is a memory Backend with one bug on the locks of semaphore
 // slots.

@@ -21,33 +21,15 @@ const (
 )
 
 func init() {
-	brokenVariants = append(brokenVariants,
+	addExclusiveVariants(
 		variant{"SemaphoreSlotNotFirst", []string{"SemaphoreSlotAcquire"}, brokenSlotHarness(slotNotFirst)},
 		variant{"SemaphoreSlotTakesMore", []string{"SemaphoreSlotAcquire"}, brokenSlotHarness(slotTakesMore)},
 	)
-	exclusive["SemaphoreSlotNotFirst"] = true
-	exclusive["SemaphoreSlotTakesMore"] = true
 }
 
 func brokenSlotHarness(bug slotBug) func() conformance.Harness {
-	return func() conformance.Harness { return slotHarness{memory.NewStore(), bug} }
+	return brokenOnMemory(func(b *memory.Backend) driver.Backend { return brokenSlotAcquirer{b, bug} })
 }
-
-type slotHarness struct {
-	s   *memory.Store
-	bug slotBug
-}
-
-func (h slotHarness) NewBackend(context.Context) (driver.Backend, error) {
-	return brokenSlotAcquirer{h.s.Backend(), h.bug}, nil
-}
-
-func (h slotHarness) Invalidate(_ context.Context, key string) error {
-	h.s.Invalidate(key)
-	return nil
-}
-
-func (h slotHarness) Config() conformance.Config { return conformance.Config{} }
 
 // brokenSlotAcquirer is a memory Backend whose AcquireSlot tries the keys
 // one Acquire at a time, with one bug.
