@@ -10,8 +10,9 @@ import (
 // Read-write locks (package rwlock) on Redis: one script
 // (internal/redisscript/rwlock.lua) for every step, keys beside the name's
 // lock key (":rw:writer", ":rw:readers", ":rw:fences", ":rw:fence",
-// ":rw:intents"; same hash slot), releases announced on the lock key's
-// release channel. Written once in internal/rediscore for both clients.
+// ":rw:intents", ":rw:abandoned"; same hash slot), releases announced on
+// the lock key's release channel. Written once in internal/rediscore for
+// both clients.
 var _ driver.RWLocker = (*Backend)(nil)
 
 // AcquireRW makes one attempt to take req.Key in req.Mode (see

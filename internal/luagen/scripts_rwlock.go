@@ -11,6 +11,7 @@ func init() {
 			{"fences key", "the readers' fences: a hash of owner token to fence (same hash slot)"},
 			{"fence key", "the fence counter of readers and writers; never expires (same hash slot)"},
 			{"intents key", "waiting writers' intents: a sorted set of owner tokens scored by expiry in server milliseconds (same hash slot)"},
+			{"abandoned key", "the set of SHA-1s of owners whose acquire was cleaned up by a release with ARGV[8] (lock key .. \":rw:abandoned\"; same hash slot)"},
 		},
 		Args: []Param{
 			{"op", "acquire, renew or release"},
@@ -20,6 +21,7 @@ func init() {
 			{"intent", "acquire of a writer: milliseconds its intent is kept when refused, 0 for none"},
 			{"channel", "release: the channel to publish \"released\" on (the lock key's release channel)"},
 			{"sharded", "release: \"sharded\" publishes with SPUBLISH; anything else: PUBLISH"},
+			{"abandon", "release: milliseconds, or empty for none: a clean-up after an acquire whose outcome is unknown; the owner is added to KEYS[6], kept at least that long, so that its acquire takes nothing if it arrives later"},
 		},
 		Returns: []string{
 			"acquire: n > 0: granted with fence n (the owner's own lease again for a",
@@ -27,6 +29,7 @@ func init() {
 			"       until the conflicting lease or intent ends",
 			"renew, release: 1 done; 0: the owner holds no lease of that mode, nothing changed",
 			"error " + consts.CorruptCode + " or " + consts.ExhaustedCode + ": as acquire.lua; nothing was granted",
+			"error " + consts.AbandonedCode + ": acquire: the owner's acquire was cleaned up before it arrived; nothing was changed",
 		},
 	})
 }

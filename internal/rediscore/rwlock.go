@@ -31,8 +31,9 @@ func (b *Backend) rwCall(name, op string, m driver.RWMode, owner, ttl, intent st
 		mode = "w"
 	}
 	c := &Call{Keys: []string{lk + redisnames.RWWriterSuffix, lk + redisnames.RWReadersSuffix,
-		lk + redisnames.RWFencesSuffix, lk + redisnames.RWFenceSuffix, lk + redisnames.RWIntentsSuffix}}
-	c.Args = []string{op, mode, owner, ttl, intent, lk + redisnames.ReleasedSuffix, ""}
+		lk + redisnames.RWFencesSuffix, lk + redisnames.RWFenceSuffix, lk + redisnames.RWIntentsSuffix,
+		lk + redisnames.RWAbandonedSuffix}}
+	c.Args = []string{op, mode, owner, ttl, intent, lk + redisnames.ReleasedSuffix, "", ""}
 	if b.opts.ShardedPubSub {
 		c.Args[6] = "sharded"
 	}
@@ -106,13 +107,21 @@ func (b *Backend) RenewRW(ctx context.Context, g driver.Grant, m driver.RWMode, 
 
 // ReleaseRW ends g's lease of mode m and g.Owner's intent (rwlock.lua),
 // and wakes the name's watchers when it may have become free; an error
-// wrapping [driver.ErrNotHeld] if g.Owner held no lease of mode m.
+// wrapping [driver.ErrNotHeld] if g.Owner held no lease of mode m. A
+// Grant with Fence 0 (the clean-up after an AcquireRW whose outcome is
+// unknown) also makes the server remember the owner for
+// redisscript.AbandonTTL and refuse its AcquireRW if that arrives later,
+// as Release does for the lock.
 func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode) error {
 	op := m.String() + " release"
 	if b.c.Closed() {
 		return redisscript.ErrClosed(op, g.Key)
 	}
-	n, err := b.c.EvalInt(ctx, rwScript, b.rwCall(g.Key, "release", m, g.Owner, "0", "0"))
+	c := b.rwCall(g.Key, "release", m, g.Owner, "0", "0")
+	if g.Fence == 0 {
+		c.Args[7] = redisscript.AbandonTTLms
+	}
+	n, err := b.c.EvalInt(ctx, rwScript, c)
 	if err != nil {
 		return b.c.Wrap(op, g.Key, err)
 	}

@@ -18,4 +18,8 @@ const (
 	// RWIntentsSuffix names the waiting writers' intents: a sorted set of
 	// owner tokens scored by intent expiry (server time, ms).
 	RWIntentsSuffix = ":rw:intents"
+	// RWAbandonedSuffix names the set of owners (their SHA-1s) whose
+	// AcquireRW was cleaned up, kept for redisscript.AbandonTTL: as
+	// AbandonedSuffix for the plain lock.
+	RWAbandonedSuffix = ":rw:abandoned"
 )

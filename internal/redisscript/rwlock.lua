@@ -7,6 +7,7 @@
 -- KEYS[3]: fences key: the readers' fences: a hash of owner token to fence (same hash slot)
 -- KEYS[4]: fence key: the fence counter of readers and writers; never expires (same hash slot)
 -- KEYS[5]: intents key: waiting writers' intents: a sorted set of owner tokens scored by expiry in server milliseconds (same hash slot)
+-- KEYS[6]: abandoned key: the set of SHA-1s of owners whose acquire was cleaned up by a release with ARGV[8] (lock key .. ":rw:abandoned"; same hash slot)
 -- ARGV[1]: op: acquire, renew or release
 -- ARGV[2]: mode: r (a shared read lease) or w (the exclusive write lease)
 -- ARGV[3]: owner: the owner token (a secret)
@@ -14,17 +15,29 @@
 -- ARGV[5]: intent: acquire of a writer: milliseconds its intent is kept when refused, 0 for none
 -- ARGV[6]: channel: release: the channel to publish "released" on (the lock key's release channel)
 -- ARGV[7]: sharded: release: "sharded" publishes with SPUBLISH; anything else: PUBLISH
+-- ARGV[8]: abandon: release: milliseconds, or empty for none: a clean-up after an acquire whose outcome is unknown; the owner is added to KEYS[6], kept at least that long, so that its acquire takes nothing if it arrives later
 -- Returns:
 --   acquire: n > 0: granted with fence n (the owner's own lease again for a
 --          retried request); n <= 0: refused, -n milliseconds is how long at most
 --          until the conflicting lease or intent ends
 --   renew, release: 1 done; 0: the owner holds no lease of that mode, nothing changed
 --   error FENCEDLOCK_CORRUPT or FENCEDLOCK_EXHAUSTED: as acquire.lua; nothing was granted
+--   error FENCEDLOCK_ABANDONED: acquire: the owner's acquire was cleaned up before it arrived; nothing was changed
 -- Input comes only through KEYS and ARGV.
 
 -- luagen:include release.lua queue_funcs
 
 local op, mode, owner = ARGV[1], ARGV[2], ARGV[3]
+
+-- An owner whose acquire was cleaned up (its caller gave up while this
+-- request was on its way) takes nothing: nobody would hold the lease, and
+-- a reader nobody has would keep every writer out for its TTL. The set
+-- exists only after a clean-up: EXISTS first, the common path pays one
+-- lookup. A key of another type fails SISMEMBER with WRONGTYPE.
+if op == 'acquire' and redis.call('EXISTS', KEYS[6]) == 1 and redis.call('SISMEMBER', KEYS[6], redis.sha1hex(owner)) == 1 then
+  return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
+end
+
 local now = now_ms()
 
 -- Expired readers (with their fences) and intents go first. A key of the
@@ -157,6 +170,13 @@ end
 -- PUBLISH refused must fail before the write. It is sent when the name
 -- may have become free for a waiter: the writer left, or the last reader.
 redis.call('ZREM', KEYS[5], owner)
+-- A clean-up after an acquire whose outcome is unknown: the owner is
+-- remembered, so that its acquire, if it arrives later, takes nothing.
+-- Recorded even when it holds nothing now: its request may still come.
+if ARGV[8] and ARGV[8] ~= '' then
+  redis.call('SADD', KEYS[6], redis.sha1hex(owner))
+  cover(KEYS[6], tonumber(ARGV[8]))
+end
 local held
 if mode == 'w' then
   held = writer == owner

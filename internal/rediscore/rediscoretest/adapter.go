@@ -59,12 +59,13 @@ func closing[C any, B driver.Backend](t testing.TB, c C, newBackend func(C) (B, 
 }
 
 // Run runs every test body below on a, each as a subtest of t: stores,
-// seed, edge, late grant.
+// seed, edge, late grant, a read-write lock's late acquire.
 func Run[C any](t *testing.T, a Adapter[C]) {
 	t.Run("Stores", func(t *testing.T) { runStores(t, a) })
 	t.Run("Seed", func(t *testing.T) { runSeed(t, a) })
 	t.Run("Edge", func(t *testing.T) { runEdge(t, a) })
 	t.Run("LateGrant", func(t *testing.T) { runLateGrant(t, a) })
+	t.Run("RWArrivingAfterCleanup", func(t *testing.T) { runRWArrivingAfterCleanup(t, a) })
 }
 
 // local is a client of srv (a server without credentials).
