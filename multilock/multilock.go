@@ -31,7 +31,7 @@ func New(b driver.Backend, opts fencedlock.Options) (*Locker, error) {
 	if !ok {
 		return nil, fmt.Errorf("multilock: %T takes no sets of keys (not a driver.MultiLocker): %w", b, driver.ErrInvalid)
 	}
-	l, err := fencedlock.New(view{m: m}, opts)
+	l, err := fencedlock.New(newView(b, m), opts)
 	if err != nil {
 		return nil, fmt.Errorf("multilock: %w", err)
 	}
@@ -46,8 +46,10 @@ func (m *Locker) Close() error { return m.l.Close() }
 // done. The set is taken in one step on the server, all or nothing: while
 // any key is held by another owner nothing is taken, and Acquire waits
 // with the Locker's backoff (or the holder's remaining TTL) and tries the
-// whole set again. Waiters are not woken by releases and are not served
-// in order.
+// whole set again. On a backend that is a [driver.Notifier] (memory, both
+// Redis backends) the wait also ends when any key of the set is released
+// (it watches them all); etcd's waiters poll. Waiters are not served in
+// order.
 //
 // keys are 1 to [MaxKeys] distinct names, in any order (the Lease has
 // them sorted); an empty set, a duplicate, too many keys, an invalid key

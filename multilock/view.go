@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/wakeset"
 )
 
 // The root fencedlock.Locker runs a set's lease: its watchdog renews it,
@@ -139,3 +140,32 @@ func (v view) Release(ctx context.Context, g driver.Grant) error {
 
 // Close does nothing: the backend belongs to the caller of New.
 func (v view) Close() error { return nil }
+
+// notifyView is the view of a MultiLocker that is also a
+// [driver.Notifier] (memory, both Redis backends): the root Locker's
+// waiter for a set watches every key of the set and is woken by the
+// release of any of them (a set's release wakes the watchers of each of
+// its keys too), then tries the whole set again.
+type notifyView struct {
+	view
+	n driver.Notifier
+}
+
+var _ driver.Notifier = notifyView{}
+
+// Watch watches every key of the set key.
+func (v notifyView) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	keys, err := parseSetKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return wakeset.Watch(ctx, v.n, keys)
+}
+
+// newView returns the view of sets on m (b is m as a Backend).
+func newView(b driver.Backend, m driver.MultiLocker) driver.Backend {
+	if n, ok := b.(driver.Notifier); ok {
+		return notifyView{view{m: m}, n}
+	}
+	return view{m: m}
+}

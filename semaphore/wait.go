@@ -4,22 +4,20 @@ import (
 	"context"
 	"errors"
 	mrand "math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/wakeset"
 )
 
 // waiter is the wait of one Acquire between its sweeps: the release
 // watches of its slots, or without them the poll's backoff.
 type waiter struct {
-	wake    chan struct{} // a pending wake-up from any watched slot; nil: polling
-	stops   []func()
-	wg      sync.WaitGroup
-	cancel  context.CancelFunc
-	backoff time.Duration // next poll's delay; unused while watching
-	max     time.Duration
+	wake      <-chan struct{} // a wake-up from any watched slot; nil: polling
+	stopWatch func()          // ends the watches; nil: none
+	backoff   time.Duration   // next poll's delay; unused while watching
+	max       time.Duration
 }
 
 func (s *Semaphore) newWaiter() *waiter {
@@ -34,50 +32,22 @@ func (w *waiter) watch(ctx context.Context, n driver.Notifier, name string, limi
 	if n == nil {
 		return false
 	}
-	wake := make(chan struct{}, 1)
-	wctx, cancel := context.WithCancel(ctx)
-	w.cancel = cancel
-	for slot := range limit {
-		ch, stop, err := n.Watch(wctx, SlotKey(name, slot))
-		if err != nil {
-			continue
-		}
-		w.stops = append(w.stops, stop)
-		w.wg.Go(func() { forward(wctx, ch, wake) })
+	keys := make([]string, limit)
+	for slot := range keys {
+		keys[slot] = SlotKey(name, slot)
 	}
-	if len(w.stops) > 0 {
-		w.wake = wake
+	wake, stop, err := wakeset.Watch(ctx, n, keys)
+	if err != nil {
+		return false
 	}
-	return w.wake != nil
-}
-
-// forward passes the wake-ups of one slot's watch on to wake.
-func forward(ctx context.Context, ch <-chan struct{}, wake chan<- struct{}) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-ch:
-			if !ok {
-				return
-			}
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}
+	w.wake, w.stopWatch = wake, stop
+	return true
 }
 
 // stop ends the watches.
 func (w *waiter) stop() {
-	if w.cancel == nil {
-		return
-	}
-	w.cancel()
-	w.wg.Wait()
-	for _, stop := range w.stops {
-		stop()
+	if w.stopWatch != nil {
+		w.stopWatch()
 	}
 }
 

@@ -271,4 +271,7 @@ func Run(t *testing.T, s Setup) {
 	t.Run("KeyLostEndsLease", func(t *testing.T) { KeyLostEndsLease(t, s) })
 	t.Run("CorruptKeyTakesNothing", func(t *testing.T) { CorruptKeyTakesNothing(t, s) })
 	t.Run("UnknownOutcomeLeavesNothing", func(t *testing.T) { UnknownOutcomeLeavesNothing(t, s) })
+	if isNotifier(t, s) {
+		t.Run("ReleaseWakesWaiter", func(t *testing.T) { ReleaseWakesWaiter(t, s) })
+	}
 }

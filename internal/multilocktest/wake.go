@@ -1,0 +1,61 @@
+package multilocktest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/multilock"
+)
+
+// ReleaseWakesWaiter: on a backend that is a [driver.Notifier], a waiter
+// for a set is woken by the release of a key of the set that another
+// owner held, not by its fallback retry: every retry delay 20s (at least
+// 10s with the jitter) and the holder's TTL 30s, neither within the
+// test's 10s bound. Each key of the set is held and released in turn, so
+// that a watch of one key only would not do. Run calls it only on a
+// Notifier.
+func ReleaseWakesWaiter(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	o := fencedlock.Options{TTL: 30 * time.Second, MinRetryDelay: 20 * time.Second, MaxRetryDelay: 20 * time.Second}
+	holder := closed[*fencedlock.Locker](t)(fencedlock.New(s.New(t), o))
+	waiter := closed[*multilock.Locker](t)(multilock.New(s.New(t), o))
+	ks := keys(t, 3)
+	for i, k := range ks {
+		ls, err := holder.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			set, err := waiter.Acquire(ctx, ks)
+			if err == nil {
+				err = set.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // the waiter is watching (or will try once more when it is)
+		released := time.Now()
+		if err := ls.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("key %d: woken %v after the release", i, time.Since(released))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("key %d of the set: the waiter was not woken by its release within 10s (its fallback retry is 20s away)", i)
+		}
+	}
+}
+
+// isNotifier reports whether s's backends wake waiters on release.
+func isNotifier(t *testing.T, s Setup) bool {
+	_, ok := s.New(t).(driver.Notifier)
+	return ok
+}
