@@ -47,9 +47,8 @@ func (m *Locker) Close() error { return m.l.Close() }
 // any key is held by another owner nothing is taken, and Acquire waits
 // with the Locker's backoff (or the holder's remaining TTL) and tries the
 // whole set again. On a backend that is a [driver.Notifier] (memory, both
-// Redis backends) the wait also ends when any key of the set is released
-// (it watches them all); etcd's waiters poll. Waiters are not served in
-// order.
+// Redis backends, etcd) the wait also ends when any key of the set is
+// released (it watches them all). Waiters are not served in order.
 //
 // keys are 1 to [MaxKeys] distinct names, in any order (the Lease has
 // them sorted); an empty set, a duplicate, too many keys, an invalid key

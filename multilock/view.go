@@ -142,7 +142,7 @@ func (v view) Release(ctx context.Context, g driver.Grant) error {
 func (v view) Close() error { return nil }
 
 // notifyView is the view of a MultiLocker that is also a
-// [driver.Notifier] (memory, both Redis backends): the root Locker's
+// [driver.Notifier] (memory, both Redis backends, etcd): the root Locker's
 // waiter for a set watches every key of the set and is woken by the
 // release of any of them (a set's release wakes the watchers of each of
 // its keys too), then tries the whole set again.

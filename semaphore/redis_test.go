@@ -57,3 +57,7 @@ func TestRedisCrashedPermitReturns(t *testing.T) {
 func TestRedisCancelledAcquireLeavesNothing(t *testing.T) {
 	semaphoretest.CancelledAcquireLeavesNothing(t, redisSetup(t))
 }
+
+func TestRedisReleaseWakesWaiter(t *testing.T) {
+	semaphoretest.ReleaseWakesWaiter(t, redisSetup(t))
+}

@@ -90,6 +90,17 @@
 // letting the next waiter in), so it cannot tell the caller
 // [fencedlock.ErrNotHeld] reliably; the Txn can.
 //
+// # Release notifications
+//
+// The Backend is a [driver.Notifier] for the waiters that have no queue
+// on the server (semaphore slots, sets of keys, read-write locks):
+// [Backend.Watch] of a name is woken by the deletion of any entry of its
+// lock queue or any key of its read-write lock. Every Watch of a Backend
+// shares one etcd watch of "locks/" and one of "rwlocks/" (started on
+// first use, deletions only, from the current revision), so a waiter
+// costs the server no watcher of its own; a (re)start of one of them
+// wakes every Watch, since a deletion may have been missed meanwhile.
+//
 // # One lease per grant, from a pool
 //
 // Every held lock (and every waiter) has a lease of its own rather than

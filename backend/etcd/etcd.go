@@ -73,7 +73,9 @@ func (o Options) resolve() (Options, error) {
 // Backend is a [driver.Backend] on etcd. It also implements
 // [driver.WaitAcquirer] (a FIFO queue of waiters on the server),
 // [driver.KeepAliver] (renewal driven by the backend),
-// [driver.Inspector] and [driver.Elector] (election.go). It is safe for
+// [driver.Inspector], [driver.Elector] (election.go) and
+// [driver.Notifier] (notify.go: for the waiters of semaphores, sets and
+// read-write locks; the lock's own waiters queue). It is safe for
 // concurrent use.
 type Backend struct {
 	c    *clientv3.Client
@@ -82,9 +84,11 @@ type Backend struct {
 	closeCtx context.Context // cancelled by Close
 	cancel   context.CancelFunc
 
-	ka   kaMux     // the keepalive streams shared by all leases
-	dw   delWatch  // the watch reporting deletions of held keys
-	pool leasePool // idle leases, reused by later grants
+	ka kaMux    // the keepalive streams shared by all leases
+	dw delWatch // the watch reporting deletions of held keys
+	// locksNote and rwNote wake the watches of Watch (notify.go).
+	locksNote, rwNote noteWatch
+	pool              leasePool // idle leases, reused by later grants
 
 	mu     sync.Mutex
 	closed bool
@@ -99,6 +103,7 @@ var (
 
 	_ driver.KeepAliveStopper = (*Backend)(nil)
 	_ driver.Inspector        = (*Backend)(nil)
+	_ driver.Notifier         = (*Backend)(nil)
 )
 
 // New returns a Backend on client. The Backend never closes client: close

@@ -14,7 +14,8 @@ import (
 
 // TestRWLock runs the scenarios of internal/rwlocktest on the etcd
 // backend: each RWLock on its own client of the next member, the fenced
-// store on member 0. Waiters poll (etcd is no driver.Notifier).
+// store on member 0. Waiters are woken by releases (the Backend is a
+// driver.Notifier).
 func TestRWLock(t *testing.T) {
 	scenarios := []struct {
 		name string

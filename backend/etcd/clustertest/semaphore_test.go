@@ -10,7 +10,8 @@ import (
 
 // semaphoreSetup runs the scenarios of internal/semaphoretest on the etcd
 // backend: each Semaphore on its own client of the next member, the fenced
-// store on member 0. etcd is no driver.Notifier: waiters poll.
+// store on member 0. Waiters are woken by releases (the Backend is a
+// driver.Notifier).
 func (e *env) semaphoreSetup() semaphoretest.Setup {
 	return semaphoretest.Setup{
 		New:   opener(e, 0, semaphore.New),
@@ -41,4 +42,8 @@ func TestSemaphoreCrashedPermitReturns(t *testing.T) {
 
 func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 	semaphoretest.CancelledAcquireLeavesNothing(t, newEnv(t).semaphoreSetup())
+}
+
+func TestSemaphoreReleaseWakesWaiter(t *testing.T) {
+	semaphoretest.ReleaseWakesWaiter(t, newEnv(t).semaphoreSetup())
 }
