@@ -24,8 +24,10 @@
 //   - Waiters are woken by release where the backend is a
 //     [driver.Notifier] (each waiter watches the slots it may take; a
 //     release wakes the waiters of that semaphore, which try again), and
-//     poll with the Locker's backoff elsewhere. The order in which waiters
-//     get permits is not FIFO.
+//     poll with the Locker's backoff elsewhere. Where the backend's lock is
+//     FIFO (Redis, etcd, PostgreSQL's Fair), waiters queue on [QueueKey]
+//     and get permits in the order they began to wait, only the first of
+//     them trying the slots; elsewhere the order is not FIFO.
 //
 // Callers need not agree on the limit: a caller only takes slots below its
 // own limit, so for every L the valid permits of slots 0..L-1 are at most

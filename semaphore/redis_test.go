@@ -31,6 +31,7 @@ func redisSetup(t *testing.T) semaphoretest.Setup {
 		},
 		Store: redis.NewStore(newBackend(t)),
 		TTL:   time.Second,
+		FIFO:  true,
 	}
 }
 
@@ -60,4 +61,20 @@ func TestRedisCancelledAcquireLeavesNothing(t *testing.T) {
 
 func TestRedisReleaseWakesWaiter(t *testing.T) {
 	semaphoretest.ReleaseWakesWaiter(t, redisSetup(t))
+}
+
+// TestRedisWaitersInOrder runs WaitersInOrder on each Redis client: the
+// waiters queue on QueueKey in the server's queue of the lock.
+func TestRedisWaitersInOrder(t *testing.T) {
+	for _, c := range slotClients {
+		t.Run(c.name, func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			semaphoretest.WaitersInOrder(t, semaphoretest.Setup{
+				New: func(t *testing.T, opts fencedlock.Options) *semaphore.Semaphore {
+					return newSem(t, c.open(t, srv), opts)
+				},
+				FIFO: true,
+			}, 5)
+		})
+	}
 }

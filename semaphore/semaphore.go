@@ -35,6 +35,7 @@ type Semaphore struct {
 	slots  *fencedlock.Locker  // over a view of the backend, if it is a driver.SlotAcquirer; else nil
 	sa     driver.SlotAcquirer // the backend as a SlotAcquirer, or nil
 	notify driver.Notifier     // nil if the backend announces no releases
+	fifo   bool                // the backend's lock serves waiters in order (a driver.WaitAcquirer): waiters queue on QueueKey
 	opts   fencedlock.Options
 	closed chan struct{} // closed by Close: ends the waits
 	once   sync.Once
@@ -55,6 +56,7 @@ func New(b driver.Backend, opts fencedlock.Options) (*Semaphore, error) {
 	}
 	s := &Semaphore{l: l, opts: l.Options(), closed: make(chan struct{})}
 	s.notify, _ = b.(driver.Notifier)
+	_, s.fifo = b.(driver.WaitAcquirer)
 	if sa, ok := b.(driver.SlotAcquirer); ok {
 		// A root Locker over the view: a permit taken in one step is a
 		// Lease as any other (watchdog, loss, late-grant refusal).
@@ -108,6 +110,16 @@ func (p *Permit) Slot() int { return p.slot }
 // a Notifier it polls with the Locker's backoff. A crashed holder's slot
 // is free once its TTL ran out on the server.
 //
+// Where the backend's lock serves its waiters in arrival order (a
+// [driver.WaitAcquirer]: Redis, etcd, PostgreSQL's Fair), so does the
+// semaphore: a caller that finds every slot held queues on the lock
+// [QueueKey](name), and only the first waiter (its holder) tries and
+// watches the slots; it gives the queue to the next once it has a permit,
+// or when it gives up. A caller that arrives while a permit is free takes
+// it at once, without queueing (one round trip). The first waiter blocks
+// those behind it even when they pass a higher limit than its own and a
+// higher slot is free. Elsewhere the waiters race, woken together.
+//
 // Callers that pass different limits for one name each take only slots
 // below their own limit: at every moment, the valid permits in slots
 // 0..L-1 are at most L for every L, so a caller with limit L never shares
@@ -127,11 +139,20 @@ func (s *Semaphore) Acquire(ctx context.Context, name string, limit int, opts ..
 	}
 	w := s.newWaiter()
 	defer w.stop()
+	var t turn
+	defer t.end(ctx) // once a permit is taken (or the wait ends), the next waiter's turn
 	oneStep := s.oneStep(name, limit)
 	for watched := false; ; {
 		p, hint, last, err := s.sweep(ctx, name, limit, opts, oneStep)
 		if p != nil || err != nil {
 			return p, err
+		}
+		// Every slot held: queue behind the earlier waiters (FIFO
+		// backends), then, first in line, try the slots again at once.
+		if taken, err := t.take(ctx, s, name); err != nil {
+			return nil, fmt.Errorf("semaphore: acquire %q: %w", name, errors.Join(err, last))
+		} else if taken {
+			continue
 		}
 		if !watched {
 			watched = true

@@ -31,6 +31,10 @@ type Setup struct {
 	// TTL is the short lease of the scenarios with a holder paused or
 	// crashed past it.
 	TTL time.Duration
+	// FIFO says the backend's lock serves waiters in arrival order (a
+	// driver.WaitAcquirer), and so the semaphore's waiters too
+	// (WaitersInOrder).
+	FIFO bool
 }
 
 func name(prefix string) string { return prefix + "-" + rand.Text()[:8] }

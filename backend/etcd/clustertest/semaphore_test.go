@@ -17,6 +17,7 @@ func (e *env) semaphoreSetup() semaphoretest.Setup {
 		New:   opener(e, 0, semaphore.New),
 		Store: etcd.NewFencedStore(e.backend(0)),
 		TTL:   ttl,
+		FIFO:  true,
 	}
 }
 
@@ -46,4 +47,8 @@ func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 
 func TestSemaphoreReleaseWakesWaiter(t *testing.T) {
 	semaphoretest.ReleaseWakesWaiter(t, newEnv(t).semaphoreSetup())
+}
+
+func TestSemaphoreWaitersInOrder(t *testing.T) {
+	semaphoretest.WaitersInOrder(t, newEnv(t).semaphoreSetup(), 5)
 }
