@@ -107,8 +107,11 @@ func (e *Election) Leader(ctx context.Context, name string) (Leader, error) {
 // Observe watches the election name. The channel first receives its
 // current state (Held false if no term is live), then every change of
 // leader in order: a term beginning, a term ending. It never delivers a
-// term whose fence is below one it delivered, nor the same state twice in
-// a row unless the second is marked Missed: an Event with Missed set
+// term whose fence is below one it delivered, nor a term again after its
+// end (a backend that reports one, as Redis may after a failover that
+// lost a release, is filtered, and the next event says Missed), nor the
+// same state twice in a row unless the second is marked Missed: an Event
+// with Missed set
 // follows changes it could not deliver (terms may have begun and ended
 // meanwhile, even if the state is the same as before).
 // The channel is closed when ctx is done, or when the backend ends the
@@ -143,9 +146,9 @@ func (e *Election) Observe(ctx context.Context, name string) (<-chan Event, erro
 }
 
 // order keeps the events of one watch in order: a term below the newest
-// delivered one is dropped (the next event is then marked Missed, since
-// the backend broke its contract), as is a repeat of the last state
-// unless it is marked Missed.
+// delivered one, or the newest again after its end, is dropped (the next
+// event is then marked Missed, since the backend broke its contract), as
+// is a repeat of the last state unless it is marked Missed.
 type order struct {
 	first  bool // an event was delivered
 	last   Leader
@@ -154,7 +157,9 @@ type order struct {
 }
 
 func (o *order) next(ev Event) (Event, bool) {
-	if ev.Held && uint64(ev.Fence) < o.newest {
+	if ev.Held && (uint64(ev.Fence) < o.newest || uint64(ev.Fence) == o.newest && !(o.last.Held && o.last.Fence == ev.Fence)) {
+		// Below the newest term delivered, or that term again after its
+		// end: a term never begins twice.
 		o.missed = true
 		return Event{}, false
 	}
