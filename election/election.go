@@ -64,8 +64,10 @@ func (t *Term) Resign(ctx context.Context) error { return t.Release(ctx) }
 // Campaign blocks until the caller leads the election name, then stores
 // value with the new term and returns it. If ctx ends first it returns an
 // error wrapping ctx's error (and [fencedlock.ErrNotAcquired]), leaving no
-// trace: a lease granted meanwhile is released. opts apply to the term's
-// lease.
+// trace: a lease granted meanwhile is released. If the lease is lost
+// before the value is stored, it returns an error wrapping
+// [fencedlock.ErrLeaseLost] (not context.Canceled). opts apply to the
+// term's lease.
 func (e *Election) Campaign(ctx context.Context, name string, value []byte, opts ...fencedlock.LeaseOption) (*Term, error) {
 	ls, err := e.l.Acquire(ctx, name, opts...)
 	if err != nil {
@@ -79,6 +81,11 @@ func (e *Election) Campaign(ctx context.Context, name string, value []byte, opts
 	stop()
 	cancel()
 	if err != nil {
+		if ctx.Err() == nil && ls.Context().Err() != nil && errors.Is(err, context.Canceled) {
+			// pctx was cancelled by the lease's end, not by the caller:
+			// report the loss, not a cancellation the caller never asked for.
+			err = fmt.Errorf("the term's lease ended before its value was stored: %w", context.Cause(ls.Context()))
+		}
 		_ = ls.Release(ctx) // detached from ctx's cancellation; the term never began
 		if ctx.Err() != nil {
 			err = errors.Join(err, fencedlock.ErrNotAcquired, ctx.Err())

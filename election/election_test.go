@@ -94,3 +94,36 @@ func TestObserveNeverRevivesAnEndedTerm(t *testing.T) {
 		t.Fatalf("Observe delivered %v, want %v", d, want)
 	}
 }
+
+// slowProclaim is a backend/memory Backend whose Proclaim first deletes
+// the lock behind its holder's back, then waits for its context: the
+// term's lease is lost while its value is being stored.
+type slowProclaim struct {
+	*memory.Backend
+	s *memory.Store
+}
+
+func (b slowProclaim) Proclaim(ctx context.Context, key string, fence fencing.Token, holder string, value []byte) error {
+	b.s.Invalidate(key)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestCampaignLeaseLostWhileProclaiming: a Campaign whose lease is lost
+// before its value was stored fails with the loss (ErrLeaseLost), not
+// with context.Canceled: the caller's context is live, and a caller that
+// stops campaigning on its own cancellation must not take this for it.
+func TestCampaignLeaseLostWhileProclaiming(t *testing.T) {
+	s := memory.NewStore()
+	b := slowProclaim{Backend: s.Backend(), s: s}
+	e := locktest.Open(t, b, fencedlock.Options{TTL: 300 * time.Millisecond}, election.New)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := e.Campaign(ctx, "lost", []byte("v"))
+	if ctx.Err() != nil {
+		t.Fatalf("Campaign returned %v only once its context ended", err)
+	}
+	if err == nil || errors.Is(err, context.Canceled) || !errors.Is(err, fencedlock.ErrLeaseLost) {
+		t.Fatalf("Campaign whose lease was lost while proclaiming = %v, want ErrLeaseLost and not context.Canceled", err)
+	}
+}
