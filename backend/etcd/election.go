@@ -210,9 +210,14 @@ func (b *Backend) followLeader(ctx context.Context, key string, v *leaderView, r
 				return
 			}
 			for _, ev := range wr.Events {
-				if ev.PrevKv != nil {
-					evs = append(evs, v.end(fencing.Token(ev.PrevKv.CreateRevision))...)
+				if ev.PrevKv == nil {
+					// The server could not read the previous key (compacted
+					// before the event was sent): the entry that ended is
+					// unknown, maybe the term's. Read the state again.
+					v.doubt = true
+					break
 				}
+				evs = append(evs, v.end(fencing.Token(ev.PrevKv.CreateRevision))...)
 			}
 		}
 		if !sendEvents(ctx, out, evs) || v.doubt {
