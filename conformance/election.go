@@ -18,7 +18,7 @@ import (
 var electionProperties = []property{
 	{"ElectionProclaim", "If the backend is an Elector: Proclaim stores a value only for the live term with its fence and holder id, Leader reports that term (fence, holder, value, TTL) and no other, a late Proclaim of an ended term (released, invalidated) is refused with ErrNotHeld and never shows two leaders in one term, and Leader reports none once the term ended.", testElectionProclaim},
 	{"ElectionFences", "If the backend is an Elector: the fences Leader reports for successive terms of a key, led from several backends and ended by release, invalidation and expiry, are the terms' lease fences and strictly increasing.", testElectionFences},
-	{"ElectionObserve", "If the backend is an Elector: WatchLeader delivers the state when it starts, then every term beginning and ending in order, never a term below one it delivered (or marks Missed), with each term's value, and ends when stopped.", testElectionObserve},
+	{"ElectionObserve", "If the backend is an Elector: WatchLeader delivers the state when it starts, then every term beginning and ending in order, never a term below one it delivered (or marks Missed), with each term's value, and ends when stopped; a term whose lease was granted before the watch began and that begins and ends before the watcher reads is delivered or reported Missed.", testElectionObserve},
 }
 
 // elector returns a new backend of e as an Elector, or false (logged) if
