@@ -1,5 +1,6 @@
 // Package election is fenced leader election on any backend that
-// implements [driver.Elector] (backend/memory and backend/etcd today).
+// implements [driver.Elector] (backend/memory, backend/etcd,
+// backend/redis and backend/goredis today).
 //
 // An election is the lock of its name, and each term is a lease on it:
 //
@@ -14,7 +15,8 @@
 //     strictly greater than the fence of every earlier term of the name,
 //     so a resigned, expired or paused leader's late writes are rejected
 //     by the guards of package fencing (a [fencing.Store] such as
-//     memory.FencedStore or etcd's FencedStore) once a later leader wrote.
+//     memory.FencedStore, etcd's or Redis' FencedStore) once a later
+//     leader wrote.
 //   - [Election.Leader] reads the current term: its value, fence, holder
 //     id and remaining TTL, or [ErrNoLeader].
 //   - [Election.Observe] delivers the current state and then every change

@@ -64,8 +64,10 @@ func (t *Term) Resign(ctx context.Context) error { return t.Release(ctx) }
 // Campaign blocks until the caller leads the election name, then stores
 // value with the new term and returns it. If ctx ends first it returns an
 // error wrapping ctx's error (and [fencedlock.ErrNotAcquired]), leaving no
-// trace: a lease granted meanwhile is released. opts apply to the term's
-// lease.
+// trace: a lease granted meanwhile is released. If the lease is lost
+// before the value is stored, it returns an error wrapping
+// [fencedlock.ErrLeaseLost] (not context.Canceled). opts apply to the
+// term's lease.
 func (e *Election) Campaign(ctx context.Context, name string, value []byte, opts ...fencedlock.LeaseOption) (*Term, error) {
 	ls, err := e.l.Acquire(ctx, name, opts...)
 	if err != nil {
@@ -79,6 +81,11 @@ func (e *Election) Campaign(ctx context.Context, name string, value []byte, opts
 	stop()
 	cancel()
 	if err != nil {
+		if ctx.Err() == nil && ls.Context().Err() != nil && errors.Is(err, context.Canceled) {
+			// pctx was cancelled by the lease's end, not by the caller:
+			// report the loss, not a cancellation the caller never asked for.
+			err = fmt.Errorf("the term's lease ended before its value was stored: %w", context.Cause(ls.Context()))
+		}
 		_ = ls.Release(ctx) // detached from ctx's cancellation; the term never began
 		if ctx.Err() != nil {
 			err = errors.Join(err, fencedlock.ErrNotAcquired, ctx.Err())
@@ -107,8 +114,11 @@ func (e *Election) Leader(ctx context.Context, name string) (Leader, error) {
 // Observe watches the election name. The channel first receives its
 // current state (Held false if no term is live), then every change of
 // leader in order: a term beginning, a term ending. It never delivers a
-// term whose fence is below one it delivered, nor the same state twice in
-// a row unless the second is marked Missed: an Event with Missed set
+// term whose fence is below one it delivered, nor a term again after its
+// end (a backend that reports one, as Redis may after a failover that
+// lost a release, is filtered, and the next event says Missed), nor the
+// same state twice in a row unless the second is marked Missed: an Event
+// with Missed set
 // follows changes it could not deliver (terms may have begun and ended
 // meanwhile, even if the state is the same as before).
 // The channel is closed when ctx is done, or when the backend ends the
@@ -143,9 +153,9 @@ func (e *Election) Observe(ctx context.Context, name string) (<-chan Event, erro
 }
 
 // order keeps the events of one watch in order: a term below the newest
-// delivered one is dropped (the next event is then marked Missed, since
-// the backend broke its contract), as is a repeat of the last state
-// unless it is marked Missed.
+// delivered one, or the newest again after its end, is dropped (the next
+// event is then marked Missed, since the backend broke its contract), as
+// is a repeat of the last state unless it is marked Missed.
 type order struct {
 	first  bool // an event was delivered
 	last   Leader
@@ -154,7 +164,9 @@ type order struct {
 }
 
 func (o *order) next(ev Event) (Event, bool) {
-	if ev.Held && uint64(ev.Fence) < o.newest {
+	if ev.Held && (uint64(ev.Fence) < o.newest || uint64(ev.Fence) == o.newest && !(o.last.Held && o.last.Fence == ev.Fence)) {
+		// Below the newest term delivered, or that term again after its
+		// end: a term never begins twice.
 		o.missed = true
 		return Event{}, false
 	}

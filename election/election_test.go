@@ -1,7 +1,9 @@
 package election_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/election"
+	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/electiontest"
 	"github.com/fencedlock/fencedlock/internal/locktest"
 )
@@ -49,5 +52,78 @@ func TestNewRefusesNonElector(t *testing.T) {
 	defer b.Close()
 	if _, err := election.New(b, fencedlock.Options{}); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("New on a backend without Elector = %v, want ErrUnsupported", err)
+	}
+}
+
+// scripted is a backend/memory Backend whose WatchLeader delivers evs.
+type scripted struct {
+	*memory.Backend
+	evs []driver.LeaderEvent
+}
+
+func (s scripted) WatchLeader(ctx context.Context, key string) (<-chan driver.LeaderEvent, func(), error) {
+	ch := make(chan driver.LeaderEvent, len(s.evs))
+	for _, ev := range s.evs {
+		ch <- ev
+	}
+	close(ch)
+	return ch, func() {}, nil
+}
+
+// TestObserveNeverRevivesAnEndedTerm: a backend that reports a term again
+// after reporting its end (Redis after a failover that lost the release:
+// the lock key is back with the old owner) must not make Observe deliver
+// that term as the leader again: it ended, and a term never begins twice.
+// Observe drops it and says Missed on the next event.
+func TestObserveNeverRevivesAnEndedTerm(t *testing.T) {
+	term := func(f fencing.Token) driver.LeaderEvent {
+		return driver.LeaderEvent{LeaderInfo: driver.LeaderInfo{Held: true, Fence: f, Holder: "h", Value: []byte("v")}}
+	}
+	b := scripted{Backend: memory.New(), evs: []driver.LeaderEvent{{}, term(5), {}, term(5), {}, term(6)}}
+	e := locktest.Open(t, b, fencedlock.Options{}, election.New)
+	evs, err := e.Observe(t.Context(), "revived")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []election.Event
+	for ev := range evs {
+		got = append(got, ev)
+	}
+	want := "[none 5 v none none (missed) 6 v]"
+	if d := fmt.Sprint(electiontest.Describe(got)); d != want {
+		t.Fatalf("Observe delivered %v, want %v", d, want)
+	}
+}
+
+// slowProclaim is a backend/memory Backend whose Proclaim first deletes
+// the lock behind its holder's back, then waits for its context: the
+// term's lease is lost while its value is being stored.
+type slowProclaim struct {
+	*memory.Backend
+	s *memory.Store
+}
+
+func (b slowProclaim) Proclaim(ctx context.Context, key string, fence fencing.Token, holder string, value []byte) error {
+	b.s.Invalidate(key)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestCampaignLeaseLostWhileProclaiming: a Campaign whose lease is lost
+// before its value was stored fails with the loss (ErrLeaseLost), not
+// with context.Canceled: the caller's context is live, and a caller that
+// stops campaigning on its own cancellation must not take this for it.
+func TestCampaignLeaseLostWhileProclaiming(t *testing.T) {
+	s := memory.NewStore()
+	b := slowProclaim{Backend: s.Backend(), s: s}
+	e := locktest.Open(t, b, fencedlock.Options{TTL: 300 * time.Millisecond}, election.New)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := e.Campaign(ctx, "lost", []byte("v"))
+	if ctx.Err() != nil {
+		t.Fatalf("Campaign returned %v only once its context ended", err)
+	}
+	if err == nil || errors.Is(err, context.Canceled) || !errors.Is(err, fencedlock.ErrLeaseLost) {
+		t.Fatalf("Campaign whose lease was lost while proclaiming = %v, want ErrLeaseLost and not context.Canceled", err)
 	}
 }

@@ -210,13 +210,18 @@ func (b *Backend) followLeader(ctx context.Context, key string, v *leaderView, r
 				return
 			}
 			for _, ev := range wr.Events {
-				if ev.PrevKv != nil {
-					evs = append(evs, v.end(fencing.Token(ev.PrevKv.CreateRevision))...)
+				if ev.PrevKv == nil {
+					// The server could not read the previous key (compacted
+					// before the event was sent): the entry that ended is
+					// unknown, maybe the term's. Read the state again.
+					v.doubt = true
+					break
 				}
+				evs = append(evs, v.end(fencing.Token(ev.PrevKv.CreateRevision))...)
 			}
 		}
-		if !sendEvents(ctx, out, evs) {
-			return
+		if !sendEvents(ctx, out, evs) || v.doubt {
+			return // v.doubt: as a failed watch, the state is read again
 		}
 	}
 }
@@ -233,7 +238,10 @@ func sendEvents(ctx context.Context, out chan<- driver.LeaderEvent, evs []driver
 }
 
 // maxEnded bounds the terms remembered as ended before their beginning
-// was seen (leases granted and never proclaimed end there too).
+// was seen (leases granted and never proclaimed, and waiters that gave up,
+// end there too). Past it the view is in doubt: a term whose end it could
+// not remember would be reported current for good once it began, so the
+// watch reads the state again instead (delivered with Missed).
 const maxEnded = 1024
 
 // leaderView is the state of an election as a watch has delivered it.
@@ -241,6 +249,7 @@ type leaderView struct {
 	cur    driver.LeaderInfo
 	newest fencing.Token          // the newest term begun (or read)
 	ended  map[fencing.Token]bool // queue heads seen deleted, above newest
+	doubt  bool                   // an end was not remembered (maxEnded): read the state again
 }
 
 func newLeaderView(info driver.LeaderInfo) *leaderView {
@@ -255,14 +264,14 @@ func (v *leaderView) reset(info driver.LeaderInfo) driver.LeaderInfo {
 	if !info.Held {
 		info = driver.LeaderInfo{}
 	}
-	v.cur, v.ended = info, make(map[fencing.Token]bool)
+	v.cur, v.ended, v.doubt = info, make(map[fencing.Token]bool), false
 	return info
 }
 
 // begin is a leader record written for term t: the events it makes.
 func (v *leaderView) begin(t driver.LeaderInfo) []driver.LeaderEvent {
-	if t.Fence <= v.newest {
-		return nil // a term already delivered (or ended before the watch)
+	if t.Fence <= v.newest || v.doubt {
+		return nil // a term already delivered (or ended before the watch), or the view in doubt
 	}
 	var evs []driver.LeaderEvent
 	if v.cur.Held { // its end is still on the other watch: the lock is exclusive
@@ -288,8 +297,12 @@ func (v *leaderView) end(f fencing.Token) []driver.LeaderEvent {
 		v.cur = driver.LeaderInfo{}
 		return []driver.LeaderEvent{{}}
 	}
-	if f > v.newest && len(v.ended) < maxEnded {
-		v.ended[f] = true
+	if f > v.newest {
+		if len(v.ended) < maxEnded {
+			v.ended[f] = true
+		} else {
+			v.doubt = true
+		}
 	}
 	return nil
 }

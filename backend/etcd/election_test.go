@@ -63,3 +63,25 @@ func TestLeaderViewOrdersTwoWatches(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaderViewFullEndedSet: a long term during which more than maxEnded
+// waiters gave up (each deletion above the newest term is remembered, in
+// case it is a term whose record is still on the other watch), then the
+// next term's end seen before its beginning. The view must not report
+// that term as current once it began: its end was seen.
+func TestLeaderViewFullEndedSet(t *testing.T) {
+	term := driver.LeaderInfo{Held: true, Fence: 50, Holder: "h", Value: []byte("v50")}
+	v := newLeaderView(driver.LeaderInfo{Held: true, Fence: 7, Holder: "h", Value: []byte("v7")})
+	for f := range fencing.Token(maxEnded) {
+		v.end(1000 + f) // waiters queued after term 50's entry, gone
+	}
+	v.end(7)  // the long term ends
+	v.end(50) // the next term ends, before its record is seen
+	v.begin(term)
+	if v.cur.Held {
+		t.Fatalf("the view reports the term of fence %v as current after its end was seen", v.cur.Fence)
+	}
+	if !v.doubt {
+		t.Fatal("the view dropped an end without asking for the state to be read again")
+	}
+}

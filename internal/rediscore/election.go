@@ -88,43 +88,67 @@ func (b *Backend) Leader(ctx context.Context, key string) (driver.LeaderInfo, er
 	if err := redisscript.CheckInspectKey(op, key); err != nil {
 		return driver.LeaderInfo{}, err
 	}
-	info, _, err := b.readLeader(ctx, key)
-	return info, err
+	r, err := b.readLeader(ctx, key)
+	return r.info, err
 }
 
-// readLeader runs leader.lua and returns key's term and the fence counter
-// (0 if none).
-func (b *Backend) readLeader(ctx context.Context, key string) (driver.LeaderInfo, fencing.Token, error) {
+// leaderRead is one read of leader.lua: the term reported, and what the
+// watch needs to account for the grants.
+type leaderRead struct {
+	info    driver.LeaderInfo
+	counter fencing.Token // the fence counter (0 if none): the newest grant
+	pending bool          // the lease of counter holds the lock, its term not begun (not proclaimed)
+	ended   bool          // the term of counter began (proclaimed) and its lease no longer holds the lock
+}
+
+// accounted returns the newest grant whose fate this read knows: the
+// counter, but for a lease whose term has not begun yet.
+func (r leaderRead) accounted() fencing.Token {
+	if r.pending {
+		return r.counter - 1
+	}
+	return r.counter
+}
+
+// readLeader runs leader.lua and returns key's term and the grants' state.
+func (b *Backend) readLeader(ctx context.Context, key string) (leaderRead, error) {
 	const op = "leader"
 	vals, err := b.c.Eval(ctx, leaderScript, b.electionKeys(key), nil)
 	if err != nil {
-		return driver.LeaderInfo{}, 0, b.c.Wrap(op, key, err)
+		return leaderRead{}, b.c.Wrap(op, key, err)
 	}
 	if len(vals) != 5 {
-		return driver.LeaderInfo{}, 0, fmt.Errorf("redis: %s %q: unexpected reply of %d values", op, key, len(vals))
+		return leaderRead{}, fmt.Errorf("redis: %s %q: unexpected reply of %d values", op, key, len(vals))
 	}
 	var s [4]string
 	var found [4]bool
 	for i := range s {
 		if s[i], found[i], err = vals[i+1].Text(); err != nil {
-			return driver.LeaderInfo{}, 0, fmt.Errorf("redis: %s %q: unexpected reply: %w", op, key, err)
+			return leaderRead{}, fmt.Errorf("redis: %s %q: unexpected reply: %w", op, key, err)
 		}
 	}
 	var counter fencing.Token
 	if found[0] {
 		var ok bool
 		if counter, ok = redisscript.ParseFence(s[0]); !ok {
-			return driver.LeaderInfo{}, 0, fmt.Errorf("redis: %s %q: fence counter %q: %w", op, key, s[0], redisscript.ErrCorrupt)
+			return leaderRead{}, fmt.Errorf("redis: %s %q: fence counter %q: %w", op, key, s[0], redisscript.ErrCorrupt)
 		}
 	}
 	pttl, err := vals[0].Int()
 	if err != nil {
-		return driver.LeaderInfo{}, 0, fmt.Errorf("redis: %s %q: unexpected reply: %w", op, key, err)
+		return leaderRead{}, fmt.Errorf("redis: %s %q: unexpected reply: %w", op, key, err)
 	}
-	if pttl <= 0 || counter == 0 || !found[1] || s[1] != s[0] || !found[2] {
-		return driver.LeaderInfo{}, counter, nil // no lease, or its term not proclaimed
+	r := leaderRead{counter: counter}
+	proclaimed := counter != 0 && found[1] && s[1] == s[0] && found[2]
+	switch {
+	case pttl > 0 && proclaimed:
+		r.info = driver.LeaderInfo{Held: true, Fence: counter, Holder: s[2], Value: []byte(s[3]), TTL: time.Duration(pttl) * time.Millisecond}
+	case pttl > 0:
+		r.pending = counter != 0 // granted, its term not begun
+	case proclaimed:
+		r.ended = true
 	}
-	return driver.LeaderInfo{Held: true, Fence: counter, Holder: s[2], Value: []byte(s[3]), TTL: time.Duration(pttl) * time.Millisecond}, counter, nil
+	return r, nil
 }
 
 // WatchLeader watches key's terms: it subscribes to key's release channel
@@ -133,9 +157,12 @@ func (b *Backend) readLeader(ctx context.Context, key string) (driver.LeaderInfo
 // and at least every leaderResync; each read that shows another leader (or
 // none after one) is delivered. Every grant increments the fence counter,
 // so a read that finds grants it cannot account for (fences between the
-// last read's counter and the term it reports) delivers its state with
-// Missed: a term may have begun and ended between two reads. A failed
-// read marks the next event Missed too.
+// last read's counter and the term it reports, or a newest term that
+// began and ended unseen: its record carries the counter, its lock is
+// gone) delivers its state with Missed: a term may have begun and ended
+// between two reads. A lease granted but not proclaimed is accounted for
+// only at a later read, where its term began, ended or never began. A
+// failed read marks the next event Missed too.
 func (b *Backend) WatchLeader(ctx context.Context, key string) (<-chan driver.LeaderEvent, func(), error) {
 	const op = "watch leader"
 	if b.c.Closed() {
@@ -149,14 +176,14 @@ func (b *Backend) WatchLeader(ctx context.Context, key string) (<-chan driver.Le
 		return nil, nil, err
 	}
 	// Subscribed first: a change after this read publishes a wake-up.
-	info, counter, err := b.readLeader(ctx, key)
+	r, err := b.readLeader(ctx, key)
 	if err != nil {
 		stopW()
 		return nil, nil, err
 	}
 	events, stop := feed.Start(ctx, func(ctx context.Context, out chan<- driver.LeaderEvent) {
 		defer stopW()
-		f := leaderFollower{b: b, key: key, w: w, out: out, last: info, counter: counter}
+		f := leaderFollower{b: b, key: key, w: w, out: out, last: r.info, counter: r.accounted()}
 		f.run(ctx)
 	})
 	return events, stop, nil
@@ -170,7 +197,7 @@ type leaderFollower struct {
 	out     chan<- driver.LeaderEvent
 	last    driver.LeaderInfo // the state delivered last
 	newest  fencing.Token     // the greatest fence delivered
-	counter fencing.Token     // the fence counter at the last read
+	counter fencing.Token     // the newest grant whose fate was known at the last read (see leaderRead.accounted)
 	missed  bool              // a change may have been lost since the last event
 	failed  bool              // the last read failed
 }
@@ -218,20 +245,29 @@ func (f *leaderFollower) run(ctx context.Context) {
 // one lock, so a state with no leader came between (a term that expired
 // has no message, and its successor may lead before the expiry is read).
 func (f *leaderFollower) next(ctx context.Context) []driver.LeaderEvent {
-	info, counter, err := f.b.readLeader(ctx, f.key)
+	r, err := f.b.readLeader(ctx, f.key)
 	if f.failed = err != nil; f.failed {
 		f.missed = true
 		return nil
 	}
-	// Grants since the last read that this state does not account for.
-	granted := int64(counter) - int64(f.counter)
-	if info.Held && info.Fence > f.counter {
-		granted--
-	}
-	if granted > 0 {
+	info := r.info
+	// Grants since the last read whose terms this read does not show: each
+	// may have begun and ended unseen. Of the grants after f.counter, all
+	// but the newest are unseen; the newest is the term reported, a lease
+	// whose term has not begun (accounted for at a later read), a lease
+	// ended before its term began (nothing to report), or a term begun
+	// and ended: unseen unless it was delivered.
+	accounted := r.accounted()
+	switch {
+	case accounted < f.counter:
+		f.missed = true // a counter retired and started again: the history is in doubt
+	case r.counter > f.counter+1:
+		f.missed = true
+	case r.ended && r.counter > f.counter && r.counter > f.newest:
 		f.missed = true
 	}
-	f.counter = counter
+	granted := f.missed
+	f.counter = accounted
 	if info.Held && info.Fence < f.newest {
 		// Below a term delivered: a fence counter retired and started
 		// again. Never delivered; the state is in doubt.
@@ -244,7 +280,7 @@ func (f *leaderFollower) next(ctx context.Context) []driver.LeaderEvent {
 	prev := f.last
 	changed := info.Held != prev.Held || info.Fence != prev.Fence
 	f.last = info
-	if !changed && granted <= 0 {
+	if !changed && !granted {
 		return nil
 	}
 	if info.Held {

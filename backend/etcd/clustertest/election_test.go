@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -127,4 +128,74 @@ func TestElectionObserveMissedAfterCompaction(t *testing.T) {
 		t.Fatalf("after the Missed event: %v, want the term of fence %v", electiontest.Describe([]election.Event{ev}), term.Fence())
 	}
 	t.Logf("observed after reconnecting: %v", electiontest.Describe(got))
+}
+
+// noPrevKV is a Watcher whose deletion events carry no previous key, as
+// etcd sends them when the previous revision was compacted before the
+// event was sent (the server's prevKV lookup fails silently).
+type noPrevKV struct{ clientv3.Watcher }
+
+func (w noPrevKV) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	in := w.Watcher.Watch(ctx, key, opts...)
+	out := make(chan clientv3.WatchResponse)
+	go func() {
+		defer close(out)
+		for wr := range in {
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					ev.PrevKv = nil
+				}
+			}
+			select {
+			case out <- wr:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// TestElectionObserveDeletionWithoutPrevKV: a term's end whose deletion
+// event comes without its previous key (compacted meanwhile) cannot be
+// matched to a term; the observer must not keep reporting the term as
+// the leader: it reads the state again and delivers it (Missed).
+func TestElectionObserveDeletionWithoutPrevKV(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t, time.Minute)
+	c := e.client(1)
+	c.Watcher = noPrevKV{c.Watcher}
+	ob, err := etcd.New(c, etcd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := locktest.Open(t, ob, fencedlock.Options{TTL: ttl}, election.New)
+	el := locktest.Open(t, e.backend(0), fencedlock.Options{TTL: ttl}, election.New)
+	events, err := obs.Observe(ctx, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-events; ev.Held {
+		t.Fatalf("first event %+v, want no leader", ev)
+	}
+	term, err := el.Campaign(ctx, "svc", []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-events; !ev.Held || ev.Fence != term.Fence() {
+		t.Fatalf("event %+v, want the term of fence %v", ev, term.Fence())
+	}
+	if err := term.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wait := time.NewTimer(5 * time.Second)
+	defer wait.Stop()
+	select {
+	case ev := <-events:
+		if ev.Held {
+			t.Fatalf("event %+v after the only term resigned, want no leader", ev)
+		}
+	case <-wait.C:
+		t.Fatalf("no event within 5s of the term's end (its deletion came without the previous key): the observer still reports the term of fence %v", term.Fence())
+	}
 }
