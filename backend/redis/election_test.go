@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
@@ -149,5 +150,51 @@ func TestProclaimWaitReplicas(t *testing.T) {
 	err := b2.Proclaim(ctx, "k", g.Fence, driver.HolderID(g.Owner), []byte("w"))
 	if !errors.Is(err, ErrReplication) || errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("Proclaim wanting 2 replicas of 1: %v, want ErrReplication", err)
+	}
+}
+
+// TestWatchLeaderLeaseNotYetProclaimed: a watcher woken while a term's
+// lease is granted but its value not yet stored (Campaign acquires, then
+// Proclaims) reads no leader and must deliver nothing then: that grant is
+// the next term, delivered once proclaimed, without Missed. A loaded run
+// once delivered "no leader, Missed" there (TestWatchLeaderEndsAndMissed:
+// "event {... Held:false ... Missed:true}, want the term of fence 3").
+func TestWatchLeaderLeaseNotYetProclaimed(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	b, c := newBackend(t, srv, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const key = "pending"
+	events, stop, err := b.WatchLeader(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	next := func() driver.LeaderEvent {
+		t.Helper()
+		select {
+		case ev := <-events:
+			return ev
+		case <-ctx.Done():
+			t.Fatal("no event within a minute")
+		}
+		return driver.LeaderEvent{}
+	}
+	if ev := next(); ev.Held || ev.Missed {
+		t.Fatalf("first event %+v, want no leader", ev)
+	}
+	g := acquire(t, b, key, time.Minute)
+	// Wake the watcher now, between the grant and the Proclaim.
+	do(t, c, "PUBLISH", b.LockKey(key)+redisnames.ReleasedSuffix, "released")
+	select {
+	case ev := <-events:
+		t.Fatalf("event %+v while the term's value was not stored yet, want none", ev)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := b.Proclaim(ctx, key, g.Fence, driver.HolderID(g.Owner), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); !ev.Held || ev.Fence != g.Fence || ev.Missed {
+		t.Fatalf("event %+v, want the term of fence %v, not Missed", ev, g.Fence)
 	}
 }
