@@ -52,19 +52,22 @@ func (w *waiter) stop() {
 }
 
 // wait sleeps until a watched slot may have been released, the holders'
-// shortest remaining TTL (hint, if any) ran out, or the delay: with
-// watches, MaxRetryDelay at the latest (a notification may be lost);
-// without, the exponential backoff with equal jitter. It returns an error
+// shortest remaining TTL (hint, if any) ran out (1ms after it: Redis
+// reports whole milliseconds, rounded down, and an expiry is not
+// announced), or the delay: with watches, MaxRetryDelay at the latest (a
+// notification may be lost), unless a slot may come free unannounced at
+// an unknown time (unknown, see sweep); without watches, or then, the
+// exponential backoff with equal jitter, as a Locker's waiter. It returns an error
 // wrapping ErrNotAcquired and ctx's error if ctx ends first, or wrapping
 // ErrClosed if closed is closed first.
-func (w *waiter) wait(ctx context.Context, closed <-chan struct{}, hint time.Duration) error {
+func (w *waiter) wait(ctx context.Context, closed <-chan struct{}, hint time.Duration, unknown bool) error {
 	d := w.max
-	if w.wake == nil {
+	if w.wake == nil || unknown {
 		d = w.backoff/2 + mrand.N(w.backoff/2+1)
 		w.backoff = min(2*w.backoff, w.max)
 	}
-	if hint > 0 && hint < d {
-		d = hint
+	if hint > 0 {
+		d = min(d, hint+time.Millisecond)
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
