@@ -137,7 +137,7 @@ func (s *Semaphore) Acquire(ctx context.Context, name string, limit int, opts ..
 		}
 		if !watched {
 			watched = true
-			if w.watch(ctx, s.notify, name, limit) {
+			if w.watch(ctx, s.closed, s.notify, name, limit) {
 				continue // sweep again, watched: a release before the watches began is not missed
 			}
 		}

@@ -27,8 +27,11 @@ func (s *Semaphore) newWaiter() *waiter {
 // watch starts watching every slot of name for releases, if n is a
 // Notifier, and reports whether a watch is in effect (the caller then
 // sweeps again at once: a release before the watches began is not missed).
-// A slot whose watch fails is covered by the timed retry of wait.
-func (w *waiter) watch(ctx context.Context, n driver.Notifier, name string, limit int) bool {
+// A slot whose watch fails is covered by the timed retry of wait. The
+// watches end when closed is closed, as does their setup (one watch per
+// slot, each a round trip on a remote server): Close ends a waiting
+// Acquire at once.
+func (w *waiter) watch(ctx context.Context, closed <-chan struct{}, n driver.Notifier, name string, limit int) bool {
 	if n == nil {
 		return false
 	}
@@ -36,11 +39,20 @@ func (w *waiter) watch(ctx context.Context, n driver.Notifier, name string, limi
 	for slot := range keys {
 		keys[slot] = SlotKey(name, slot)
 	}
-	wake, stop, err := wakeset.Watch(ctx, n, keys)
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-closed:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	wake, stop, err := wakeset.Watch(wctx, n, keys)
 	if err != nil {
+		cancel()
 		return false
 	}
-	w.wake, w.stopWatch = wake, stop
+	w.wake, w.stopWatch = wake, func() { stop(); cancel() }
 	return true
 }
 
