@@ -119,7 +119,10 @@ func (p *Permit) Slot() int { return p.slot }
 // they are released.
 //
 // When ctx ends first, the error wraps [fencedlock.ErrNotAcquired] and
-// ctx.Err(), and no slot is left taken. An error no retry can fix
+// ctx.Err(), and no slot is left taken (an attempt of unknown outcome is
+// cleaned up within the Locker's ReleaseTimeout; if that clean-up cannot
+// reach the server, a warning is logged and the slot comes back at its
+// TTL). An error no retry can fix
 // (ErrPermanent, ErrInvalid, ErrClosed) ends the wait at once; a limit
 // outside [1, MaxLimit] or a name whose slot keys are too long fails with
 // ErrInvalid before anything is sent. opts set the permit's lease options.
