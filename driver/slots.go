@@ -27,7 +27,10 @@ type SlotAcquirer interface {
 	// taken and its Grant, whose Key is that key. If every key is held by
 	// another owner it returns an error wrapping [ErrNotAcquired],
 	// preferably a *[HeldError] whose RetryAfter is the shortest remaining
-	// TTL of the holders. After an error of unknown outcome the caller
+	// TTL of the holders; so too, with RetryAfter 0, when a free key is left
+	// to the waiters of its fair queue (as Acquire leaves it). RetryAfter 0
+	// means unknown (Redis also reports it for a holder in its last
+	// millisecond): the caller polls. After an error of unknown outcome the caller
 	// sends a Release of Key and Owner (Fence 0) for every one of keys.
 	AcquireSlot(ctx context.Context, req AcquireRequest, keys []string) (int, Grant, error)
 

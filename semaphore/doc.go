@@ -10,7 +10,9 @@
 //     watchdog, its Context ends before its local deadline, Err reports a
 //     loss, Release gives the permit back. A crashed holder's permit comes
 //     back when its TTL runs out on the server. An Acquire whose context
-//     ends leaves no slot taken.
+//     ends leaves no slot taken (an attempt of unknown outcome is cleaned
+//     up, within the Locker's ReleaseTimeout; a clean-up that cannot reach
+//     the server is logged, and the slot comes back at its TTL).
 //   - A permit names its slot (Permit.Slot) and its fence (Permit.Fence)
 //     is strictly greater than the fence of every earlier permit of that
 //     slot: a resource partitioned by slot rejects the late writes of a

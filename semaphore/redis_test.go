@@ -78,3 +78,12 @@ func TestRedisWaitersInOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisLimitsDisagreeAcrossPaths: callers of limit 1 (each attempt one
+// acquire.lua of slot 0) and of limit 3 (one slot_acquire.lua of slots
+// 0..2) contend for one name: the two paths share slot 0's lock and fence
+// counter, so never two valid permits of slot 0, never more than 3 in all,
+// and slot 0's fences increase whichever path granted them.
+func TestRedisLimitsDisagreeAcrossPaths(t *testing.T) {
+	semaphoretest.LimitsDisagree(t, redisSetup(t), 1, 3, 8, 10)
+}

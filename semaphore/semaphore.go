@@ -107,7 +107,9 @@ func (p *Permit) Slot() int { return p.slot }
 // backend (a [driver.Notifier]: once every slot was found held, each is
 // watched and tried again at once, so no release is missed) or, at the latest,
 // the shortest remaining TTL a holder reported, or MaxRetryDelay; without
-// a Notifier it polls with the Locker's backoff. A crashed holder's slot
+// a Notifier, or while a slot may come free at a time no holder reported
+// (a holder that reports no remaining TTL), it polls with the Locker's
+// backoff. A crashed holder's slot
 // is free once its TTL ran out on the server.
 //
 // Where the backend's lock serves its waiters in arrival order (a
@@ -129,7 +131,10 @@ func (p *Permit) Slot() int { return p.slot }
 // they are released.
 //
 // When ctx ends first, the error wraps [fencedlock.ErrNotAcquired] and
-// ctx.Err(), and no slot is left taken. An error no retry can fix
+// ctx.Err(), and no slot is left taken (an attempt of unknown outcome is
+// cleaned up within the Locker's ReleaseTimeout; if that clean-up cannot
+// reach the server, a warning is logged and the slot comes back at its
+// TTL). An error no retry can fix
 // (ErrPermanent, ErrInvalid, ErrClosed) ends the wait at once; a limit
 // outside [1, MaxLimit] or a name whose slot keys are too long fails with
 // ErrInvalid before anything is sent. opts set the permit's lease options.
@@ -143,7 +148,7 @@ func (s *Semaphore) Acquire(ctx context.Context, name string, limit int, opts ..
 	defer t.end(ctx) // once a permit is taken (or the wait ends), the next waiter's turn
 	oneStep := s.oneStep(name, limit)
 	for watched := false; ; {
-		p, hint, last, err := s.sweep(ctx, name, limit, opts, oneStep)
+		p, hint, unknown, last, err := s.sweep(ctx, name, limit, opts, oneStep)
 		if p != nil || err != nil {
 			return p, err
 		}
@@ -156,11 +161,11 @@ func (s *Semaphore) Acquire(ctx context.Context, name string, limit int, opts ..
 		}
 		if !watched {
 			watched = true
-			if w.watch(ctx, s.notify, name, limit) {
+			if w.watch(ctx, s.closed, s.notify, name, limit) {
 				continue // sweep again, watched: a release before the watches began is not missed
 			}
 		}
-		if err := w.wait(ctx, s.closed, hint); err != nil {
+		if err := w.wait(ctx, s.closed, hint, unknown); err != nil {
 			return nil, fmt.Errorf("semaphore: acquire %q: %w", name, errors.Join(err, last))
 		}
 	}
@@ -174,7 +179,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, name string, limit int, opts
 	if err := validate(name, limit); err != nil {
 		return nil, fmt.Errorf("semaphore: try acquire %q: %w", name, err)
 	}
-	p, _, last, err := s.sweep(ctx, name, limit, opts, s.oneStep(name, limit))
+	p, _, _, last, err := s.sweep(ctx, name, limit, opts, s.oneStep(name, limit))
 	if p == nil && err == nil {
 		err = fmt.Errorf("semaphore: try acquire %q: no permit of %d taken: %w", name, limit, errors.Join(fencedlock.ErrNotAcquired, last))
 	}
@@ -200,17 +205,20 @@ func (s *Semaphore) oneStep(name string, limit int) bool {
 
 // sweep tries each slot once: in one step, the first free slot in slot
 // order (oneStep), or one TryAcquire per slot from a random one. It
-// returns a permit; or nil, the shortest remaining TTL the holders
-// reported (0 if none did) and the last error other than a holder's, when
-// no slot was taken; or an error that ends the wait.
-func (s *Semaphore) sweep(ctx context.Context, name string, limit int, opts []fencedlock.LeaseOption, oneStep bool) (p *Permit, hint time.Duration, last, err error) {
+// returns a permit; or, when no slot was taken, nil, the shortest
+// remaining TTL the holders reported (0 if none did), whether some slot
+// may come free sooner than that unannounced (unknown: a holder reported
+// no remaining TTL, as Redis does for one in its last millisecond, or the
+// slot is held by this Semaphore's Locker, or its attempt failed) and the
+// last error other than a holder's; or an error that ends the wait.
+func (s *Semaphore) sweep(ctx context.Context, name string, limit int, opts []fencedlock.LeaseOption, oneStep bool) (p *Permit, hint time.Duration, unknown bool, last, err error) {
 	first, tries := mrand.IntN(limit), limit
 	if oneStep {
 		tries = 1
 	}
 	for i := range tries {
 		if ctx.Err() != nil {
-			return nil, 0, nil, fmt.Errorf("semaphore: acquire %q: %w", name, errors.Join(fencedlock.ErrNotAcquired, ctx.Err(), last))
+			return nil, 0, false, nil, fmt.Errorf("semaphore: acquire %q: %w", name, errors.Join(fencedlock.ErrNotAcquired, ctx.Err(), last))
 		}
 		l, key := s.l, SlotKey(name, (first+i)%limit)
 		if oneStep {
@@ -220,18 +228,21 @@ func (s *Semaphore) sweep(ctx context.Context, name string, limit int, opts []fe
 		var he *fencedlock.HeldError
 		switch {
 		case err == nil:
-			return &Permit{Lease: ls, name: name, slot: slotOf(name, ls.Key())}, 0, nil, nil
+			return &Permit{Lease: ls, name: name, slot: slotOf(name, ls.Key())}, 0, false, nil, nil
 		case final(err):
-			return nil, 0, nil, fmt.Errorf("semaphore: acquire %q: %w", name, err)
-		case errors.As(err, &he):
-			if he.RetryAfter > 0 && (hint == 0 || he.RetryAfter < hint) {
+			return nil, 0, false, nil, fmt.Errorf("semaphore: acquire %q: %w", name, err)
+		case errors.As(err, &he) && he.RetryAfter > 0:
+			if hint == 0 || he.RetryAfter < hint {
 				hint = he.RetryAfter
 			}
-		case !errors.Is(err, fencedlock.ErrNotAcquired) || errors.Is(err, fencedlock.ErrLateGrant):
-			last = err // kept: it says why the wait got no permit
+		default:
+			unknown = true
+			if !errors.Is(err, fencedlock.ErrNotAcquired) || errors.Is(err, fencedlock.ErrLateGrant) {
+				last = err // kept: it says why the wait got no permit
+			}
 		}
 	}
-	return nil, hint, last, nil
+	return nil, hint, unknown, last, nil
 }
 
 // final reports whether err ends a wait: no retry can fix it.

@@ -252,3 +252,61 @@ func TestSweepLimitsDisagree(t *testing.T) {
 func TestSweepCancelledAcquireLeavesNothing(t *testing.T) {
 	semaphoretest.CancelledAcquireLeavesNothing(t, sweepSetup())
 }
+
+// slowWatch is a memory Backend whose Watch takes a round trip of rtt
+// (ended early by its context), as a subscription to a remote server.
+type slowWatch struct {
+	*memory.Backend
+	rtt time.Duration
+}
+
+func (b slowWatch) Watch(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	select {
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-time.After(b.rtt):
+	}
+	return b.Backend.Watch(ctx, key)
+}
+
+// TestCloseEndsWatchSetup: Close ends a waiting Acquire at once even while
+// it is still setting up its release watches, one per slot (100 slots at
+// 30ms each take 3s): it returns ErrClosed within 1s.
+func TestCloseEndsWatchSetup(t *testing.T) {
+	const name, limit = "closewatch", 100
+	st := memory.NewStore()
+	holder, err := semaphore.New(st.Backend(), fencedlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	for range limit {
+		if _, err := holder.TryAcquire(t.Context(), name, limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waiter, err := semaphore.New(slowWatch{st.Backend(), 30 * time.Millisecond}, fencedlock.Options{MaxRetryDelay: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(t.Context(), name, limit)
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the waiter is setting up its watches
+	closed := time.Now()
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, fencedlock.ErrClosed) {
+			t.Fatalf("Acquire ended by Close during its watch setup = %v, want ErrClosed", err)
+		}
+		t.Logf("Acquire returned %v after Close", time.Since(closed).Round(time.Millisecond))
+	case <-time.After(time.Second):
+		err := <-got
+		t.Fatalf("Close did not end an Acquire setting up its watches within 1s: it returned %v after Close (%v)", time.Since(closed).Round(time.Millisecond), err)
+	}
+}

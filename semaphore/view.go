@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
@@ -76,32 +78,58 @@ func (v *view) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) (ti
 	return v.b.Renew(ctx, g, ttl)
 }
 
+// cleanUpParallel bounds the Releases a clean-up has in flight at once.
+const cleanUpParallel = 16
+
 // Release releases the slot lease g. A Grant of a view key and an owner
 // only (the Locker's clean-up after an Acquire whose outcome is unknown)
 // releases whatever slot that owner took: a clean-up Release of every
 // slot key, each of which also makes a backend that remembers abandoned
-// owners (Redis) refuse that owner's request if it arrives later.
+// owners (Redis) refuse that owner's request if it arrives later. The
+// slot keys are released up to cleanUpParallel at a time, not one after
+// another: the clean-up runs within the Locker's ReleaseTimeout, and
+// limit round trips in a row could outlast it before they reach the slot
+// the owner took. A clean-up that ctx ends before every slot key was
+// released reports ctx's error, never ErrNotHeld, so the Locker warns that
+// a slot may stay taken until its TTL.
 func (v *view) Release(ctx context.Context, g driver.Grant) error {
 	name, limit, ok := parseViewKey(g.Key)
 	if !ok || g.Fence != 0 {
 		return v.b.Release(ctx, g)
 	}
-	var errs []error
+	errs := make([]error, limit)
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range min(limit, cleanUpParallel) {
+		wg.Go(func() {
+			for {
+				slot := int(next.Add(1) - 1)
+				if slot >= limit {
+					return
+				}
+				if err := ctx.Err(); err != nil {
+					errs[slot] = err
+					continue
+				}
+				errs[slot] = v.b.Release(ctx, driver.Grant{Key: SlotKey(name, slot), Owner: g.Owner})
+			}
+		})
+	}
+	wg.Wait()
+	var failed []error
 	released := false
-	for slot := range limit {
-		err := v.b.Release(ctx, driver.Grant{Key: SlotKey(name, slot), Owner: g.Owner})
+	for _, err := range errs {
 		switch {
 		case err == nil:
 			released = true
 		case !errors.Is(err, driver.ErrNotHeld):
-			errs = append(errs, err)
-		}
-		if ctx.Err() != nil {
-			break
+			failed = append(failed, err)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("semaphore: clean-up of %q: %w", name, err)
+	if len(failed) > 0 {
+		return fmt.Errorf("semaphore: clean-up of %q: %d of %d slots not released: %w", name, len(failed), limit, errors.Join(failed...))
 	}
 	if !released {
 		return fmt.Errorf("semaphore: clean-up of %q: no slot held: %w", name, driver.ErrNotHeld)
