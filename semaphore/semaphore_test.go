@@ -102,35 +102,10 @@ func heldByAnother(t *testing.T, ctx context.Context, name string) (*semaphore.P
 	return p, sems[1]
 }
 
-// TestReleaseWakesWaiter: on a Notifier backend a waiter is woken by the
-// release, not by its fallback retry (MaxRetryDelay 20s, the holder's TTL
-// 30s: neither comes within the test's bound).
+// TestReleaseWakesWaiter: on memory, a Notifier, a waiter is woken by the
+// release (internal/semaphoretest, as on Redis and etcd).
 func TestReleaseWakesWaiter(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	p, waiter := heldByAnother(t, ctx, "wake")
-	got := make(chan error, 1)
-	go func() {
-		q, err := waiter.Acquire(ctx, "wake", 1)
-		if err == nil {
-			err = q.Release(ctx)
-		}
-		got <- err
-	}()
-	time.Sleep(100 * time.Millisecond) // the waiter is watching (or will sweep once it is)
-	released := time.Now()
-	if err := p.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("woken %v after the release", time.Since(released))
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was not woken by the release within 10s (its fallback retry is 20s away)")
-	}
+	semaphoretest.ReleaseWakesWaiter(t, memorySetup())
 }
 
 func TestInvalidInput(t *testing.T) {

@@ -83,13 +83,7 @@ func TestWatchLeaderEndsAndMissed(t *testing.T) {
 	}
 	recv := func(events <-chan driver.LeaderEvent) driver.LeaderEvent {
 		t.Helper()
-		select {
-		case ev := <-events:
-			return ev
-		case <-ctx.Done():
-			t.Fatal("no event within a minute")
-		}
-		return driver.LeaderEvent{}
+		return nextLeaderEvent(t, ctx, events)
 	}
 	events, stop, err := b.WatchLeader(ctx, key)
 	if err != nil {
@@ -172,13 +166,7 @@ func TestWatchLeaderLeaseNotYetProclaimed(t *testing.T) {
 	defer stop()
 	next := func() driver.LeaderEvent {
 		t.Helper()
-		select {
-		case ev := <-events:
-			return ev
-		case <-ctx.Done():
-			t.Fatal("no event within a minute")
-		}
-		return driver.LeaderEvent{}
+		return nextLeaderEvent(t, ctx, events)
 	}
 	if ev := next(); ev.Held || ev.Missed {
 		t.Fatalf("first event %+v, want no leader", ev)
@@ -197,4 +185,17 @@ func TestWatchLeaderLeaseNotYetProclaimed(t *testing.T) {
 	if ev := next(); !ev.Held || ev.Fence != g.Fence || ev.Missed {
 		t.Fatalf("event %+v, want the term of fence %v, not Missed", ev, g.Fence)
 	}
+}
+
+// nextLeaderEvent returns the next event of events, failing t if none
+// comes before ctx ends.
+func nextLeaderEvent(t *testing.T, ctx context.Context, events <-chan driver.LeaderEvent) driver.LeaderEvent {
+	t.Helper()
+	select {
+	case ev := <-events:
+		return ev
+	case <-ctx.Done():
+		t.Fatal("no event within a minute")
+	}
+	return driver.LeaderEvent{}
 }
