@@ -152,7 +152,11 @@ func race(t *testing.T, s Setup, key string, start time.Time, c *tally) {
 		_ = r.ls.Release(context.Background())
 	}
 	if errB != nil {
-		t.Errorf("%s: Fast: Acquire: %v", key, errB)
+		// What the key held when Fast gave up tells a stuck key (a grant
+		// nobody holds, a hand-off not taken) from a machine too slow.
+		info, ierr := s.Inspect(context.Background(), key)
+		t.Errorf("%s: Fast: Acquire returned at %v (from %v on): %v; the key then: %+v (%v); Slow: TryAcquire returned at %v: %v",
+			key, atB, s.TTL*5/4, errB, info, ierr, r.at, r.err)
 		return
 	}
 	fastUntouched(t, s, key, lsB)
