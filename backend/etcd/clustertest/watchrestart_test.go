@@ -186,8 +186,8 @@ type recordLog struct {
 type logRec struct{ msg, prefix string }
 
 func (h *recordLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordLog) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *recordLog) WithGroup(string) slog.Handler             { return h }
+func (h *recordLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordLog) WithGroup(string) slog.Handler            { return h }
 
 func (h *recordLog) Handle(_ context.Context, r slog.Record) error {
 	rec := logRec{msg: r.Message}
