@@ -28,145 +28,142 @@ import (
 // Watch caller is woken: nothing else would wake them (the waiter has no
 // timer; a Watch caller's retry delay is its own affair).
 func TestWatchGapWakesEveryone(t *testing.T) {
-	for _, c := range []struct {
-		name    string
-		compact bool
-		restart bool // stop the member rather than cut its connections
-	}{
-		{"connection reset", false, false},
-		{"compacted during the gap", true, false},
-		{"member restarted and compacted", true, true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t)
-			// The waiters' member: a follower (stopping it leaves the
-			// leader in place) other than the admin client's (0).
-			lead, fol := e.leader()
-			wm, hm := fol[0], lead
-			if wm == 0 {
-				wm = fol[1]
-			}
-			logs := &recordLog{}
-			bw, err := etcd.New(e.client(wm), etcd.Options{Logger: slog.New(logs)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { bw.Close() })
-			holder := e.backend(hm)
-			ctx := ctxFor(t, 2*time.Minute)
-			// Leases outlive the gap: only a missed wake-up can fail.
-			req := func(key string) driver.AcquireRequest {
-				return driver.AcquireRequest{Key: key, Owner: rand.Text(), TTL: 30 * time.Second}
-			}
+	t.Run("connection reset", func(t *testing.T) { watchGap(t, false, false) })
+	t.Run("compacted during the gap", func(t *testing.T) { watchGap(t, true, false) })
+	t.Run("member restarted and compacted", func(t *testing.T) { watchGap(t, true, true) })
+}
 
-			// A queue waiter behind the holder.
-			const qkey, lkey, rwkey = "gap-queue", "gap-lock", "gap-rw"
-			qg, err := holder.Acquire(ctx, req(qkey))
-			if err != nil {
-				t.Fatal(err)
-			}
-			granted := make(chan error, 1)
-			go func() {
-				g, err := bw.AcquireWait(ctx, req(qkey))
-				if err == nil {
-					err = bw.Release(context.Background(), g)
-				}
-				granted <- err
-			}()
-			e.waitEntries(qkey, 2)
-
-			// Watch callers of a held lock and of a held read-write lock.
-			lg, err := holder.Acquire(ctx, req(lkey))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rwg, err := holder.AcquireRW(ctx, driver.RWRequest{AcquireRequest: req(rwkey), Mode: driver.Write})
-			if err != nil {
-				t.Fatal(err)
-			}
-			lch, lstop, err := bw.Watch(ctx, lkey)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lstop()
-			rwch, rwstop, err := bw.Watch(ctx, rwkey)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rwstop()
-
-			// Every watch runs (its start woke everyone; drop that).
-			logs.waitRunning(t, etcd.DefaultKeyPrefix+"locks/", etcd.DefaultKeyPrefix+"rwlocks/")
-			drain(lch)
-			drain(rwch)
-			restartsBefore := logs.count("restarting")
-
-			// The gap: the waiters' member is unreachable.
-			m := e.clus.Members[wm]
-			if c.restart {
-				m.Stop(t)
-				var others []*integration.Member
-				for i, o := range e.clus.Members {
-					if i != wm {
-						others = append(others, o)
-					}
-				}
-				e.clus.WaitMembersForLeader(t, others)
-			} else {
-				br := m.Bridge()
-				br.PauseConnections()
-				br.DropConnections()
-				t.Cleanup(br.UnpauseConnections)
-			}
-			if err := holder.Release(ctx, qg); err != nil {
-				t.Fatal(err)
-			}
-			if err := holder.Release(ctx, lg); err != nil {
-				t.Fatal(err)
-			}
-			if err := holder.ReleaseRW(ctx, rwg, driver.Write); err != nil {
-				t.Fatal(err)
-			}
-			if c.compact {
-				resp, err := e.admin.Get(ctx, "compact-here")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := e.admin.Compact(ctx, resp.Header.Revision); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if c.restart {
-				if err := m.Restart(t); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				m.Bridge().UnpauseConnections()
-			}
-
-			const patience = 30 * time.Second // a bound on a failure, not a timing claim
-			deadline := time.After(patience)
-			for _, w := range []struct {
-				what string
-				ch   <-chan struct{}
-			}{{"Watch of a released lock", lch}, {"Watch of a released read-write lock", rwch}} {
-				select {
-				case <-w.ch:
-				case <-deadline:
-					t.Fatalf("%s released while the watch was down: not woken within %v", w.what, patience)
-				}
-			}
-			select {
-			case err := <-granted:
-				if err != nil {
-					t.Fatalf("queue waiter: %v", err)
-				}
-			case <-deadline:
-				t.Fatalf("queue waiter whose holder released while the watch was down: not granted within %v", patience)
-			}
-			t.Logf("every caller woken; the Backend restarted its watches %d times (0: the client resumed them itself)", logs.count("restarting")-restartsBefore)
-		})
+// watchGap runs one case of TestWatchGapWakesEveryone: the gap compacts
+// the cluster or not, and stops the waiters' member (restart) or cuts its
+// connections.
+func watchGap(t *testing.T, compact, restart bool) {
+	e := newEnv(t)
+	// The waiters' member: a follower (stopping it leaves the
+	// leader in place) other than the admin client's (0).
+	lead, fol := e.leader()
+	wm, hm := fol[0], lead
+	if wm == 0 {
+		wm = fol[1]
 	}
+	logs := &recordLog{}
+	bw, err := etcd.New(e.client(wm), etcd.Options{Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bw.Close() })
+	holder := e.backend(hm)
+	ctx := ctxFor(t, 2*time.Minute)
+	// Leases outlive the gap: only a missed wake-up can fail.
+	req := func(key string) driver.AcquireRequest {
+		return driver.AcquireRequest{Key: key, Owner: rand.Text(), TTL: 30 * time.Second}
+	}
+
+	// A queue waiter behind the holder.
+	const qkey, lkey, rwkey = "gap-queue", "gap-lock", "gap-rw"
+	qg, err := holder.Acquire(ctx, req(qkey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan error, 1)
+	go func() {
+		g, err := bw.AcquireWait(ctx, req(qkey))
+		if err == nil {
+			err = bw.Release(context.Background(), g)
+		}
+		granted <- err
+	}()
+	e.waitEntries(qkey, 2)
+
+	// Watch callers of a held lock and of a held read-write lock.
+	lg, err := holder.Acquire(ctx, req(lkey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rwg, err := holder.AcquireRW(ctx, driver.RWRequest{AcquireRequest: req(rwkey), Mode: driver.Write})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lch, lstop, err := bw.Watch(ctx, lkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lstop()
+	rwch, rwstop, err := bw.Watch(ctx, rwkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rwstop()
+
+	// Every watch runs (its start woke everyone; drop that).
+	logs.waitRunning(t, etcd.DefaultKeyPrefix+"locks/", etcd.DefaultKeyPrefix+"rwlocks/")
+	drain(lch)
+	drain(rwch)
+	restartsBefore := logs.count("restarting")
+
+	// The gap: the waiters' member is unreachable.
+	m := e.clus.Members[wm]
+	if restart {
+		m.Stop(t)
+		var others []*integration.Member
+		for i, o := range e.clus.Members {
+			if i != wm {
+				others = append(others, o)
+			}
+		}
+		e.clus.WaitMembersForLeader(t, others)
+	} else {
+		br := m.Bridge()
+		br.PauseConnections()
+		br.DropConnections()
+		t.Cleanup(br.UnpauseConnections)
+	}
+	if err := holder.Release(ctx, qg); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Release(ctx, lg); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.ReleaseRW(ctx, rwg, driver.Write); err != nil {
+		t.Fatal(err)
+	}
+	if compact {
+		resp, err := e.admin.Get(ctx, "compact-here")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.admin.Compact(ctx, resp.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if restart {
+		if err := m.Restart(t); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		m.Bridge().UnpauseConnections()
+	}
+
+	const patience = 30 * time.Second // a bound on a failure, not a timing claim
+	deadline := time.After(patience)
+	for _, w := range []struct {
+		what string
+		ch   <-chan struct{}
+	}{{"Watch of a released lock", lch}, {"Watch of a released read-write lock", rwch}} {
+		select {
+		case <-w.ch:
+		case <-deadline:
+			t.Fatalf("%s released while the watch was down: not woken within %v", w.what, patience)
+		}
+	}
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Fatalf("queue waiter: %v", err)
+		}
+	case <-deadline:
+		t.Fatalf("queue waiter whose holder released while the watch was down: not granted within %v", patience)
+	}
+	t.Logf("every caller woken; the Backend restarted its watches %d times (0: the client resumed them itself)", logs.count("restarting")-restartsBefore)
 }
 
 func drain(ch <-chan struct{}) {
