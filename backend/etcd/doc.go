@@ -96,7 +96,8 @@
 // on the server (semaphore slots, sets of keys, read-write locks):
 // [Backend.Watch] of a name is woken by the deletion of any entry of its
 // lock queue or any key of its read-write lock. Every Watch of a Backend
-// shares one etcd watch of "locks/" and one of "rwlocks/" (started on
+// shares the deletion watch of "locks/" (below, which the lock's own
+// waiters and holders use too) and one watch of "rwlocks/" (started on
 // first use, deletions only, from the current revision), so a waiter
 // costs the server no watcher of its own; a (re)start of one of them
 // wakes every Watch, since a deletion may have been missed meanwhile.
@@ -170,7 +171,7 @@
 // by ONE watch per Backend, on KeyPrefix+"locks/", deletions only, started
 // at the current revision (so the server keeps it synced) and dispatched by
 // key to the held lease's keeper and by queue directory to the waiters of
-// that queue.
+// that queue and to the Watch callers of its name.
 // One watch per held key, started at the revision of the grant, cost the
 // server one lagging watcher per lease and at 10,000 leases starved the
 // renewals. A keeper subscribes with the revision from which it must hear

@@ -98,6 +98,10 @@ func watchGap(t *testing.T, compact, restart bool) {
 	logs.waitRunning(t, etcd.DefaultKeyPrefix+"locks/", etcd.DefaultKeyPrefix+"rwlocks/")
 	drain(lch)
 	drain(rwch)
+	// One watch of "locks/" serves the waiter and the Watch callers.
+	if n := logs.count("watch running"); n != 2 {
+		t.Fatalf("%d watches started, want 2: one of \"locks/\" for queue waiters and Watch callers alike, one of \"rwlocks/\"", n)
+	}
 	restartsBefore := logs.count("restarting")
 
 	// The gap: the waiters' member is unreachable.
