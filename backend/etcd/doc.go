@@ -102,6 +102,26 @@
 // costs the server no watcher of its own; a (re)start of one of them
 // wakes every Watch, since a deletion may have been missed meanwhile.
 //
+// # Elections
+//
+// An election's terms are the grants of its lock (election.go); the
+// leader's value is a record of its own under "elections/", reported
+// only while the queue head carries the record's fence, so a record
+// outlives its term without being reported. A Campaign whose Proclaim
+// was applied but reported failed (a lost reply) releases its lease; if
+// that release fails too, the Backend revokes the lease in the
+// background, as after any failed release (bounded by CleanupTimeout),
+// which deletes the queue head: no Leader or WatchLeader reports the
+// record from then on, long before the lease would expire (clustertest's
+// TestCampaignFailedCleanupHidesRecord). Only if the revocation fails as
+// well (the cluster unreachable for CleanupTimeout) is the term reported
+// until its lease expires, at most its TTL after its last renewal (the
+// Locker stops renewing before it releases): no request could reach the
+// cluster sooner. A leader record that Proclaim did not write vouches for
+// no term: Leader returns an error wrapping [driver.ErrPermanent], and
+// WatchLeader delivers no leader, marked Missed, and reads the state
+// again when the record is rewritten.
+//
 // # One lease per grant, from a pool
 //
 // Every held lock (and every waiter) has a lease of its own rather than
