@@ -1,6 +1,8 @@
 package etcd
 
 // The shared deletion watch of held keys and its log of recent deletions.
+// Its restart loop is sharedwatch.go's; the Notifier's Watch callers of
+// lock names (notify.go) are its subscribers too.
 //
 // Invariants of the deletion log (what makes "no deletion is missed" hold):
 //   - While the watch runs, from is set (> 0) and every deletion under the
@@ -21,7 +23,6 @@ package etcd
 //     re-read after the watch runs sees every deletion the watch cannot.
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -49,14 +50,19 @@ const (
 // back that far (the watch was just started or restarted), the keeper is
 // told to re-read its key, which it does after the watch is running, so
 // every later deletion reaches it.
+//
+// The Notifier's Watch callers of lock names subscribe to the same watch
+// by queue directory (notes): each deletion in it, and each (re)start of
+// the watch, wakes them.
 type delWatch struct {
 	b *Backend
 
 	mu         sync.Mutex
-	running    bool                // the watch goroutine runs
+	watch      sharedWatch
 	from       int64               // deletions at revisions >= from are dispatched; 0 while (re)starting
 	subs       map[string]*delSub  // by etcd key: the first of its subscribers (chained by next)
 	waiters    map[string]*waitSub // by queue directory: the first of its waiters (chained by next)
+	notes      map[string]*noteSub // by queue directory: the first of its Watch callers (chained by next)
 	recent     map[string]int64    // key -> revision of its deletion, for revisions >= recentFrom
 	recentLog  []recentDel         // the same, in revision order, for pruning
 	recentFrom int64
@@ -89,15 +95,7 @@ type delSub struct {
 // startLocked starts the watch goroutine unless it runs. Under w.mu; the
 // caller runs inside b.wg.
 func (w *delWatch) startLocked() {
-	if w.running {
-		return
-	}
-	w.running = true
-	w.b.wg.Add(1)
-	go func() {
-		defer w.b.wg.Done()
-		w.run()
-	}()
+	w.watch.startLocked(w.b, "locks/", w)
 }
 
 // subscribe registers k's interest in key's deletions at revisions >=
@@ -123,9 +121,14 @@ func (w *delWatch) subscribe(k *keeper, key string, from int64) *delSub {
 }
 
 func (w *delWatch) unsubscribe(s *delSub) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	unlink(w.subs, s.key, s)
+	unlinkUnder(&w.mu, &w.subs, s.key, s)
+}
+
+// unlinkUnder is unlink under mu, the lock of the watch that keeps *m.
+func unlinkUnder[T any, P chained[T]](mu *sync.Mutex, m *map[string]P, key string, s P) {
+	mu.Lock()
+	defer mu.Unlock()
+	unlink(*m, key, s)
 }
 
 // chained is a subscription kept in a list per key (delSub, waitSub):
@@ -167,59 +170,56 @@ func unlink[T any, P chained[T]](m map[string]P, key string, s P) {
 	}
 }
 
-// run keeps the watch open until the backend is closed.
-func (w *delWatch) run() {
-	ctx := w.b.closeCtx
-	prefix := w.b.opts.KeyPrefix + "locks/"
-	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(ctx)
-		wch := w.b.c.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-		for wr := range wch {
-			if wr.Err() != nil || wr.Canceled {
-				break
-			}
-			if wr.IsProgressNotify() {
-				w.mu.Lock()
-				w.progressLocked(wr.Header.Revision)
-				w.mu.Unlock()
-				continue
-			}
-			if wr.Created {
-				// The watch delivers every deletion after the revision in
-				// this header (it may start earlier: never later).
-				w.b.opts.Logger.Debug("etcd: deletion watch running", "from", wr.Header.Revision+1)
-				w.mu.Lock()
-				w.from = wr.Header.Revision + 1
-				w.recent, w.recentLog, w.recentFrom = make(map[string]int64), nil, w.from
-				for _, s := range w.subs {
-					for ; s != nil; s = s.next {
-						s.k.notify(0)
-					}
-				}
-				for _, ws := range w.waiters {
-					for ; ws != nil; ws = ws.next {
-						ws.rereadNow()
-					}
-				}
-				w.mu.Unlock()
-				continue
-			}
-			w.dispatch(wr.Events)
-		}
-		cancel()
-		if ctx.Err() == nil {
-			w.b.opts.Logger.Debug("etcd: deletion watch ended; restarting", "after", watchRetry)
-		}
-		w.mu.Lock()
-		w.from, w.prog = 0, 0
-		w.mu.Unlock()
-		t := time.NewTimer(watchRetry)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
+// started is the watch's (re)start: deletions after rev are dispatched
+// from now on; every subscriber re-reads (a keeper its key, a waiter its
+// queue) and every Watch caller is woken, for the deletions that may have
+// been missed.
+func (w *delWatch) started(rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.from = rev + 1
+	w.recent, w.recentLog, w.recentFrom = make(map[string]int64), nil, w.from
+	for _, s := range w.subs {
+		for ; s != nil; s = s.next {
+			s.k.notify(0)
 		}
 	}
+	for _, ws := range w.waiters {
+		for ; ws != nil; ws = ws.next {
+			ws.rereadNow()
+		}
+	}
+	signalNotes(w.notes)
+}
+
+func (w *delWatch) progressed(rev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.progressLocked(rev)
+}
+
+func (w *delWatch) deleted(evs []*clientv3.Event) { w.dispatch(evs) }
+
+func (w *delWatch) ended() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.from, w.prog = 0, 0
+}
+
+// subscribeNote registers a Watch caller's ch for the deletions in the
+// queue directory dir, starting the watch if it does not run. The caller
+// runs inside b.wg.
+func (w *delWatch) subscribeNote(dir string, ch chan struct{}) *noteSub {
+	s := &noteSub{dir: dir, ch: ch}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	push(&w.notes, dir, s)
+	w.startLocked()
+	return s
+}
+
+func (w *delWatch) unsubscribeNote(s *noteSub) {
+	unlinkUnder(&w.mu, &w.notes, s.dir, s)
 }
 
 func (w *delWatch) dispatch(evs []*clientv3.Event) {
@@ -237,6 +237,9 @@ func (w *delWatch) dispatch(evs []*clientv3.Event) {
 			for ws := w.waiters[key[:len(key)-entryIDLen]]; ws != nil; ws = ws.next {
 				ws.deletion(key, rev)
 			}
+		}
+		if len(w.notes) > 0 {
+			signalDir(w.notes, len(w.b.opts.KeyPrefix)+len("locks/"), key)
 		}
 		for s := w.subs[key]; s != nil; s = s.next {
 			// A pooled lease reused on the same lock puts its key under
@@ -416,7 +419,5 @@ func (w *delWatch) install(ws *waitSub, gen, rev int64, ahead map[string]struct{
 }
 
 func (w *delWatch) unsubscribeWait(ws *waitSub) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	unlink(w.waiters, ws.dir, ws)
+	unlinkUnder(&w.mu, &w.waiters, ws.dir, ws)
 }

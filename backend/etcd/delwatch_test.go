@@ -20,7 +20,7 @@ func TestDeletionOfEarlierKeyOfSameName(t *testing.T) {
 	b := &Backend{}
 	s := &kaSlot{}
 	// A running watch (no goroutine here): deletions from revision 1 on.
-	w := &delWatch{b: b, running: true, from: 1, recent: map[string]int64{}, recentFrom: 1}
+	w := &delWatch{b: b, watch: sharedWatch{running: true}, from: 1, recent: map[string]int64{}, recentFrom: 1}
 	const name = "fencedlock/locks/k/0000000000000001"
 	del := func(rev int64) []*clientv3.Event {
 		return []*clientv3.Event{{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(name), ModRevision: rev}}}
@@ -63,7 +63,7 @@ func TestWaiterView(t *testing.T) {
 		return m
 	}
 	running := func() *delWatch {
-		return &delWatch{b: &Backend{}, running: true, from: 1, recent: map[string]int64{}, recentFrom: 1}
+		return &delWatch{b: &Backend{}, watch: sharedWatch{running: true}, from: 1, recent: map[string]int64{}, recentFrom: 1}
 	}
 
 	t.Run("held after the last entry ahead", func(t *testing.T) {

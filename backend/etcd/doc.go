@@ -96,10 +96,31 @@
 // on the server (semaphore slots, sets of keys, read-write locks):
 // [Backend.Watch] of a name is woken by the deletion of any entry of its
 // lock queue or any key of its read-write lock. Every Watch of a Backend
-// shares one etcd watch of "locks/" and one of "rwlocks/" (started on
+// shares the deletion watch of "locks/" (below, which the lock's own
+// waiters and holders use too) and one watch of "rwlocks/" (started on
 // first use, deletions only, from the current revision), so a waiter
 // costs the server no watcher of its own; a (re)start of one of them
 // wakes every Watch, since a deletion may have been missed meanwhile.
+//
+// # Elections
+//
+// An election's terms are the grants of its lock (election.go); the
+// leader's value is a record of its own under "elections/", reported
+// only while the queue head carries the record's fence, so a record
+// outlives its term without being reported. A Campaign whose Proclaim
+// was applied but reported failed (a lost reply) releases its lease; if
+// that release fails too, the Backend revokes the lease in the
+// background, as after any failed release (bounded by CleanupTimeout),
+// which deletes the queue head: no Leader or WatchLeader reports the
+// record from then on, long before the lease would expire (clustertest's
+// TestCampaignFailedCleanupHidesRecord). Only if the revocation fails as
+// well (the cluster unreachable for CleanupTimeout) is the term reported
+// until its lease expires, at most its TTL after its last renewal (the
+// Locker stops renewing before it releases): no request could reach the
+// cluster sooner. A leader record that Proclaim did not write vouches for
+// no term: Leader returns an error wrapping [driver.ErrPermanent], and
+// WatchLeader delivers no leader, marked Missed, and reads the state
+// again when the record is rewritten.
 //
 // # One lease per grant, from a pool
 //
@@ -170,7 +191,7 @@
 // by ONE watch per Backend, on KeyPrefix+"locks/", deletions only, started
 // at the current revision (so the server keeps it synced) and dispatched by
 // key to the held lease's keeper and by queue directory to the waiters of
-// that queue.
+// that queue and to the Watch callers of its name.
 // One watch per held key, started at the revision of the grant, cost the
 // server one lagging watcher per lease and at 10,000 leases starved the
 // renewals. A keeper subscribes with the revision from which it must hear

@@ -3,6 +3,7 @@ package etcd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sync"
@@ -97,7 +98,9 @@ func (b *Backend) Leader(ctx context.Context, key string) (driver.LeaderInfo, er
 }
 
 // readLeader reads key's queue head and leader record at one revision and
-// returns the term, the head's lease and the revision.
+// returns the term, the head's lease and the revision. A malformed leader
+// record (one Proclaim did not write) is an error wrapping
+// driver.ErrPermanent, returned with the revision read.
 func (b *Backend) readLeader(ctx context.Context, key string) (driver.LeaderInfo, clientv3.LeaseID, int64, error) {
 	resp, err := b.c.Txn(ctx).Then(clientv3.OpGet(b.lockDir(key), firstCreate...), clientv3.OpGet(b.electionKey(key))).Commit()
 	if err != nil {
@@ -111,7 +114,7 @@ func (b *Backend) readLeader(ctx context.Context, key string) (driver.LeaderInfo
 	}
 	fence, holder, value, err := parseLeaderRecord(recs[0].Value)
 	if err != nil {
-		return driver.LeaderInfo{}, 0, 0, errorf("leader %q: %w", key, err)
+		return driver.LeaderInfo{}, 0, rev, errorf("leader %q: %w", key, err)
 	}
 	if len(heads) == 0 || heads[0].CreateRevision != int64(fence) {
 		return driver.LeaderInfo{Fence: fence}, 0, rev, nil // Fence: the newest term begun, for WatchLeader
@@ -125,7 +128,11 @@ func (b *Backend) readLeader(ctx context.Context, key string) (driver.LeaderInfo
 // The two are not ordered with each other; a leaderView puts their events
 // in the terms' order. Events carry no TTL. When a watch fails (a
 // compacted revision, no leader), the state is read again and delivered
-// with Missed.
+// with Missed. A leader record that Proclaim did not write (an
+// operator's, another program's under the same KeyPrefix) vouches for no
+// term: it is delivered as no leader, marked Missed, with a warning to
+// the Logger (Leader returns an error wrapping driver.ErrPermanent), and
+// the state is read again only when the record changes.
 func (b *Backend) WatchLeader(ctx context.Context, key string) (<-chan driver.LeaderEvent, func(), error) {
 	if err := driver.ValidateKey(key); err != nil {
 		return nil, nil, fmt.Errorf("etcd: watch leader: %w", err)
@@ -165,18 +172,55 @@ func (b *Backend) watchLeader(ctx context.Context, key string, info driver.Leade
 			return
 		}
 		b.followLeader(ctx, key, v, rev+1, out)
-		for { // the watch failed: read again, at most every 100ms
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			var err error
-			if info, _, rev, err = b.readLeader(ctx, key); err == nil {
-				break
-			}
+		var ok bool
+		if info, rev, ok = b.rereadLeader(ctx, key, v, out); !ok {
+			return
 		}
 		first = driver.LeaderEvent{LeaderInfo: v.reset(info), Missed: true}
+	}
+}
+
+// rereadLeader reads key's state again after its watch failed, until a
+// read succeeds (ok) or ctx ends. A failed read is tried again after
+// 100ms. A malformed leader record fails every read until it is
+// rewritten, and vouches for no term: it is delivered once as no leader,
+// marked Missed, and read again only after the record changes (a watch
+// of it), not polled.
+func (b *Backend) rereadLeader(ctx context.Context, key string, v *leaderView, out chan<- driver.LeaderEvent) (driver.LeaderInfo, int64, bool) {
+	reported := false
+	for {
+		select {
+		case <-ctx.Done():
+			return driver.LeaderInfo{}, 0, false
+		case <-time.After(100 * time.Millisecond):
+		}
+		info, _, rev, err := b.readLeader(ctx, key)
+		if err == nil {
+			return info, rev, true
+		}
+		if !errors.Is(err, driver.ErrPermanent) {
+			continue // no leader, a lost connection: read again
+		}
+		if !reported {
+			b.opts.Logger.Warn("etcd: malformed leader record; the leader watch reports no leader until it is rewritten", "key", key, "err", err)
+			if !sendEvents(ctx, out, []driver.LeaderEvent{{LeaderInfo: v.reset(driver.LeaderInfo{}), Missed: true}}) {
+				return driver.LeaderInfo{}, 0, false
+			}
+			reported = true
+		}
+		b.awaitChange(ctx, b.electionKey(key), rev+1)
+	}
+}
+
+// awaitChange waits until key is written or deleted at a revision >= rev,
+// its watch fails, or ctx ends.
+func (b *Backend) awaitChange(ctx context.Context, key string, rev int64) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for wr := range b.c.Watch(ctx, key, clientv3.WithRev(rev)) {
+		if len(wr.Events) > 0 || wr.Err() != nil || wr.Canceled {
+			return
+		}
 	}
 }
 
@@ -201,7 +245,7 @@ func (b *Backend) followLeader(ctx context.Context, key string, v *leaderView, r
 				}
 				fence, holder, value, err := parseLeaderRecord(ev.Kv.Value)
 				if err != nil {
-					return // a foreign record: read again, which reports it
+					return // a malformed record: read again, which reports it
 				}
 				evs = append(evs, v.begin(driver.LeaderInfo{Held: true, Fence: fence, Holder: holder, Value: value})...)
 			}

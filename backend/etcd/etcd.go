@@ -85,10 +85,10 @@ type Backend struct {
 	cancel   context.CancelFunc
 
 	ka kaMux    // the keepalive streams shared by all leases
-	dw delWatch // the watch reporting deletions of held keys
-	// locksNote and rwNote wake the watches of Watch (notify.go).
-	locksNote, rwNote noteWatch
-	pool              leasePool // idle leases, reused by later grants
+	dw delWatch // the watch of "locks/": deletions of held keys, for waiters and Watch
+	// rwNote wakes the watches of Watch of read-write locks (notify.go).
+	rwNote noteWatch
+	pool   leasePool // idle leases, reused by later grants
 
 	mu     sync.Mutex
 	closed bool
