@@ -48,10 +48,17 @@ type FenceRecord struct {
 	// Expires gives the record an expiry, far enough not to be reached
 	// during the test; a fence record must never expire.
 	Expires bool
+	// Absent deletes the record (Value, Foreign and Expires are then
+	// ignored). The suite makes a record absent only under a held key,
+	// whose holder was granted a fence from it: a store that lost it
+	// (an operator's DEL) cannot say which fence comes next.
+	Absent bool
 }
 
 func (r FenceRecord) String() string {
 	switch {
+	case r.Absent:
+		return "absent (deleted)"
 	case r.Foreign:
 		return "a value of another type"
 	case r.Expires:
@@ -117,7 +124,7 @@ func testFenceRecord(t *testing.T, e *env) {
 	for _, rec := range bad {
 		checkBadFenceRecord(t, e, b, fc, rec, read)
 	}
-	checkHeldRepeats(t, e, b, fc, append(bad, FenceRecord{Value: "0"}), read)
+	checkHeldRepeats(t, e, b, fc, append(bad, FenceRecord{Value: "0"}, FenceRecord{Absent: true}), read)
 	if wa, ok := e.backend(t).(driver.WaitAcquirer); ok {
 		checkHandOffs(t, e, b, wa, fc, bad, read)
 	}
@@ -233,7 +240,8 @@ func checkHandOffs(t *testing.T, e *env, b driver.Backend, wa driver.WaitAcquire
 // checkHeldRepeats puts a fence record under a key its holder holds and
 // sends the holder's Acquire again (a retry whose first reply was lost;
 // see LeaseLengths). With one of bad (or "0": no fence granted, while a
-// holder has one) it must fail with ErrPermanent, or ErrNotAcquired for a
+// holder has one; or no record at all, deleted under the holder) it must
+// fail with ErrPermanent, or ErrNotAcquired for a
 // backend that refuses every repeat, leaving the record and the holder's
 // lease as they were, or grant the holder's own fence again (a backend
 // that keeps it with the lock need not read the record); never a fence
