@@ -454,6 +454,10 @@ func (b *refBackend) acquireStore(ctx context.Context, req driver.AcquireRequest
 	if l.owner != "" {
 		defer s.mu.Unlock()
 		if l.owner == req.Owner && s.regrants() {
+			if _, bad := s.badFence[key]; bad && s.bug == bugRepeatRefusedSetsTTL {
+				l.expires = now.Add(s.enforced(req.TTL))
+				return driver.Grant{}, &driver.HeldError{Key: req.Key}
+			}
 			if rec := s.badFence[key]; s.bug == bugRepeatNeedsRecord && rec.Absent {
 				return driver.Grant{}, fmt.Errorf("ref: acquire %q: the fence record is missing", req.Key)
 			}
