@@ -112,8 +112,9 @@
 //     above the greatest fence, expiring) makes Acquire of the free key,
 //     and a WaitAcquirer's waiter on a Release's hand-off, fail with
 //     ErrPermanent, grant nothing and leave the record as it was; the
-//     holder's repeated Acquire of a held key with such a record is
-//     refused so (or as held) or granted the holder's own fence; a valid
+//     holder's repeated Acquire of a held key with such a record, or
+//     with its record deleted, is refused so (or as held) or granted the
+//     holder's own fence; a valid
 //     record's next grant is above it (at most the greatest fence).
 //   - WriteRefused: with a WriteRefuser harness, while the store refuses
 //     writes (out of memory, read-only), Acquire of a free key fails with
@@ -141,7 +142,8 @@
 //     a waiting Locker.Acquire, well before the holder's TTL;
 //     the woken waiter can take the key.
 //   - WaitAcquirer: AcquireWait is exclusive with Acquire, blocks while the
-//     key is held, grants a greater fence, serves waiters in FIFO order,
+//     key is held, grants a greater fence, serves waiters in FIFO order
+//     (also after a waiter left the queue: it takes only its own place),
 //     grants a waiter that waited longer than its TTL a live lease, and a
 //     cancel racing the grant leaves no trace.
 //   - TryFirstWaiter: TryFirst does not block; AcquireWaitHeld, called as

@@ -140,6 +140,7 @@ func testWaitAcquirer(t *testing.T, e *env) {
 	holder := e.locker(t, nil)
 	e.waitHeld(t, b1, holder, req())
 	e.waitFIFO(t, holder, req)
+	e.waitLeaveFIFO(t, holder, req)
 	e.waitPastTTL(t)
 	e.cancelRacesGrant(t, "AcquireWait", nil, func(ctx context.Context, b driver.Backend, req driver.AcquireRequest) (driver.Grant, error) {
 		return b.(driver.WaitAcquirer).AcquireWait(ctx, req)
@@ -464,6 +465,104 @@ func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() driv
 		})
 		time.Sleep(delay)
 	}
+	if err := h.Release(e.ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return order
+}
+
+// waitLeaveFIFO checks that a waiter that leaves the queue (its context
+// ended) takes only its own place with it: the waiters queued behind it
+// are granted in their order, and a waiter that queued after it left
+// comes after them (found by mutation testing of backend/redis: a
+// clean-up that removed every waiter's entry let the late waiter go
+// first). As waitFIFO, a wrong order is tried once more with 4x the delay.
+func (e *env) waitLeaveFIFO(t *testing.T, holder *fencedlock.Locker, req func() driver.AcquireRequest) {
+	t.Helper()
+	delay := e.cfg.QueueDelay
+	for attempt := 1; ; attempt++ {
+		order := e.leaveRound(t, holder, req, delay)
+		if slices.IsSorted(order) {
+			t.Logf("after the first waiter left, %d waiters granted in FIFO order %v (started %v apart)", len(order), order, delay)
+			return
+		}
+		if attempt == 2 {
+			t.Fatalf("after the first of 4 queued waiters left (its context ended), the 3 others and a 4th that queued after it left were granted in order %v, want FIFO [1 2 3 4]: the waiter that left took others' places (waiters started %v apart, after a first round with %v)", order, delay, e.cfg.QueueDelay)
+		}
+		t.Logf("after the first waiter left, waiters granted in order %v with starts %v apart; trying again with %v", order, delay, 4*delay)
+		delay *= 4
+	}
+}
+
+// leaveRound holds the key with holder, starts 4 waiters (each on its own
+// backend) delay apart, ends the first one's context and waits for it to
+// return, starts a 5th waiter, releases the key and returns the order in
+// which waiters 1 to 4 were granted it.
+func (e *env) leaveRound(t *testing.T, holder *fencedlock.Locker, req func() driver.AcquireRequest, delay time.Duration) []int {
+	t.Helper()
+	h, err := e.tryAcquire(t, holder, req().Key)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	var (
+		mu    sync.Mutex
+		order []int
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	defer wg.Wait() // after cancel below: the waiters end before the test
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	leaveCtx, leave := context.WithCancel(ctx)
+	defer leave()
+	left := make(chan waited, 1)
+	start := func(i int) {
+		b := e.backend(t)
+		w := b.(driver.WaitAcquirer)
+		if i == 0 {
+			go func() {
+				g, err := w.AcquireWait(leaveCtx, req())
+				left <- waited{g, err, time.Now()}
+			}()
+			return
+		}
+		wg.Go(func() {
+			g, err := w.AcquireWait(ctx, req())
+			if err == nil {
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				err = b.Release(ctx, g)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("waiter %d: %w", i, err))
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range 4 {
+		start(i)
+		time.Sleep(delay)
+	}
+	leave()
+	select {
+	case r := <-left:
+		if r.err == nil {
+			t.Fatalf("the first waiter was granted the key (fence %v) while its holder held it", r.g.Fence)
+		}
+		if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("the first waiter, whose context was cancelled: %v, want an error wrapping context.Canceled", r.err)
+		}
+	case <-time.After(e.ttl + e.schedAllowance()):
+		t.Fatalf("the first waiter still waiting %v after its context was cancelled", e.ttl+e.schedAllowance())
+	}
+	start(4)
+	time.Sleep(delay)
 	if err := h.Release(e.ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}

@@ -231,6 +231,7 @@ type refWaiter struct {
 	queued  time.Time
 	granted chan driver.Grant // buffered: receives the grant once
 	refused chan error        // buffered: receives the error of a refused fence record
+	dropped bool              // bugLeaveDropsOthers: removed from the queue by another waiter's leaving (s.mu)
 }
 
 func newRefStore(b bug) *refStore {
@@ -453,6 +454,13 @@ func (b *refBackend) acquireStore(ctx context.Context, req driver.AcquireRequest
 	if l.owner != "" {
 		defer s.mu.Unlock()
 		if l.owner == req.Owner && s.regrants() {
+			if _, bad := s.badFence[key]; bad && s.bug == bugRepeatRefusedSetsTTL {
+				l.expires = now.Add(s.enforced(req.TTL))
+				return driver.Grant{}, &driver.HeldError{Key: req.Key}
+			}
+			if rec := s.badFence[key]; s.bug == bugRepeatNeedsRecord && rec.Absent {
+				return driver.Grant{}, fmt.Errorf("ref: acquire %q: the fence record is missing", req.Key)
+			}
 			return s.regrant(key, req, l, now), nil
 		}
 		retry := l.expires.Sub(now)
@@ -704,6 +712,9 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequ
 		s.mu.Lock()
 		l := s.settle(key, time.Now())
 		wait := time.Until(l.expires)
+		if s.bug == bugLeaveDropsOthers {
+			wait = min(wait, s.requeue(key, l, w))
+		}
 		s.mu.Unlock()
 		timer.Reset(max(wait, time.Millisecond))
 		select {
@@ -724,6 +735,9 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequ
 					l.queue = append(l.queue[:i:i], l.queue[i+1:]...)
 					break
 				}
+			}
+			if s.bug == bugLeaveDropsOthers {
+				s.dropQueue(l)
 			}
 			if s.bug != bugCancelRaceGhost {
 				select {
@@ -923,7 +937,7 @@ func (h *refHarness) SetFenceRecord(_ context.Context, key string, rec conforman
 	defer s.mu.Unlock()
 	delete(s.badFence, key)
 	n, err := strconv.ParseUint(rec.Value, 10, 64)
-	if rec.Foreign || rec.Expires || err != nil || n == 0 || fencing.Token(n) > refMaxFence {
+	if rec.Absent || rec.Foreign || rec.Expires || err != nil || n == 0 || fencing.Token(n) > refMaxFence {
 		s.badFence[key] = rec
 		return nil
 	}

@@ -32,17 +32,31 @@ const (
 	// record the backend never wrote ("0", beyond the greatest fence)
 	// becomes a grant.
 	bugRepeatTrustsRecord bug = 1 << 23
+	// bugRepeatNeedsRecord: the holder's repeated Acquire reads the fence
+	// record to grant the holder's fence again and fails with an error
+	// that is neither ErrPermanent nor ErrNotAcquired when the record is
+	// absent (acquire.lua without its `not fence` test: `#fence` of nil
+	// fails the script, an error the Locker retries as transient).
+	bugRepeatNeedsRecord bug = 1 << 26
+	// bugRepeatRefusedSetsTTL: the holder's repeated Acquire of a key
+	// whose fence record it does not accept sets the lease to the TTL
+	// asked, then answers "held" (acquire.lua without its test of a
+	// record below 1: PEXPIRE, then a fence of 0, read as held): a
+	// refusal that shortens the holder's lease.
+	bugRepeatRefusedSetsTTL bug = 1 << 27
 )
 
 func init() {
 	correctVariants = append(correctVariants, variant{name: "regrant", make: plain(regrantRepeat)})
 	addExclusive("RepeatKeepsExpiry", "LeaseLengths", bugRepeatKeepsExpiry)  // only LeaseLengths repeats a holder's Acquire
 	addExclusive("RepeatTrustsRecord", "FenceRecord", bugRepeatTrustsRecord) // only FenceRecord puts a record under a held key
+	addExclusive("RepeatNeedsRecord", "FenceRecord", bugRepeatNeedsRecord)   // only FenceRecord deletes a held key's record
+	addExclusive("RepeatRefusedSetsTTL", "FenceRecord", bugRepeatRefusedSetsTTL)
 }
 
 // regrants reports whether the store grants a holder's repeated Acquire.
 func (s *refStore) regrants() bool {
-	return s.bug == regrantRepeat || s.bug == bugRepeatKeepsExpiry || s.bug == bugRepeatTrustsRecord
+	return s.bug == regrantRepeat || s.bug == bugRepeatKeepsExpiry || s.bug == bugRepeatTrustsRecord || s.bug == bugRepeatNeedsRecord || s.bug == bugRepeatRefusedSetsTTL
 }
 
 // regrant grants l's holder its Acquire req of key again (s.mu held): its

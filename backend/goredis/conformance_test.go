@@ -60,7 +60,7 @@ func (h *harness) lockKey(key string) string {
 // key's fence counter with the operator's client.
 func (h *harness) SetFenceRecord(ctx context.Context, key string, rec conformance.FenceRecord) error {
 	fk := h.lockKey(key) + redisnames.FenceSuffix
-	if err := h.ops.Del(ctx, fk).Err(); err != nil {
+	if err := h.ops.Del(ctx, fk).Err(); err != nil || rec.Absent {
 		return err
 	}
 	switch {

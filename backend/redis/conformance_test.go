@@ -87,7 +87,7 @@ func (h *harness) Corrupt(ctx context.Context, key string) error {
 // key's fence counter (FenceKey) with the operator's client.
 func (h *harness) SetFenceRecord(ctx context.Context, key string, rec conformance.FenceRecord) error {
 	fk := h.ops.FenceKey(key)
-	if err := h.c.Do(ctx, h.c.B().Del().Key(fk).Build()).Error(); err != nil {
+	if err := h.c.Do(ctx, h.c.B().Del().Key(fk).Build()).Error(); err != nil || rec.Absent {
 		return err
 	}
 	if rec.Foreign {

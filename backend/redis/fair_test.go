@@ -497,3 +497,51 @@ func TestFairStaleHandOffMessageIgnored(t *testing.T) {
 		t.Fatal("the waiter was not granted the lock within 10s of the release")
 	}
 }
+
+// TestFairReleaseSkipsOwnAndForeignEntries: release.lua's hand-off drops
+// an entry of the releasing owner itself (a wait.lua of that owner sent
+// twice as "new", the retry of a request whose reply was lost, leaves a
+// second entry behind the one that was granted) and an entry that is not
+// "<expiry>:<ttl>:<owner>" (written by something else than fencedlock),
+// instead of handing the lock back to the owner that releases it or
+// failing the Release halfway: the lock goes to the next live waiter, or
+// is deleted. Mutation testing (issue 35 item 5) found that nothing put
+// such entries in the queue.
+func TestFairReleaseSkipsOwnAndForeignEntries(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	b, c := newBackend(t, srv, Options{})
+	ctx := context.Background()
+	const key = "own-entry"
+	lk := b.LockKey(key)
+	q := lk + redisnames.QueueSuffix
+	for _, waiter := range []bool{false, true} {
+		h := acquire(t, b, key, 10*time.Second)
+		do(t, c, "RPUSH", q, "not-an-entry")
+		do(t, c, "RPUSH", q, "99999999999999:10000:"+h.Owner)
+		do(t, c, "PEXPIRE", q, "10000")
+		w := owner()
+		if waiter {
+			if n, err := runWait(t, b, key, w, 7*time.Second, 5*time.Second); err != nil || n != 0 {
+				t.Fatalf("wait.lua of a held key = %d, %v; want 0 (queued)", n, err)
+			}
+		}
+		if err := b.Release(ctx, h); err != nil {
+			t.Fatalf("release with its own entry and a foreign one queued (waiter behind them: %t): %v", waiter, err)
+		}
+		got, err := c.Do(ctx, c.B().Get().Key(lk).Build()).ToString()
+		switch {
+		case waiter && got != w:
+			t.Fatalf("after the release the lock holds %q (%v), want the waiter behind the owner's own entry", got, err)
+		case !waiter && !rueidis.IsRedisNil(err):
+			t.Fatalf("after the release the lock holds %q (%v), want it deleted: the releasing owner's own entry was handed the lock", got, err)
+		}
+		if n := num(t, c, "EXISTS", q); n != 0 {
+			t.Fatalf("the queue still has %d entries after the release (waiter: %t)", num(t, c, "LLEN", q), waiter)
+		}
+		if waiter {
+			if err := b.Release(ctx, driver.Grant{Key: key, Owner: w}); err != nil {
+				t.Fatalf("release by the waiter: %v", err)
+			}
+		}
+	}
+}

@@ -187,3 +187,36 @@ func TestRedisPerCallTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRedisIncrDeniedAfterSet: a user whose ACL allows SET but not INCR
+// (a least-privilege user set up without the fence counter's command)
+// takes the lock in acquire.lua and is then refused its fence. Acquire
+// must fail with ErrPermanent for the missing permission, not ErrCorrupt
+// (the counter is fine: an operator must grant INCR, not repair the
+// counter), and the lock is deleted again, the counter untouched.
+// Mutation testing (issue 35 item 5) found that nothing told the two
+// apart: every INCR error taken for a corrupt counter survived the suite
+// (both wrap ErrPermanent, which is all the driver contract asks).
+func TestRedisIncrDeniedAfterSet(t *testing.T) {
+	srv := testserver.StartRedis(t, testserver.WithConfig("user noincr on >secret ~* &* +@all -incr"))
+	c := srv.Client(t, nil)
+	b := lockerBackend(t, c)
+	nb := lockerBackend(t, srv.Client(t, func(o *rueidis.ClientOption) {
+		o.Username, o.Password = "noincr", "secret"
+	}))
+	const key = "incr-denied"
+	if err := c.Do(t.Context(), c.B().Set().Key(b.FenceKey(key)).Value("41").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := nb.Acquire(t.Context(), driver.AcquireRequest{Key: key, Owner: "incr-denied-owner", TTL: 10 * time.Second})
+	t.Logf("Acquire by a user without INCR: %v", err)
+	if !errors.Is(err, fencedlock.ErrPermanent) || errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Acquire by a user without INCR: %v, want ErrPermanent for the permission, not ErrCorrupt", err)
+	}
+	if n, err := c.Do(t.Context(), c.B().Exists().Key(b.LockKey(key)).Build()).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("the lock exists (%d, %v) after the refused INCR, want it deleted again", n, err)
+	}
+	if v, err := c.Do(t.Context(), c.B().Get().Key(b.FenceKey(key)).Build()).ToString(); err != nil || v != "41" {
+		t.Fatalf("fence counter %q (%v) after the refused INCR, want 41", v, err)
+	}
+}
