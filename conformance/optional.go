@@ -223,17 +223,27 @@ func (e *env) waitHeld(t *testing.T, b driver.Backend, holder *fencedlock.Locker
 // times; a slow registration is unlikely to be that slow twice).
 func (e *env) waitFIFO(t *testing.T, holder *fencedlock.Locker, req func() driver.AcquireRequest) {
 	t.Helper()
+	e.inOrder(t, "", "", func(delay time.Duration) []int { return e.fifoRound(t, holder, req, delay) })
+}
+
+// inOrder runs round with waiters started QueueDelay apart and requires
+// the order it returns to be sorted; if it is not, it runs round once
+// more with 4x the delay and fails if the order is wrong again. after
+// names what happened before the waiters were granted, for the log;
+// want what a wrong order means, for the failure.
+func (e *env) inOrder(t *testing.T, after, want string, round func(delay time.Duration) []int) {
+	t.Helper()
 	delay := e.cfg.QueueDelay
 	for attempt := 1; ; attempt++ {
-		order := e.fifoRound(t, holder, req, delay)
+		order := round(delay)
 		if slices.IsSorted(order) {
-			t.Logf("%d waiters granted in FIFO order %v (started %v apart)", len(order), order, delay)
+			t.Logf("%s%d waiters granted in FIFO order %v (started %v apart)", after, len(order), order, delay)
 			return
 		}
 		if attempt == 2 {
-			t.Fatalf("waiters granted in order %v, want FIFO (waiters started %v apart, after a first round with %v)", order, delay, e.cfg.QueueDelay)
+			t.Fatalf("%swaiters granted in order %v, want FIFO%s (waiters started %v apart, after a first round with %v)", after, order, want, delay, e.cfg.QueueDelay)
 		}
-		t.Logf("waiters granted in order %v with starts %v apart; trying again with %v", order, delay, 4*delay)
+		t.Logf("%swaiters granted in order %v with starts %v apart; trying again with %v", after, order, delay, 4*delay)
 		delay *= 4
 	}
 }
@@ -434,45 +444,60 @@ func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() driv
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	var (
-		mu    sync.Mutex
-		order []int
-		errs  []error
-		wg    sync.WaitGroup
-	)
-	defer wg.Wait() // after cancel below: the waiters end before the test
+	var g grantOrder
+	defer g.wg.Wait() // after cancel below: the waiters end before the test
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	for i := range waiters {
-		b := e.backend(t)
-		w := b.(driver.WaitAcquirer)
-		wg.Go(func() {
-			g, err := w.AcquireWait(ctx, req())
-			if err == nil {
-				// Recorded while holding the key, before the release
-				// hands it on: recorded after it, a waiter raced the
-				// next one (granted FIFO, reported [1 0 3 2] under load).
-				mu.Lock()
-				order = append(order, i)
-				mu.Unlock()
-				err = b.Release(ctx, g)
-			}
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("waiter %d: %w", i, err))
-				mu.Unlock()
-			}
-		})
+		g.start(ctx, e.backend(t), req(), i)
 		time.Sleep(delay)
 	}
 	if err := h.Release(e.ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	return g.result(t)
+}
+
+// grantOrder records the order in which waiters are granted a key.
+type grantOrder struct {
+	mu    sync.Mutex
+	order []int
+	errs  []error
+	wg    sync.WaitGroup
+}
+
+// start starts waiter i: AcquireWait of req on b (a WaitAcquirer), then,
+// holding the key, records i and releases it.
+func (o *grantOrder) start(ctx context.Context, b driver.Backend, req driver.AcquireRequest, i int) {
+	w := b.(driver.WaitAcquirer)
+	o.wg.Go(func() {
+		g, err := w.AcquireWait(ctx, req)
+		if err == nil {
+			// Recorded while holding the key, before the release
+			// hands it on: recorded after it, a waiter raced the
+			// next one (granted FIFO, reported [1 0 3 2] under load).
+			o.mu.Lock()
+			o.order = append(o.order, i)
+			o.mu.Unlock()
+			err = b.Release(ctx, g)
+		}
+		if err != nil {
+			o.mu.Lock()
+			o.errs = append(o.errs, fmt.Errorf("waiter %d: %w", i, err))
+			o.mu.Unlock()
+		}
+	})
+}
+
+// result waits for the waiters and returns the order they were granted
+// the key in; it fails t if any of them failed.
+func (o *grantOrder) result(t *testing.T) []int {
+	t.Helper()
+	o.wg.Wait()
+	if err := errors.Join(o.errs...); err != nil {
 		t.Fatal(err)
 	}
-	return order
+	return o.order
 }
 
 // waitLeaveFIFO checks that a waiter that leaves the queue (its context
@@ -483,19 +508,9 @@ func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() driv
 // first). As waitFIFO, a wrong order is tried once more with 4x the delay.
 func (e *env) waitLeaveFIFO(t *testing.T, holder *fencedlock.Locker, req func() driver.AcquireRequest) {
 	t.Helper()
-	delay := e.cfg.QueueDelay
-	for attempt := 1; ; attempt++ {
-		order := e.leaveRound(t, holder, req, delay)
-		if slices.IsSorted(order) {
-			t.Logf("after the first waiter left, %d waiters granted in FIFO order %v (started %v apart)", len(order), order, delay)
-			return
-		}
-		if attempt == 2 {
-			t.Fatalf("after the first of 4 queued waiters left (its context ended), the 3 others and a 4th that queued after it left were granted in order %v, want FIFO [1 2 3 4]: the waiter that left took others' places (waiters started %v apart, after a first round with %v)", order, delay, e.cfg.QueueDelay)
-		}
-		t.Logf("after the first waiter left, waiters granted in order %v with starts %v apart; trying again with %v", order, delay, 4*delay)
-		delay *= 4
-	}
+	e.inOrder(t, "after the first of 4 queued waiters left (its context ended), ",
+		" [1 2 3 4]: the 3 others, then a 4th that queued after it left; the waiter that left took others' places",
+		func(delay time.Duration) []int { return e.leaveRound(t, holder, req, delay) })
 }
 
 // leaveRound holds the key with holder, starts 4 waiters (each on its own
@@ -508,13 +523,8 @@ func (e *env) leaveRound(t *testing.T, holder *fencedlock.Locker, req func() dri
 	if err != nil {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	var (
-		mu    sync.Mutex
-		order []int
-		errs  []error
-		wg    sync.WaitGroup
-	)
-	defer wg.Wait() // after cancel below: the waiters end before the test
+	var o grantOrder
+	defer o.wg.Wait() // after cancel below: the waiters end before the test
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	leaveCtx, leave := context.WithCancel(ctx)
@@ -522,28 +532,14 @@ func (e *env) leaveRound(t *testing.T, holder *fencedlock.Locker, req func() dri
 	left := make(chan waited, 1)
 	start := func(i int) {
 		b := e.backend(t)
-		w := b.(driver.WaitAcquirer)
 		if i == 0 {
 			go func() {
-				g, err := w.AcquireWait(leaveCtx, req())
+				g, err := b.(driver.WaitAcquirer).AcquireWait(leaveCtx, req())
 				left <- waited{g, err, time.Now()}
 			}()
 			return
 		}
-		wg.Go(func() {
-			g, err := w.AcquireWait(ctx, req())
-			if err == nil {
-				mu.Lock()
-				order = append(order, i)
-				mu.Unlock()
-				err = b.Release(ctx, g)
-			}
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("waiter %d: %w", i, err))
-				mu.Unlock()
-			}
-		})
+		o.start(ctx, b, req(), i)
 	}
 	for i := range 4 {
 		start(i)
@@ -566,9 +562,5 @@ func (e *env) leaveRound(t *testing.T, holder *fencedlock.Locker, req func() dri
 	if err := h.Release(e.ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return order
+	return o.result(t)
 }
