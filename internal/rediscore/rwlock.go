@@ -140,10 +140,7 @@ var rwInspectScript = newScript(redisscript.RWInspectLua, redisscript.SHA1Hex(re
 // returned.
 func (b *Backend) InspectRW(ctx context.Context, name string) (driver.RWInfo, error) {
 	const op = "inspect read-write lock"
-	if b.c.Closed() {
-		return driver.RWInfo{}, redisscript.ErrClosed(op, name)
-	}
-	if err := redisscript.CheckInspectKey(op, name); err != nil {
+	if err := b.readable(op, name); err != nil {
 		return driver.RWInfo{}, err
 	}
 	keys := b.rwCall(name, "", driver.Read, "", "", "").Keys[:5]
