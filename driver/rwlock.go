@@ -3,6 +3,8 @@ package driver
 import (
 	"context"
 	"time"
+
+	"github.com/fencedlock/fencedlock/fencing"
 )
 
 // RWMode is the mode of a read-write lock's lease: shared or exclusive.
@@ -71,4 +73,37 @@ type RWLocker interface {
 	// is unknown), and wakes the name's watchers (see [Notifier]: the
 	// watch of a read-write lock's name is the backend's Watch of Key).
 	ReleaseRW(ctx context.Context, g Grant, m RWMode) error
+}
+
+// RWInspector is implemented by [RWLocker]s that can describe a
+// read-write lock without changing it, for tools such as `fencedlock
+// inspect`. It is optional: a backend without it holds read-write locks
+// all the same.
+type RWInspector interface {
+	// InspectRW reports the state of the read-write lock name (not the
+	// plain lock of the same name). It must not return owner tokens.
+	InspectRW(ctx context.Context, name string) (RWInfo, error)
+}
+
+// RWInfo is the state of a read-write lock's name as an [RWInspector]
+// sees it: its live leases, never an owner token.
+type RWInfo struct {
+	Writer  *RWLease  // the writer, if one holds the name
+	Readers []RWLease // the readers, by fence ascending
+	// Intents is the number of live intents of waiting writers (while one
+	// is live no new reader is granted).
+	Intents int
+	// Fence is the last fence granted on the name, read or write, where
+	// the backend keeps it (Redis, memory); 0 where it does not (etcd).
+	Fence fencing.Token
+}
+
+// Held reports whether some reader or writer holds the name.
+func (i RWInfo) Held() bool { return i.Writer != nil || len(i.Readers) > 0 }
+
+// RWLease is one live lease of a read-write lock.
+type RWLease struct {
+	Holder string        // the holder id of its owner (see [HolderID])
+	Fence  fencing.Token // the lease's fence
+	TTL    time.Duration // its remaining lease when read
 }

@@ -52,6 +52,8 @@ func TestMemoryCrashedWriterIntentExpires(t *testing.T) {
 	rwlocktest.CrashedWriterIntentExpires(t, memorySetup(t))
 }
 
+func TestMemoryInspect(t *testing.T) { rwlocktest.Inspect(t, memorySetup(t)) }
+
 // A backend without read-write locks is refused with ErrUnsupported.
 type plain struct{ driver.Backend }
 
@@ -112,6 +114,7 @@ func TestRedis(t *testing.T) {
 		{"PausedWriterRefused", rwlocktest.PausedWriterRefused},
 		{"CancelledWriterLeavesNothing", rwlocktest.CancelledWriterLeavesNothing},
 		{"CrashedWriterIntentExpires", rwlocktest.CrashedWriterIntentExpires},
+		{"Inspect", rwlocktest.Inspect},
 	}
 	for _, cl := range backendtest.RedisClients {
 		for _, sc := range scenarios {

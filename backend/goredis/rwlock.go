@@ -26,3 +26,11 @@ func (b *Backend) RenewRW(ctx context.Context, g driver.Grant, m driver.RWMode, 
 func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode) error {
 	return b.core.ReleaseRW(ctx, g, m)
 }
+
+var _ driver.RWInspector = (*Backend)(nil)
+
+// InspectRW reports the state of the read-write lock name without
+// changing it (see backend/redis.Backend.InspectRW).
+func (b *Backend) InspectRW(ctx context.Context, name string) (driver.RWInfo, error) {
+	return b.core.InspectRW(ctx, name)
+}

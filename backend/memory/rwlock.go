@@ -1,8 +1,10 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
@@ -152,4 +154,40 @@ func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode
 	}
 	s.wake(g.Key)
 	return nil
+}
+
+var _ driver.RWInspector = (*Backend)(nil)
+
+// InspectRW implements [driver.RWInspector]: the live writer, readers and
+// intents of name, and its last fence. It changes nothing.
+func (b *Backend) InspectRW(ctx context.Context, name string) (driver.RWInfo, error) {
+	s, now, err := b.lock(ctx)
+	if err != nil {
+		return driver.RWInfo{}, err
+	}
+	defer s.mu.Unlock()
+	n := s.rw[name]
+	if n == nil {
+		return driver.RWInfo{}, nil
+	}
+	lease := func(e entry) driver.RWLease {
+		return driver.RWLease{Holder: driver.HolderID(e.owner), Fence: e.fence, TTL: e.expires.Sub(now)}
+	}
+	info := driver.RWInfo{Fence: n.fence}
+	if n.writer.owner != "" && now.Before(n.writer.expires) {
+		w := lease(n.writer)
+		info.Writer = &w
+	}
+	for _, e := range n.readers {
+		if now.Before(e.expires) {
+			info.Readers = append(info.Readers, lease(e))
+		}
+	}
+	slices.SortFunc(info.Readers, func(a, b driver.RWLease) int { return cmp.Compare(a.Fence, b.Fence) })
+	for _, exp := range n.intents {
+		if now.Before(exp) {
+			info.Intents++
+		}
+	}
+	return info, nil
 }

@@ -34,3 +34,12 @@ func (b *Backend) RenewRW(ctx context.Context, g driver.Grant, m driver.RWMode, 
 func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode) error {
 	return b.core.ReleaseRW(ctx, g, m)
 }
+
+var _ driver.RWInspector = (*Backend)(nil)
+
+// InspectRW reports the live writer, readers (holder ids, fences,
+// remaining leases) and waiting writers' intents of the read-write lock
+// name, and its last fence, without changing anything (one script call).
+func (b *Backend) InspectRW(ctx context.Context, name string) (driver.RWInfo, error) {
+	return b.core.InspectRW(ctx, name)
+}

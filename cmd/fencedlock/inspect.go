@@ -22,10 +22,16 @@ Show whether the lock KEY is held, the holder id (a non-secret hash of the
 owner token; the token itself is never shown), the remaining lease, and the
 last fencing token granted on KEY. Nothing is changed on the server.
 
-With --watch it follows KEY until interrupted (SIGINT, SIGTERM; exit 0),
-printing one line (or JSON object) with the time each time the state
-changes: taken, released or expired, taken over by another holder (a new
-fence). It reads the state every --interval; a renewal is not a change.
+It also shows the read-write lock KEY (run --read/--write KEY), which is
+a distinct lock of the same name, where the backend can describe it
+(Redis, etcd, memory): its mode, each reader's or the writer's holder id, fence
+and remaining lease, and how many writers wait. "kind" says which of the
+two exist: lock, rwlock, lock+rwlock or none.
+
+With --watch it follows the lock KEY (not the read-write lock) until
+interrupted (SIGINT, SIGTERM; exit 0), printing one line (or JSON object)
+with the time each time the state changes: taken, released or expired,
+taken over by another holder (a new fence). It reads the state every --interval; a renewal is not a change.
 
 With --limit N it shows the N permits of the semaphore KEY (as run --limit
 N takes them): for each slot 0..N-1, its lock KEY/permit/SLOT's holder id,
@@ -42,7 +48,11 @@ Examples:
 
 JSON output (--json): {"key":"orders","held":true,"holder":"3f2a9c0e1b7d4a65","ttl_ms":8123,"fence":42}
 ("holder" and "ttl_ms" are omitted when the lock is free; "fence" is 0 if no lease was ever granted).
-With --watch, one such object per change and line, with "at" (RFC 3339) added.
+Without --watch, --limit and --leader, plus "kind" and, if the read-write lock KEY exists, "rwlock":
+  {...,"kind":"lock+rwlock","rwlock":{"key":"orders","kind":"rwlock","held":true,"mode":"read",
+   "readers":[{"holder":"6d68b0bd3ab9a836","fence":1,"ttl_ms":27841},...],"writers_waiting":1,"fence":2}}
+  ("mode" is "read" or "write", "writer" replaces "readers" in write mode).
+With --watch, one such object (without "kind") per change and line, with "at" (RFC 3339) added.
 With --limit, one such object per slot and line, with "semaphore" and "slot" added.
 With --leader: {"election":"jobs","held":true,"value":"node-1:8080","fence":7,"holder":"...","ttl_ms":8123}.
 
@@ -56,6 +66,10 @@ type inspectOutput struct {
 	Holder string     `json:"holder,omitempty"`
 	TTLms  int64      `json:"ttl_ms,omitempty"`
 	Fence  uint64     `json:"fence"`
+	// Kind and RW: inspect KEY only. Kind says which of the lock KEY and
+	// the read-write lock KEY exist (lockKind); RW is the latter, if so.
+	Kind string    `json:"kind,omitempty"`
+	RW   *rwOutput `json:"rwlock,omitempty"`
 }
 
 // inspect is the inspect command: KEY's holder, lease and last fence,
@@ -130,7 +144,17 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.readFailed(cfg, err)
 	}
-	return e.printInfo(key, info, jsonOut)
+	var rw *rwOutput
+	if ri, ok := b.(driver.RWInspector); ok {
+		rinfo, err := ri.InspectRW(ictx, key)
+		if err != nil {
+			return e.readFailed(cfg, err)
+		}
+		if o := newRWOutput(key, rinfo); o.exists() {
+			rw = &o
+		}
+	}
+	return e.printInfo(key, info, rw, jsonOut)
 }
 
 // readFailed reports that inspect could not read the server and returns
@@ -140,34 +164,47 @@ func (e *env) readFailed(cfg backendConfig, err error) int {
 	return exitBackend
 }
 
-// printInfo prints what inspect found of key, as text or JSON, and
-// returns inspect's exit code.
-func (e *env) printInfo(key string, info driver.Info, jsonOut bool) int {
-	out := inspectOutput{Key: key, Held: info.Held, Fence: uint64(info.Fence)}
-	if info.Held {
-		out.Holder = info.Holder
-		out.TTLms = info.TTL.Milliseconds()
-	}
+// printInfo prints what inspect found of key, the lock and, if rw is not
+// nil, the read-write lock of that name, as text or JSON, and returns
+// inspect's exit code: 0 if either is held.
+func (e *env) printInfo(key string, info driver.Info, rw *rwOutput, jsonOut bool) int {
+	out := lockOutput(key, info)
+	lock := info.Held || info.Fence != 0
+	out.Kind, out.RW = lockKind(lock, rw != nil), rw
+	held := heldCode(info.Held || (rw != nil && rw.Held))
 	if jsonOut {
-		enc := json.NewEncoder(e.stdout)
-		if err := enc.Encode(out); err != nil {
-			fmt.Fprintf(e.stderr, "fencedlock inspect: %v\n", err)
-			return exitFailure
+		return e.printJSON("inspect", out, held)
+	}
+	fmt.Fprintf(e.stdout, "key:     %q\nkind:    %s\n", key, kindText(key, lock, rw != nil))
+	if rw != nil && lock {
+		fmt.Fprintf(e.stdout, "lock %q:\n", key)
+	}
+	if rw == nil || lock {
+		if info.Held {
+			fmt.Fprintf(e.stdout, "held:    yes\nholder:  %s\nttl:     %v\n", info.Holder, human.Duration(info.TTL))
+		} else {
+			fmt.Fprintf(e.stdout, "held:    no\n")
 		}
-		return heldCode(info.Held)
+		if info.Fence == 0 {
+			fmt.Fprintf(e.stdout, "fence:   none granted yet\n")
+		} else {
+			fmt.Fprintf(e.stdout, "fence:   %v (last granted)\n", info.Fence)
+		}
 	}
-	fmt.Fprintf(e.stdout, "key:     %q\n", key)
-	if info.Held {
-		fmt.Fprintf(e.stdout, "held:    yes\nholder:  %s\nttl:     %v\n", info.Holder, human.Duration(info.TTL))
-	} else {
-		fmt.Fprintf(e.stdout, "held:    no\n")
+	if rw != nil {
+		printRWText(e.stdout, *rw)
 	}
-	if info.Fence == 0 {
-		fmt.Fprintf(e.stdout, "fence:   none granted yet\n")
-	} else {
-		fmt.Fprintf(e.stdout, "fence:   %v (last granted)\n", info.Fence)
+	return held
+}
+
+// printJSON prints v as one JSON line for cmd and returns code, or
+// exitFailure if it could not be written.
+func (e *env) printJSON(cmd string, v any, code int) int {
+	if err := json.NewEncoder(e.stdout).Encode(v); err != nil {
+		fmt.Fprintf(e.stderr, "fencedlock %s: %v\n", cmd, err)
+		return exitFailure
 	}
-	return heldCode(info.Held)
+	return code
 }
 
 // heldCode is inspect's exit code: 0 held, 1 free, as test(1) answers.
@@ -215,10 +252,8 @@ func (e *env) watch(ctx context.Context, in driver.Inspector, key string, interv
 			failing = false
 		}
 		now := time.Now().UTC()
-		out := inspectOutput{At: &now, Key: key, Held: info.Held, Fence: uint64(info.Fence)}
-		if info.Held {
-			out.Holder, out.TTLms = info.Holder, info.TTL.Milliseconds()
-		}
+		out := lockOutput(key, info)
+		out.At = &now
 		if last != nil && last.Held == out.Held && last.Holder == out.Holder && last.Fence == out.Fence {
 			continue // unchanged (a renewal only moves the TTL)
 		}

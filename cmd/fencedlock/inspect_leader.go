@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/human"
@@ -45,11 +44,7 @@ func (e *env) inspectLeader(ctx context.Context, b driver.Backend, cfg backendCo
 		out.Value, out.Fence, out.Holder, out.TTLms = string(info.Value), uint64(info.Fence), info.Holder, info.TTL.Milliseconds()
 	}
 	if jsonOut {
-		if err := json.NewEncoder(e.stdout).Encode(out); err != nil {
-			fmt.Fprintf(e.stderr, "fencedlock inspect: %v\n", err)
-			return exitFailure
-		}
-		return heldCode(info.Held)
+		return e.printJSON("inspect", out, heldCode(info.Held))
 	}
 	fmt.Fprintf(e.stdout, "election: %q\n", name)
 	if !info.Held {

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -37,14 +36,12 @@ func (e *env) inspectPermits(ctx context.Context, in driver.Inspector, cfg backe
 		fmt.Fprintf(e.stdout, "semaphore %q, limit %d\n%-5s %-8s %-17s %-20s %s\n", name, limit, "slot", "held", "holder", "fence", "ttl")
 	}
 	for i, info := range infos {
-		out := permitOutput{Semaphore: name, Slot: i, inspectOutput: inspectOutput{Key: semaphore.SlotKey(name, i), Held: info.Held, Fence: uint64(info.Fence)}}
+		out := permitOutput{Semaphore: name, Slot: i, inspectOutput: lockOutput(semaphore.SlotKey(name, i), info)}
 		if info.Held {
 			held++
-			out.Holder, out.TTLms = info.Holder, info.TTL.Milliseconds()
 		}
 		if jsonOut {
-			if err := json.NewEncoder(e.stdout).Encode(out); err != nil {
-				fmt.Fprintf(e.stderr, "fencedlock inspect: %v\n", err)
+			if e.printJSON("inspect", out, exitOK) != exitOK {
 				return exitFailure
 			}
 			continue

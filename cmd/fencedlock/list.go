@@ -19,25 +19,30 @@ import (
 	etcdb "github.com/fencedlock/fencedlock/backend/etcd"
 	redisb "github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/redisnames"
 )
 
 const listHeader = `Usage: fencedlock list [flags] [PREFIX]
 
 List the locks whose name starts with PREFIX (all of them without it): held
 or free, the holder id, the remaining lease, and the last fence granted.
-Nothing is changed on the server.
+Read-write locks (run --read/--write) are listed too, one row per reader or
+writer (HELD is its mode: read or write), marked "(read-write lock)" after
+the key, with the number of writers waiting. Nothing is changed on the
+server.
 
 It is built to be safe on a production server with millions of keys:
-  Redis: SCAN (never KEYS) with MATCH on the lock keys and fence counters
-         under the key prefix, --count keys examined per call, --pace between
+  Redis: SCAN (never KEYS) with MATCH on the lock keys, fence counters and
+         read-write lock keys under the key prefix, --count keys examined per call, --pace between
          calls, on every node of a Cluster; each lock found is then inspected
          (one script call).
-  etcd:  ranges of at most --count keys under <prefix>locks/, keys only,
-         --pace between them; a free lock leaves no key on etcd, so only held
-         and waited-for locks are listed (fence 0 once free).
+  etcd:  ranges of at most --count keys under <prefix>locks/, then under
+         <prefix>rwlocks/, keys only, --pace between them; a free lock leaves
+         no key on etcd, so only held and waited-for locks are listed (fence 0
+         once free).
   PostgreSQL: pages of --count keys (an index range scan of both tables, in
          byte order), --pace between them; every key ever granted is listed,
-         held or free, with its last fence.
+         held or free, with its last fence (it holds no read-write locks).
 It stops after --max locks (saying so on standard error and exiting 1) or
 --timeout. A lock that changes while the listing runs is shown as it was
 when it was inspected.
@@ -50,6 +55,8 @@ Examples:
 
 JSON output (--json): one object per lock and line, as "fencedlock inspect --json" prints:
   {"key":"nightly/report","held":true,"holder":"3f2a9c0e1b7d4a65","ttl_ms":8123,"fence":42}
+and for a read-write lock, the "rwlock" object of "fencedlock inspect --json":
+  {"key":"cfg","kind":"rwlock","held":true,"mode":"write","writer":{"holder":"26c48e30c6b3be23","fence":3,"ttl_ms":29790},"fence":3}
 
 ` + listExitCodes
 
@@ -99,11 +106,8 @@ func (e *env) list(ctx context.Context, args []string) int {
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	out := &listPrinter{w: e.stdout, json: jsonOut}
-	var (
-		n   int
-		err error
-	)
+	sink := &listSink{f: f, p: &listPrinter{w: e.stdout, json: jsonOut}}
+	var err error
 	if cfg.redisURL != "" {
 		var (
 			client rueidis.Client
@@ -113,14 +117,15 @@ func (e *env) list(ctx context.Context, args []string) int {
 			return e.openError("list", err)
 		}
 		defer func() { _ = b.Close(); client.Close() }()
-		n, err = listRedis(ctx, client, b, prefix, f, out.print)
+		sink.in, sink.rw = b, b
+		err = listRedis(ctx, client, b, prefix, sink)
 	} else if cfg.postgresURL != "" {
 		b, closeBackend, oerr := e.open(ctx, cfg)
 		if oerr != nil {
 			return e.openError("list", oerr)
 		}
 		defer closeBackend()
-		n, err = listPostgres(ctx, b, prefix, f, out.print)
+		err = listPostgres(ctx, b, prefix, sink)
 	} else {
 		octx, ocancel := openContext(ctx)
 		client, b, derr := dialEtcd(octx, cfg)
@@ -129,14 +134,15 @@ func (e *env) list(ctx context.Context, args []string) int {
 			return e.openError("list", derr)
 		}
 		defer func() { _ = b.Close(); client.Close() }()
-		n, err = listEtcd(ctx, client, b, prefix, f, out.print)
+		sink.in, sink.rw = b, b
+		err = listEtcd(ctx, client, b, prefix, sink)
 	}
 	switch {
 	case err == errListMax:
 		fmt.Fprintf(e.stderr, "fencedlock list: stopped after --max %d locks: the listing is incomplete\n", f.max)
 		return exitFailure
 	case err != nil && ctx.Err() != nil:
-		fmt.Fprintf(e.stderr, "fencedlock list: stopped after --timeout %v with %d locks listed: the listing is incomplete (%s)\n", f.timeout, n, errText(err))
+		fmt.Fprintf(e.stderr, "fencedlock list: stopped after --timeout %v with %d locks listed: the listing is incomplete (%s)\n", f.timeout, sink.n, errText(err))
 		return exitFailure
 	case err != nil:
 		fmt.Fprintf(e.stderr, "fencedlock list: %s\n(check that the server at %s is reachable and the credentials are right)\n", errText(err), cfg.describe())
@@ -162,69 +168,146 @@ func pause(ctx context.Context, d time.Duration) error {
 
 var errListMax = fmt.Errorf("fencedlock list: --max reached")
 
-// listPrinter prints locks as a table or as JSON lines.
+// listPrinter prints locks and read-write locks as a table or as JSON
+// lines.
 type listPrinter struct {
 	w      io.Writer
 	json   bool
 	header bool
 }
 
+// listRow is one row of list's table.
+type listRow struct {
+	held, holder, ttl string
+	fence             uint64
+	key, note         string // note: after the key, in parentheses, if not ""
+}
+
 func (p *listPrinter) print(o inspectOutput) error {
 	if p.json {
 		return json.NewEncoder(p.w).Encode(o)
 	}
+	r := listRow{held: "no", holder: "-", ttl: "-", fence: o.Fence, key: o.Key}
+	if o.Held {
+		r.held, r.holder, r.ttl = "yes", o.Holder, human.Duration(time.Duration(o.TTLms)*time.Millisecond).String()
+		if r.holder == "" {
+			r.holder = "?"
+		}
+	}
+	return p.rows(r)
+}
+
+// printRW prints the read-write lock o: one JSON line, or a row per lease.
+func (p *listPrinter) printRW(o rwOutput) error {
+	if p.json {
+		return json.NewEncoder(p.w).Encode(o)
+	}
+	return p.rows(listRWRows(o)...)
+}
+
+func (p *listPrinter) rows(rows ...listRow) error {
 	if !p.header {
 		fmt.Fprintf(p.w, "%-5s %-16s %10s %8s  %s\n", "HELD", "HOLDER", "TTL", "FENCE", "KEY")
 		p.header = true
 	}
-	held, holder, ttl := "no", "-", "-"
-	if o.Held {
-		held, holder, ttl = "yes", o.Holder, human.Duration(time.Duration(o.TTLms)*time.Millisecond).String()
-		if holder == "" {
-			holder = "?"
+	for _, r := range rows {
+		note := ""
+		if r.note != "" {
+			note = " (" + r.note + ")"
 		}
-	}
-	_, err := fmt.Fprintf(p.w, "%-5s %-16s %10s %8d  %q\n", held, holder, ttl, o.Fence, o.Key)
-	return err
-}
-
-// inspectLocks inspects names (sorted) and prints each; it returns how many
-// it printed, errListMax once *n reaches f.max.
-func inspectLocks(ctx context.Context, in driver.Inspector, names []string, n *int, f listFlags, print func(inspectOutput) error) error {
-	sort.Strings(names)
-	for _, name := range names {
-		if *n >= f.max {
-			return errListMax
-		}
-		ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
-		info, err := in.Inspect(ictx, name)
-		cancel()
-		if err != nil {
+		if _, err := fmt.Fprintf(p.w, "%-5s %-16s %10s %8d  %q%s\n", r.held, r.holder, r.ttl, r.fence, r.key, note); err != nil {
 			return err
 		}
-		o := inspectOutput{Key: name, Held: info.Held, Fence: uint64(info.Fence)}
-		if info.Held {
-			o.Holder, o.TTLms = info.Holder, info.TTL.Milliseconds()
-		}
-		if err := print(o); err != nil {
-			return err
-		}
-		*n++
 	}
 	return nil
 }
 
-// listRedis scans every node for the lock keys and fence counters of names
-// starting with prefix, page by page, and inspects the names found.
-func listRedis(ctx context.Context, client rueidis.Client, b *redisb.Backend, prefix string, f listFlags, print func(inspectOutput) error) (int, error) {
+// listed is a name found by a listing: a lock's, or a read-write lock's.
+type listed struct {
+	name string
+	rw   bool
+}
+
+// listSink inspects what a listing found and prints it, counting up to
+// --max.
+type listSink struct {
+	f  listFlags
+	n  int
+	in driver.Inspector
+	rw driver.RWInspector // nil: the backend describes no read-write lock
+	p  *listPrinter
+}
+
+// inspect inspects names (sorted by name, a lock before the read-write
+// lock of the same name) and prints each; errListMax once s.n reaches
+// --max. A read-write lock the backend no longer remembers is skipped.
+func (s *listSink) inspect(ctx context.Context, names []listed) error {
+	sort.Slice(names, func(i, j int) bool {
+		if names[i].name != names[j].name {
+			return names[i].name < names[j].name
+		}
+		return !names[i].rw && names[j].rw
+	})
+	for _, l := range names {
+		if s.n >= s.f.max {
+			return errListMax
+		}
+		ictx, cancel := context.WithTimeout(ctx, inspectTimeout)
+		err := s.one(ictx, l)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// one inspects and prints l.
+func (s *listSink) one(ctx context.Context, l listed) error {
+	if l.rw {
+		if s.rw == nil {
+			return nil
+		}
+		info, err := s.rw.InspectRW(ctx, l.name)
+		if err != nil {
+			return err
+		}
+		o := newRWOutput(l.name, info)
+		if !o.exists() {
+			return nil
+		}
+		s.n++
+		return s.p.printRW(o)
+	}
+	info, err := s.in.Inspect(ctx, l.name)
+	if err != nil {
+		return err
+	}
+	s.n++
+	return s.p.print(lockOutput(l.name, info))
+}
+
+// lockOutput is inspect's output of the lock key as info describes it.
+func lockOutput(key string, info driver.Info) inspectOutput {
+	o := inspectOutput{Key: key, Held: info.Held, Fence: uint64(info.Fence)}
+	if info.Held {
+		o.Holder, o.TTLms = info.Holder, info.TTL.Milliseconds()
+	}
+	return o
+}
+
+// listRedis scans every node for the keys of the locks (lock key, fence
+// counter) and read-write locks (writer, readers, counter, intents) of
+// names starting with prefix, page by page, and inspects the names found.
+func listRedis(ctx context.Context, client rueidis.Client, b *redisb.Backend, prefix string, sink *listSink) error {
 	kp := b.Options().KeyPrefix
 	// Escaped names: "{" and "}" never appear unescaped inside one, so the
-	// lock key is the one ending in "}" and the counter the one ending in
-	// "}:fence"; other keys (channels, abandoned sets) are ignored.
+	// lock key is the one ending in "}", its counter the one ending in
+	// "}:fence", and a read-write lock's keys end in "}:rw:..."; other keys
+	// (channels, abandoned sets, readers' fences) are ignored.
 	lockPrefix := strings.TrimSuffix(b.LockKey(prefix+"x"), "x}")
 	match := globEscape(lockPrefix) + "*"
-	seen := make(map[string]bool)
-	n := 0
+	seen := make(map[listed]bool)
 	nodes := client.Nodes()
 	addrs := make([]string, 0, len(nodes))
 	for addr := range nodes {
@@ -236,46 +319,50 @@ func listRedis(ctx context.Context, client rueidis.Client, b *redisb.Backend, pr
 		var cursor uint64
 		for first := true; first || cursor != 0; first = false {
 			if !first {
-				if err := pause(ctx, f.pace); err != nil {
-					return n, err
+				if err := pause(ctx, sink.f.pace); err != nil {
+					return err
 				}
 			}
-			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(match).Count(f.count).Build()).AsScanEntry()
+			e, err := node.Do(ctx, node.B().Scan().Cursor(cursor).Match(match).Count(sink.f.count).Build()).AsScanEntry()
 			if err != nil {
-				return n, fmt.Errorf("redis: scan %s: %w", addr, err)
+				return fmt.Errorf("redis: scan %s: %w", addr, err)
 			}
 			cursor = e.Cursor
-			var names []string
+			var names []listed
 			for _, k := range e.Elements {
+				k, rw := cutRWSuffix(k)
+				if !rw {
+					k = strings.TrimSuffix(k, redisnames.FenceSuffix)
+				}
 				esc, ok := strings.CutSuffix(k, "}")
 				if !ok {
-					if esc, ok = strings.CutSuffix(k, "}:fence"); !ok {
-						continue
-					}
+					continue
 				}
 				esc, ok = strings.CutPrefix(esc, kp+"{")
 				if !ok || strings.ContainsAny(esc, "{}") {
 					continue
 				}
-				names = addLockName(names, esc, prefix, seen)
+				names = addName(names, esc, rw, prefix, seen)
 			}
-			if err := inspectLocks(ctx, b, names, &n, f, print); err != nil {
-				return n, err
+			if err := sink.inspect(ctx, names); err != nil {
+				return err
 			}
 		}
 	}
-	return n, nil
+	return nil
 }
 
-// addLockName appends to names the lock name that esc escapes (as in the
-// backend's keys) if it starts with prefix and was not seen yet.
-func addLockName(names []string, esc, prefix string, seen map[string]bool) []string {
+// addName appends to names the lock (or, if rw, read-write lock) name that
+// esc escapes (as in the backend's keys) if it starts with prefix and was
+// not seen yet.
+func addName(names []listed, esc string, rw bool, prefix string, seen map[listed]bool) []listed {
 	name, err := url.PathUnescape(esc)
-	if err != nil || !strings.HasPrefix(name, prefix) || seen[name] {
+	l := listed{name: name, rw: rw}
+	if err != nil || !strings.HasPrefix(name, prefix) || seen[l] {
 		return names
 	}
-	seen[name] = true
-	return append(names, name)
+	seen[l] = true
+	return append(names, l)
 }
 
 // globEscape escapes the glob characters of SCAN MATCH.
@@ -292,37 +379,40 @@ func globEscape(s string) string {
 }
 
 // listEtcd ranges over <prefix>locks/<escaped PREFIX>, keys only, a page at
-// a time, and inspects each lock directory found.
-func listEtcd(ctx context.Context, client *clientv3.Client, b *etcdb.Backend, prefix string, f listFlags, print func(inspectOutput) error) (int, error) {
-	base := b.Options().KeyPrefix + "locks/"
-	start := base + url.PathEscape(prefix)
-	end := clientv3.GetPrefixRangeEnd(start)
-	seen := make(map[string]bool)
-	n := 0
-	for first := true; ; first = false {
-		if !first {
-			if err := pause(ctx, f.pace); err != nil {
-				return n, err
+// a time, and inspects each lock directory found; then over
+// <prefix>rwlocks/<escaped PREFIX> for the read-write locks.
+func listEtcd(ctx context.Context, client *clientv3.Client, b *etcdb.Backend, prefix string, sink *listSink) error {
+	for _, dir := range []listed{{name: "locks/"}, {name: "rwlocks/", rw: true}} {
+		base := b.Options().KeyPrefix + dir.name
+		start := base + url.PathEscape(prefix)
+		end := clientv3.GetPrefixRangeEnd(start)
+		seen := make(map[listed]bool)
+		for first := true; ; first = false {
+			if !first {
+				if err := pause(ctx, sink.f.pace); err != nil {
+					return err
+				}
 			}
-		}
-		resp, err := client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(f.count),
-			clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-		if err != nil {
-			return n, fmt.Errorf("etcd: range %q: %w", start, err)
-		}
-		var names []string
-		for _, kv := range resp.Kvs {
-			rest := strings.TrimPrefix(string(kv.Key), base)
-			if esc, _, ok := strings.Cut(rest, "/"); ok {
-				names = addLockName(names, esc, prefix, seen)
+			resp, err := client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(sink.f.count),
+				clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+			if err != nil {
+				return fmt.Errorf("etcd: range %q: %w", start, err)
 			}
+			var names []listed
+			for _, kv := range resp.Kvs {
+				rest := strings.TrimPrefix(string(kv.Key), base)
+				if esc, _, ok := strings.Cut(rest, "/"); ok {
+					names = addName(names, esc, dir.rw, prefix, seen)
+				}
+			}
+			if err := sink.inspect(ctx, names); err != nil {
+				return err
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 		}
-		if err := inspectLocks(ctx, b, names, &n, f, print); err != nil {
-			return n, err
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return n, nil
-		}
-		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+	return nil
 }

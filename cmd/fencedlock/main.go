@@ -151,8 +151,8 @@ const runExitCodes = `Exit codes:
 `
 
 const inspectExitCodes = `Exit codes (as test(1): usable in "if fencedlock inspect KEY; then ..."):
-  0        the key is held
-  1        the key is free
+  0        the key is held (the lock KEY, or the read-write lock KEY in either mode)
+  1        the key is free (both)
   0        --watch: interrupted (SIGINT, SIGTERM)
   64       usage error (bad flag, key or URL)
   69       backend error (cannot reach or use the server)

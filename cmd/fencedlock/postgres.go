@@ -145,27 +145,32 @@ type keyLister interface {
 
 // listPostgres pages through the lock keys starting with prefix
 // (postgres.Backend.Keys, f.count a page) and inspects each.
-func listPostgres(ctx context.Context, db driver.Backend, prefix string, f listFlags, print func(inspectOutput) error) (int, error) {
+func listPostgres(ctx context.Context, db driver.Backend, prefix string, sink *listSink) error {
 	b, ok := db.(keyLister)
 	if !ok {
-		return 0, fmt.Errorf("the backend cannot list its keys")
+		return fmt.Errorf("the backend cannot list its keys")
 	}
-	n, after := 0, ""
+	sink.in = b
+	f, after := sink.f, ""
 	for first := true; ; first = false {
 		if !first {
 			if err := pause(ctx, f.pace); err != nil {
-				return n, err
+				return err
 			}
 		}
 		keys, err := b.Keys(ctx, prefix, after, int(f.count))
 		if err != nil {
-			return n, err
+			return err
 		}
-		if err := inspectLocks(ctx, b, keys, &n, f, print); err != nil {
-			return n, err
+		names := make([]listed, len(keys))
+		for i, k := range keys {
+			names[i] = listed{name: k}
+		}
+		if err := sink.inspect(ctx, names); err != nil {
+			return err
 		}
 		if len(keys) < int(f.count) {
-			return n, nil
+			return nil
 		}
 		after = keys[len(keys)-1]
 	}

@@ -33,3 +33,23 @@ func init() {
 		},
 	})
 }
+
+// The read-write lock's inspection (driver.RWInspector), read only.
+func init() {
+	scripts = append(scripts, Script{
+		Name:    "rwinspect",
+		Summary: "Read the state of a read-write lock without changing it.",
+		Keys: []Param{
+			{"writer key", "the writer (lock key .. \":rw:writer\")"},
+			{"readers key", "the readers: a sorted set of owner tokens scored by lease expiry in server milliseconds (same hash slot)"},
+			{"fences key", "the readers' fences: a hash of owner token to fence (same hash slot)"},
+			{"fence key", "the fence counter of readers and writers (same hash slot)"},
+			{"intents key", "waiting writers' intents: a sorted set of owner tokens scored by expiry in server milliseconds (same hash slot)"},
+		},
+		Returns: []string{
+			"{writer or nil, PTTL of the writer key, fence counter or nil, live intents,",
+			" then for each live reader: owner, remaining lease in ms, fence or nil}",
+			"The caller must not reveal the owner tokens.",
+		},
+	})
+}

@@ -159,13 +159,19 @@ func (b *Backend) release(ctx context.Context, g driver.Grant) (int64, error) {
 	return n, nil
 }
 
+// readable checks, before op reads key (Inspect, Leader, InspectRW,
+// RetireFence), that the backend is open and key valid.
+func (b *Backend) readable(op, key string) error {
+	if b.c.Closed() {
+		return redisscript.ErrClosed(op, key)
+	}
+	return redisscript.CheckInspectKey(op, key)
+}
+
 // Inspect reports the state of key without changing it (inspect.lua).
 func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) {
 	const op = "inspect"
-	if b.c.Closed() {
-		return driver.Info{}, redisscript.ErrClosed(op, key)
-	}
-	if err := redisscript.CheckInspectKey(op, key); err != nil {
+	if err := b.readable(op, key); err != nil {
 		return driver.Info{}, err
 	}
 	lk := redisscript.LockKey(b.opts.KeyPrefix, key)
@@ -181,10 +187,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (driver.Info, error) 
 // *[driver.HeldError].
 func (b *Backend) RetireFence(ctx context.Context, key string) (fencing.Token, error) {
 	const op = "retire fence"
-	if b.c.Closed() {
-		return 0, redisscript.ErrClosed(op, key)
-	}
-	if err := redisscript.CheckInspectKey(op, key); err != nil {
+	if err := b.readable(op, key); err != nil {
 		return 0, err
 	}
 	c := b.newCall(key)

@@ -81,11 +81,7 @@ func (b *Backend) Proclaim(ctx context.Context, key string, fence fencing.Token,
 // Leader reports key's current term (leader.lua: the lock, its counter
 // and the leader record read at once).
 func (b *Backend) Leader(ctx context.Context, key string) (driver.LeaderInfo, error) {
-	const op = "leader"
-	if b.c.Closed() {
-		return driver.LeaderInfo{}, redisscript.ErrClosed(op, key)
-	}
-	if err := redisscript.CheckInspectKey(op, key); err != nil {
+	if err := b.readable("leader", key); err != nil {
 		return driver.LeaderInfo{}, err
 	}
 	r, err := b.readLeader(ctx, key)

@@ -130,3 +130,23 @@ func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode
 	}
 	return nil
 }
+
+// rwInspectScript is rwinspect.lua; it changes nothing, so may run twice.
+var rwInspectScript = newScript(redisscript.RWInspectLua, redisscript.SHA1Hex(redisscript.RWInspectLua), true)
+
+// InspectRW reports the live writer, readers and intents of the
+// read-write lock name and its fence counter (rwinspect.lua), without
+// changing them; owner tokens are read but only their holder ids
+// returned.
+func (b *Backend) InspectRW(ctx context.Context, name string) (driver.RWInfo, error) {
+	const op = "inspect read-write lock"
+	if err := b.readable(op, name); err != nil {
+		return driver.RWInfo{}, err
+	}
+	keys := b.rwCall(name, "", driver.Read, "", "", "").Keys[:5]
+	vals, err := b.c.Eval(ctx, rwInspectScript, keys, nil)
+	if err != nil {
+		return driver.RWInfo{}, b.c.Wrap(op, name, err)
+	}
+	return redisscript.ReadRWInspect(name, vals)
+}

@@ -7,6 +7,8 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -325,5 +327,88 @@ func CrashedWriterIntentExpires(t *testing.T, s Setup) {
 	r.Release(ctx)
 	if _, err := rw.RenewRW(ctx, driver.Grant{Key: n, Owner: req.Owner}, driver.Write, time.Second); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("the crashed writer's renew: %v, want ErrNotHeld: it was never granted", err)
+	}
+}
+
+// Inspect: a backend that is a driver.RWInspector reports a name's
+// readers, writer and waiting writers' intents (holder ids, fences,
+// leases), never an owner token, and apart from the plain lock of the
+// same name. It skips a backend without InspectRW.
+func Inspect(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	b := s.Backend(t)
+	in, ok := b.(driver.RWInspector)
+	if !ok {
+		t.Skipf("%T is no driver.RWInspector", b)
+	}
+	const ttl = time.Minute // never reached: the scenario waits for nothing
+	n := name("inspect")
+	inspect := func(why string) driver.RWInfo {
+		t.Helper()
+		info, err := in.InspectRW(ctx, n)
+		if err != nil {
+			t.Fatalf("InspectRW %s: %v", why, err)
+		}
+		return info
+	}
+	acquire := func(owner string, m driver.RWMode) (driver.Grant, error) {
+		return b.AcquireRW(ctx, driver.RWRequest{AcquireRequest: driver.AcquireRequest{Key: n, Owner: owner, TTL: ttl}, Mode: m, Intent: ttl})
+	}
+	wantLease := func(why string, l driver.RWLease, g driver.Grant) {
+		t.Helper()
+		if l.Holder != driver.HolderID(g.Owner) || l.Fence != g.Fence || l.TTL <= 0 || l.TTL > ttl+time.Second {
+			t.Fatalf("%s: lease %+v, want holder %s, fence %v, TTL in (0, %v]", why, l, driver.HolderID(g.Owner), g.Fence, ttl)
+		}
+	}
+	if info := inspect("of a name never taken"); info.Held() || info.Intents != 0 || info.Fence != 0 {
+		t.Fatalf("name never taken: %+v", info)
+	}
+	owners := []string{"reader-1-secret-" + rand.Text(), "reader-2-secret-" + rand.Text(), "writer-secret-" + rand.Text()}
+	var readers []driver.Grant
+	for _, o := range owners[:2] {
+		g, err := acquire(o, driver.Read)
+		if err != nil {
+			t.Fatalf("reader: %v", err)
+		}
+		readers = append(readers, g)
+	}
+	if _, err := acquire(owners[2], driver.Write); !errors.Is(err, driver.ErrNotAcquired) {
+		t.Fatalf("writer while two readers hold: %v, want ErrNotAcquired", err)
+	}
+	info := inspect("with two readers and a writer waiting")
+	if info.Writer != nil || len(info.Readers) != 2 || info.Intents != 1 || (info.Fence != 0 && info.Fence != readers[1].Fence) {
+		t.Fatalf("two readers and a waiting writer: %+v", info)
+	}
+	wantLease("reader 1", info.Readers[0], readers[0])
+	wantLease("reader 2", info.Readers[1], readers[1])
+	if pi, ok := b.(driver.Inspector); ok {
+		plain, err := pi.Inspect(ctx, n)
+		if err != nil || plain.Held {
+			t.Fatalf("the plain lock of the name: %+v, %v; want free", plain, err)
+		}
+	}
+	for _, g := range readers {
+		if err := b.ReleaseRW(ctx, g, driver.Read); err != nil {
+			t.Fatalf("reader release: %v", err)
+		}
+	}
+	w, err := acquire(owners[2], driver.Write)
+	if err != nil {
+		t.Fatalf("writer once the readers left: %v", err)
+	}
+	info = inspect("with a writer")
+	if info.Writer == nil || len(info.Readers) != 0 || info.Intents != 0 || (info.Fence != 0 && info.Fence != w.Fence) {
+		t.Fatalf("a writer: %+v", info)
+	}
+	wantLease("writer", *info.Writer, w)
+	if s := fmt.Sprintf("%+v %+v", info, *info.Writer); strings.Contains(s, "secret") {
+		t.Fatalf("InspectRW shows an owner token: %s", s)
+	}
+	if err := b.ReleaseRW(ctx, w, driver.Write); err != nil {
+		t.Fatalf("writer release: %v", err)
+	}
+	if info := inspect("once released"); info.Held() || info.Intents != 0 || (info.Fence != 0 && info.Fence != w.Fence) {
+		t.Fatalf("once released: %+v", info)
 	}
 }

@@ -27,6 +27,7 @@ func TestRWLock(t *testing.T) {
 		{"PausedWriterRefused", rwlocktest.PausedWriterRefused},
 		{"CancelledWriterLeavesNothing", rwlocktest.CancelledWriterLeavesNothing},
 		{"CrashedWriterIntentExpires", rwlocktest.CrashedWriterIntentExpires},
+		{"Inspect", rwlocktest.Inspect},
 	}
 	e := newEnv(t)
 	n := 0
