@@ -12,9 +12,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/fencedlock/fencedlock/backend/memory"
-	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/rwinspecttest"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redisnames"
+	"github.com/fencedlock/fencedlock/internal/rwinspecttest"
 )
 
 // TestInspectReadWriteRedis, against a real redis-server (the CLI's

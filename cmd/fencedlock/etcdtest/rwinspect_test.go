@@ -3,7 +3,7 @@ package etcdtest
 import (
 	"testing"
 
-	"github.com/fencedlock/fencedlock/cmd/fencedlock/internal/rwinspecttest"
+	"github.com/fencedlock/fencedlock/internal/rwinspecttest"
 )
 
 // TestEtcdInspectReadWrite, on an in-process 3-member etcd cluster:
