@@ -138,6 +138,12 @@ func (e *env) inspect(ctx context.Context, args []string) int {
 	if limit != 0 {
 		return e.inspectPermits(ctx, in, cfg, key, limit, jsonOut)
 	}
+	return e.inspectKey(ctx, b, in, cfg, key, jsonOut)
+}
+
+// inspectKey prints the lock key and, on a backend that can describe
+// them, the read-write lock of the same name.
+func (e *env) inspectKey(ctx context.Context, b driver.Backend, in driver.Inspector, cfg backendConfig, key string, jsonOut bool) int {
 	ictx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
 	info, err := in.Inspect(ictx, key)

@@ -103,111 +103,142 @@ func (h holder) end(t *testing.T) {
 // waiting for it, then the writer holding it, each as inspect (text and
 // JSON) and list (text and JSON) show it; then free.
 func Run(t *testing.T, s Setup, key string) {
+	c := &scenario{t: t, s: s, key: key}
 	dir := t.TempDir()
-	var outputs []string
-	run := func(args ...string) (int, string) {
-		t.Helper()
-		code, p := s.Bin.Run(t, s.Env, args...)
-		outputs = append(outputs, p.Stdout.String(), p.Stderr.String())
-		return code, p.Stdout.String()
-	}
-	inspect := func() (int, Inspected) {
-		t.Helper()
-		code, out := run("inspect", "--json", key)
-		var got Inspected
-		if err := json.Unmarshal([]byte(out), &got); err != nil {
-			t.Fatalf("inspect --json %s: exit %d, %v: %q", key, code, err, out)
-		}
-		return code, got
-	}
-	// await inspects key until ok says it is as expected (the writer's
-	// intent, its grant are events in another process).
-	await := func(what string, ok func(Inspected) bool) Inspected {
-		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
-			_, got := inspect()
-			if ok(got) {
-				return got
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("inspect %s never showed %s; last: %+v %+v", key, what, got, got.RW)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	want := func(out string, lines ...string) {
-		t.Helper()
-		for _, l := range lines {
-			if !strings.Contains(out, l) {
-				t.Errorf("output lacks %q:\n%s", l, out)
-			}
-		}
-	}
-	var secrets []string
-	readSecrets := func() {
-		if s.Secrets != nil {
-			secrets = append(secrets, s.Secrets(t, key)...)
-		}
-	}
-
 	r1, r2 := start(t, s, "--read", key, dir, "r1"), start(t, s, "--read", key, dir, "r2")
 	l1, l2 := r1.lease(t), r2.lease(t)
 	if l2.Fence < l1.Fence {
 		l1, l2 = l2, l1
 	}
 	w := start(t, s, "--write", key, dir, "w")
-	got := await("a writer waiting", func(i Inspected) bool { return i.RW != nil && i.RW.WritersWaiting == 1 })
-	readSecrets()
-	rw := got.RW
-	if got.Kind != "rwlock" || got.Held || rw.Kind != "rwlock" || rw.Key != key || !rw.Held || rw.Mode != "read" || rw.Writer != nil ||
-		len(rw.Readers) != 2 || rw.Readers[0].Holder != l1.Holder || rw.Readers[0].Fence != l1.Fence ||
-		rw.Readers[1].Holder != l2.Holder || rw.Readers[1].Fence != l2.Fence || rw.Readers[0].TTLms <= 0 || rw.Readers[1].TTLms > 30000 ||
-		(s.KeepsFence && rw.Fence != l2.Fence) {
-		t.Errorf("inspect --json with two readers and a writer waiting: %+v %+v; readers %+v %+v", got, rw, l1, l2)
-	}
-	code, out := run("inspect", key)
-	if code != 0 {
-		t.Errorf("inspect with two readers: exit %d, want 0 (held)", code)
-	}
-	want(out, `key:     "`+key+`"`, "kind:    a read-write lock", `read-write lock "`+key+`":`, "held:    read (2 readers)",
-		"waiting: 1 writer", "read   "+l1.Holder, "read   "+l2.Holder)
-	_, out = run("list", key)
-	want(out, "HELD ", "read  "+l1.Holder, "read  "+l2.Holder, `"`+key+`" (read-write lock, 1 writer waiting)`)
-	_, out = run("list", "--json", key)
-	var listed RW
-	if err := json.Unmarshal([]byte(out), &listed); err != nil || strings.Count(out, "\n") != 1 || listed.Kind != "rwlock" || len(listed.Readers) != 2 || listed.WritersWaiting != 1 {
-		t.Errorf("list --json %s: %v: %q", key, err, out)
-	}
+	c.readers(l1, l2)
 
 	r1.end(t)
 	r2.end(t)
 	lw := w.lease(t)
-	got = await("the writer", func(i Inspected) bool { return i.RW != nil && i.RW.Writer != nil })
-	readSecrets()
-	rw = got.RW
-	if rw.Mode != "write" || *rw.Writer != (Lease{Holder: lw.Holder, Fence: lw.Fence, TTLms: rw.Writer.TTLms}) || rw.Writer.TTLms <= 0 ||
-		len(rw.Readers) != 0 || rw.WritersWaiting != 0 || lw.Fence <= l2.Fence || (s.KeepsFence && rw.Fence != lw.Fence) {
-		t.Errorf("inspect --json with the writer: %+v %+v, want writer %+v", rw, rw.Writer, lw)
-	}
-	_, out = run("inspect", key)
-	want(out, "held:    write (1 writer)", "write  "+lw.Holder)
-	_, out = run("list", key)
-	want(out, "write "+lw.Holder, `"`+key+`" (read-write lock)`)
+	c.writer(lw, l2)
 
 	w.end(t)
-	code, got = inspect()
+	code, got := c.inspect()
 	if code != 1 || (got.RW != nil && got.RW.Held) || (s.KeepsFence && (got.Kind != "rwlock" || got.RW.Fence != lw.Fence)) {
 		t.Errorf("inspect once free: exit %d, %+v %+v; want 1, not held", code, got, got.RW)
 	}
-	for _, secret := range secrets {
-		for _, o := range append(outputs, r1.proc.Stderr.String(), r2.proc.Stderr.String(), w.proc.Stderr.String()) {
+	c.noSecrets(r1.proc.Stderr.String(), r2.proc.Stderr.String(), w.proc.Stderr.String())
+}
+
+// scenario is one Run: the commands' outputs so far and the owner tokens
+// read from the server.
+type scenario struct {
+	t       *testing.T
+	s       Setup
+	key     string
+	outputs []string
+	secrets []string
+}
+
+// run runs the CLI with args and returns its exit code and stdout.
+func (c *scenario) run(args ...string) (int, string) {
+	c.t.Helper()
+	code, p := c.s.Bin.Run(c.t, c.s.Env, args...)
+	c.outputs = append(c.outputs, p.Stdout.String(), p.Stderr.String())
+	return code, p.Stdout.String()
+}
+
+// inspect runs inspect --json of the key.
+func (c *scenario) inspect() (int, Inspected) {
+	c.t.Helper()
+	code, out := c.run("inspect", "--json", c.key)
+	var got Inspected
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		c.t.Fatalf("inspect --json %s: exit %d, %v: %q", c.key, code, err, out)
+	}
+	return code, got
+}
+
+// await inspects the key until ok says it is as expected (the writer's
+// intent, its grant are events in another process), then reads the owner
+// tokens from the server.
+func (c *scenario) await(what string, ok func(Inspected) bool) Inspected {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		_, got := c.inspect()
+		if ok(got) {
+			if c.s.Secrets != nil {
+				c.secrets = append(c.secrets, c.s.Secrets(c.t, c.key)...)
+			}
+			return got
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("inspect %s never showed %s; last: %+v %+v", c.key, what, got, got.RW)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// want checks that out holds every line of lines.
+func (c *scenario) want(out string, lines ...string) {
+	c.t.Helper()
+	for _, l := range lines {
+		if !strings.Contains(out, l) {
+			c.t.Errorf("output lacks %q:\n%s", l, out)
+		}
+	}
+}
+
+// readers checks inspect and list while the readers l1 and l2 (by fence)
+// hold the key and a writer waits.
+func (c *scenario) readers(l1, l2 Lease) {
+	t, key := c.t, c.key
+	got := c.await("a writer waiting", func(i Inspected) bool { return i.RW != nil && i.RW.WritersWaiting == 1 })
+	rw := got.RW
+	if got.Kind != "rwlock" || got.Held || rw.Kind != "rwlock" || rw.Key != key || !rw.Held || rw.Mode != "read" || rw.Writer != nil ||
+		len(rw.Readers) != 2 || rw.Readers[0].Holder != l1.Holder || rw.Readers[0].Fence != l1.Fence ||
+		rw.Readers[1].Holder != l2.Holder || rw.Readers[1].Fence != l2.Fence || rw.Readers[0].TTLms <= 0 || rw.Readers[1].TTLms > 30000 ||
+		(c.s.KeepsFence && rw.Fence != l2.Fence) {
+		t.Errorf("inspect --json with two readers and a writer waiting: %+v %+v; readers %+v %+v", got, rw, l1, l2)
+	}
+	code, out := c.run("inspect", key)
+	if code != 0 {
+		t.Errorf("inspect with two readers: exit %d, want 0 (held)", code)
+	}
+	c.want(out, `key:     "`+key+`"`, "kind:    a read-write lock", `read-write lock "`+key+`":`, "held:    read (2 readers)",
+		"waiting: 1 writer", "read   "+l1.Holder, "read   "+l2.Holder)
+	_, out = c.run("list", key)
+	c.want(out, "HELD ", "read  "+l1.Holder, "read  "+l2.Holder, `"`+key+`" (read-write lock, 1 writer waiting)`)
+	_, out = c.run("list", "--json", key)
+	var listed RW
+	if err := json.Unmarshal([]byte(out), &listed); err != nil || strings.Count(out, "\n") != 1 || listed.Kind != "rwlock" || len(listed.Readers) != 2 || listed.WritersWaiting != 1 {
+		t.Errorf("list --json %s: %v: %q", key, err, out)
+	}
+}
+
+// writer checks inspect and list while the writer lw holds the key, after
+// the readers (the later of them l2).
+func (c *scenario) writer(lw, l2 Lease) {
+	got := c.await("the writer", func(i Inspected) bool { return i.RW != nil && i.RW.Writer != nil })
+	rw := got.RW
+	if rw.Mode != "write" || *rw.Writer != (Lease{Holder: lw.Holder, Fence: lw.Fence, TTLms: rw.Writer.TTLms}) || rw.Writer.TTLms <= 0 ||
+		len(rw.Readers) != 0 || rw.WritersWaiting != 0 || lw.Fence <= l2.Fence || (c.s.KeepsFence && rw.Fence != lw.Fence) {
+		c.t.Errorf("inspect --json with the writer: %+v %+v, want writer %+v", rw, rw.Writer, lw)
+	}
+	_, out := c.run("inspect", c.key)
+	c.want(out, "held:    write (1 writer)", "write  "+lw.Holder)
+	_, out = c.run("list", c.key)
+	c.want(out, "write "+lw.Holder, `"`+c.key+`" (read-write lock)`)
+}
+
+// noSecrets checks that no output, the commands' and the holders'
+// (others), shows an owner token read from the server.
+func (c *scenario) noSecrets(others ...string) {
+	for _, secret := range c.secrets {
+		for _, o := range append(c.outputs, others...) {
 			if strings.Contains(o, secret) {
-				t.Fatalf("an output shows an owner token:\n%s", o)
+				c.t.Fatalf("an output shows an owner token:\n%s", o)
 			}
 		}
 	}
-	if s.Secrets != nil && len(secrets) != 3 {
-		t.Errorf("read %d owner tokens from the server, want 3 (2 readers, the writer)", len(secrets))
+	if c.s.Secrets != nil && len(c.secrets) != 3 {
+		c.t.Errorf("read %d owner tokens from the server, want 3 (2 readers, the writer)", len(c.secrets))
 	}
 }
