@@ -20,12 +20,11 @@ STATICCHECK := $(GOBIN_DIR)/staticcheck
 all: lint test
 
 ## test: every test of every module, with the race detector, against real
-## servers that the tests start themselves (see tools/ci-deps.sh).
+## servers that the tests start themselves (see tools/ci-deps.sh). The root
+## module and the other nested modules run at the same time, chaos last
+## (tools/test-modules.sh; TEST_STREAMS=1 runs them one after the other).
 test: generate-check
-	@set -e; for d in $(MODULE_DIRS); do \
-		echo "== go test $$d"; \
-		(cd $$d && $(GO) test $(TESTFLAGS) ./...); \
-	done
+	@bash tools/test-modules.sh "$(GO)" "$(TESTFLAGS)" $(MODULE_DIRS)
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
 
 ## short: the fast loop, go test -short of the root module: unit and
