@@ -190,6 +190,10 @@
 //   - RWWriterPreference: a writer refused with an intent keeps new readers
 //     out while the intent is live, is granted once the readers left, and
 //     its grant and release end the intent.
+//   - RWInspect: an RWInspector's InspectRW reports each live reader and
+//     writer with its holder id, fence and a TTL within its lease, a
+//     refused writer's intent, and not a released or expired lease; it
+//     changes nothing.
 //   - SemaphoreLimit: callers of limits 2 and 4 contending for one
 //     semaphore (package semaphore, whose permits are the leases of slot
 //     locks) never hold more than 4 valid permits, nor more than 2 of

@@ -47,6 +47,12 @@ func (c conn) EvalInts(ctx context.Context, s *rediscore.Script, call *rediscore
 	if err != nil {
 		return 0, nil, err
 	}
+	return ints(v)
+}
+
+// ints reads a script's reply v: an integer (n, vals nil) or an array of
+// integers (vals, not nil).
+func ints(v any) (int64, []int64, error) {
 	switch x := v.(type) {
 	case int64:
 		return x, nil, nil
@@ -277,11 +283,50 @@ func (b *Backend) nodeFor(ctx context.Context, key string) (redis.Cmdable, error
 // runAs does) and WAIT in one pipeline on one connection, with EVAL on
 // NOSCRIPT.
 func (c conn) EvalWait(ctx context.Context, rs *rediscore.Script, call *rediscore.Call, replicas int, timeout time.Duration) (n, acked int64, err error) {
+	sc, wc, err := c.evalWait(ctx, rs, call, replicas, timeout)
+	if err != nil {
+		return 0, 0, err
+	}
+	if n, err = sc.Int64(); err != nil {
+		return 0, 0, err
+	}
+	if n <= 0 {
+		return n, 0, nil // nothing written: WAIT's answer does not matter
+	}
+	if acked, err = wc.Int64(); err != nil {
+		return 0, 0, err
+	}
+	return n, acked, nil
+}
+
+// EvalIntsWait implements [rediscore.Conn]: the pipeline of EvalWait,
+// with the script's reply read as EvalInts reads it.
+func (c conn) EvalIntsWait(ctx context.Context, rs *rediscore.Script, call *rediscore.Call, replicas int, timeout time.Duration) (rediscore.Waited, error) {
+	var w rediscore.Waited
+	sc, wc, err := c.evalWait(ctx, rs, call, replicas, timeout)
+	if err != nil {
+		return w, err
+	}
+	v, err := sc.Result()
+	if err != nil {
+		return w, err
+	}
+	if w.N, w.Vals, err = ints(v); err != nil {
+		return w, err
+	}
+	w.Acked, w.WaitErr = wc.Int64()
+	return w, nil
+}
+
+// evalWait sends the script rs with call and WAIT replicas timeout as one
+// pipeline to the node of call's first key, EVAL again with WAIT after
+// NOSCRIPT, and returns both commands; err is ctx's if it ended first.
+func (c conn) evalWait(ctx context.Context, rs *rediscore.Script, call *rediscore.Call, replicas int, timeout time.Duration) (sc, wc *redis.Cmd, err error) {
 	b, s, cmd := c.b, scriptOf(rs), argvOf(call)
 	waitMs := timeout.Milliseconds()
 	node, err := b.nodeFor(ctx, call.Keys[0])
 	if err != nil {
-		return 0, 0, err
+		return nil, nil, err
 	}
 	run := func(eval bool) (*redis.Cmd, *redis.Cmd) {
 		p := node.Pipeline()
@@ -296,37 +341,28 @@ func (c conn) EvalWait(ctx context.Context, rs *rediscore.Script, call *rediscor
 		_, _ = p.Exec(ctx) // the errors are read from each command
 		return sc, wc
 	}
-	var sc, wc *redis.Cmd
 	// Exec does not end with ctx on a client without ContextTimeoutEnabled
 	// (see process).
+	var s1, w1 *redis.Cmd // send's: not touched after ctx ended
 	send := func() {
-		sc, wc = run(false)
-		if isNoScript(sc.Err()) {
-			sc, wc = run(true)
+		s1, w1 = run(false)
+		if isNoScript(s1.Err()) {
+			s1, w1 = run(true)
 		}
 	}
 	if b.ctxTimeouts || ctx.Done() == nil {
 		send()
-	} else {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			send()
-		}()
-		if err := untilDone(ctx, done); err != nil {
-			return 0, 0, err // sc and wc are send's: left alone
-		}
+		return s1, w1, nil
 	}
-	if n, err = sc.Int64(); err != nil {
-		return 0, 0, err
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		send()
+	}()
+	if err := untilDone(ctx, done); err != nil {
+		return nil, nil, err // s1 and w1 are send's: left alone
 	}
-	if n <= 0 {
-		return n, 0, nil // nothing written: WAIT's answer does not matter
-	}
-	if acked, err = wc.Int64(); err != nil {
-		return 0, 0, err
-	}
-	return n, acked, nil
+	return s1, w1, nil
 }
 
 // value is a value of a go-redis reply, read by internal/redisscript.

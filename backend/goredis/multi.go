@@ -11,7 +11,8 @@ import (
 
 // Sets of keys on go-redis: those of backend/redis (the same scripts and
 // core, internal/rediscore). On a *redis.ClusterClient every key of a set
-// must be in one hash slot (else ErrInvalid, nothing sent).
+// must be in one hash slot (else ErrInvalid, nothing sent). WaitReplicas
+// confirms a set's acquire and renew as a single key's.
 var _ driver.MultiLocker = (*Backend)(nil)
 
 // Cluster reports whether the client is a *redis.ClusterClient

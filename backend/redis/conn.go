@@ -68,22 +68,7 @@ func (c conn) EvalInts(ctx context.Context, s *rediscore.Script, call *rediscore
 // primary instead of this pipeline's one, on every Acquire and Renew with
 // WaitReplicas.
 func (c conn) EvalWait(ctx context.Context, s *rediscore.Script, call *rediscore.Call, replicas int, timeout time.Duration) (n, acked int64, err error) {
-	cl := c.b.c
-	keys, args := call.Keys, call.Args
-	waitCmd := func() rueidis.Completed {
-		return cl.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build().SetSlot(keys[0])
-	}
-	nk := int64(len(keys))
-	var res []rueidis.RedisResult
-	for i := 0; ; i++ { // again after another caller's context error (see foreignCancel)
-		res = cl.DoMulti(ctx, cl.B().Evalsha().Sha1(s.SHA).Numkeys(nk).Key(keys...).Arg(args...).Build(), waitCmd())
-		if re, ok := rueidis.IsRedisErr(res[0].Error()); ok && re.IsNoScript() {
-			res = cl.DoMulti(ctx, cl.B().Eval().Script(s.Lua).Numkeys(nk).Key(keys...).Arg(args...).Build(), waitCmd())
-		}
-		if !s.Again || i == foreignRetries || !foreignCancel(ctx, res[0].Error()) {
-			break
-		}
-	}
+	res := c.evalWait(ctx, s, call, replicas, timeout)
 	if n, err = res[0].AsInt64(); err != nil {
 		return 0, 0, err
 	}
@@ -97,6 +82,45 @@ func (c conn) EvalWait(ctx context.Context, s *rediscore.Script, call *rediscore
 		return 0, 0, err
 	}
 	return n, acked, nil
+}
+
+// EvalIntsWait implements [rediscore.Conn]: the pipeline of EvalWait,
+// with the script's reply read as EvalInts reads it.
+func (c conn) EvalIntsWait(ctx context.Context, s *rediscore.Script, call *rediscore.Call, replicas int, timeout time.Duration) (rediscore.Waited, error) {
+	res := c.evalWait(ctx, s, call, replicas, timeout)
+	var w rediscore.Waited
+	m, err := res[0].ToMessage()
+	if err != nil {
+		return w, err
+	}
+	if vals, err := m.AsIntSlice(); err == nil {
+		w.Vals = append(make([]int64, 0, len(vals)), vals...)
+	} else if w.N, err = m.AsInt64(); err != nil {
+		return w, err
+	}
+	w.Acked, w.WaitErr = res[1].AsInt64()
+	return w, nil
+}
+
+// evalWait sends s with call and WAIT replicas timeout in one DoMulti,
+// EVAL again with WAIT after NOSCRIPT, and returns both replies.
+func (c conn) evalWait(ctx context.Context, s *rediscore.Script, call *rediscore.Call, replicas int, timeout time.Duration) []rueidis.RedisResult {
+	cl := c.b.c
+	keys, args := call.Keys, call.Args
+	waitCmd := func() rueidis.Completed {
+		return cl.B().Wait().Numreplicas(int64(replicas)).Timeout(timeout.Milliseconds()).Build().SetSlot(keys[0])
+	}
+	nk := int64(len(keys))
+	var res []rueidis.RedisResult
+	for i := 0; ; i++ { // again after another caller's context error (see foreignCancel)
+		res = cl.DoMulti(ctx, cl.B().Evalsha().Sha1(s.SHA).Numkeys(nk).Key(keys...).Arg(args...).Build(), waitCmd())
+		if re, ok := rueidis.IsRedisErr(res[0].Error()); ok && re.IsNoScript() {
+			res = cl.DoMulti(ctx, cl.B().Eval().Script(s.Lua).Numkeys(nk).Key(keys...).Arg(args...).Build(), waitCmd())
+		}
+		if !s.Again || i == foreignRetries || !foreignCancel(ctx, res[0].Error()) {
+			return res
+		}
+	}
 }
 
 // HMGet implements [rediscore.Conn].

@@ -15,8 +15,10 @@ import (
 // internal/rediscore for both clients. On Redis Cluster every key of a
 // set must be in one hash slot (the lock key's hash tag is the escaped
 // key, so in practice: keys whose slots agree); otherwise the error wraps
-// [driver.ErrInvalid] and nothing is sent. WaitReplicas is not supported
-// for sets (ErrInvalid).
+// [driver.ErrInvalid] and nothing is sent. With [Options.WaitReplicas] a
+// set's acquire and renew are confirmed by WAIT as a single key's are: a
+// set taken but not confirmed is released again and the error wraps
+// [ErrReplication].
 var _ driver.MultiLocker = (*Backend)(nil)
 
 // Cluster reports whether the client talks to a Redis Cluster

@@ -31,9 +31,8 @@ type ClusterConn interface {
 }
 
 // multiOp starts op on the set keys: it returns their lock keys, or an
-// error for a closed backend, WaitReplicas (a set's grant is not followed
-// by WAIT: refused rather than unconfirmed), or, on Redis Cluster, keys in
-// more than one hash slot.
+// error for a closed backend or, on Redis Cluster, keys in more than one
+// hash slot.
 func (b *Backend) multiOp(op string, keys []string) ([]string, error) {
 	name := fmt.Sprintf("%q", keys)
 	if b.c.Closed() {
@@ -41,9 +40,6 @@ func (b *Backend) multiOp(op string, keys []string) ([]string, error) {
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("redis: %s: empty set of keys: %w", op, driver.ErrInvalid)
-	}
-	if b.opts.WaitReplicas > 0 {
-		return nil, fmt.Errorf("redis: %s %s: sets of keys do not support WaitReplicas: %w", op, name, driver.ErrInvalid)
 	}
 	locks := make([]string, len(keys))
 	for i, k := range keys {
@@ -60,8 +56,36 @@ func (b *Backend) multiOp(op string, keys []string) ([]string, error) {
 	return locks, nil
 }
 
-// AcquireMulti takes every key of req.Keys, or none (multi_acquire.lua):
-// a *driver.HeldError names the first key held by another owner.
+// evalSet runs s with c for op on the set name, followed by WAIT with
+// WaitReplicas; wrote says whether the script's reply is a write. A write
+// that WAIT did not confirm (too few replicas, or WAIT's error) returns
+// unconfirmed true with the error, as Acquire and Renew report theirs.
+func (b *Backend) evalSet(ctx context.Context, op, name string, s *Script, c *Call, wrote func(Waited) bool) (w Waited, unconfirmed bool, err error) {
+	if b.opts.WaitReplicas == 0 {
+		w.N, w.Vals, err = b.c.EvalInts(ctx, s, c)
+		if err != nil {
+			return w, false, b.c.Wrap(op, name, err)
+		}
+		return w, false, nil
+	}
+	if w, err = b.c.EvalIntsWait(ctx, s, c, b.opts.WaitReplicas, b.opts.WaitTimeout); err != nil {
+		return w, false, b.c.Wrap(op, name, err)
+	}
+	switch {
+	case !wrote(w):
+		return w, false, nil
+	case w.WaitErr != nil:
+		return w, true, b.c.Wrap(op, name, w.WaitErr)
+	case w.Acked < int64(b.opts.WaitReplicas):
+		return w, true, b.opts.NotReplicated(op, name, w.Acked, nil)
+	}
+	return w, false, nil
+}
+
+// AcquireMulti takes every key of req.Keys, or none (multi_acquire.lua),
+// followed by WAIT with WaitReplicas: a set not confirmed by enough
+// replicas is released again, and the error wraps ErrReplication (or is
+// WAIT's). A *driver.HeldError names the first key held by another owner.
 func (b *Backend) AcquireMulti(ctx context.Context, req driver.MultiRequest) (driver.MultiGrant, error) {
 	const op = "acquire set"
 	locks, err := b.multiOp(op, req.Keys)
@@ -76,10 +100,23 @@ func (b *Backend) AcquireMulti(ctx context.Context, req driver.MultiRequest) (dr
 	}
 	keys = append(keys, locks[0]+redisnames.AbandonedSuffix)
 	ttl := b.ttl.Get(req.TTL)
-	_, vals, err := b.c.EvalInts(ctx, multiAcquireScript, &Call{Keys: keys, Args: []string{req.Owner, ttl.S}})
-	if err != nil {
-		return driver.MultiGrant{}, b.c.Wrap(op, fmt.Sprintf("%q", req.Keys), err)
+	name := fmt.Sprintf("%q", req.Keys)
+	granted := func(w Waited) bool { return len(w.Vals) == n+1 && w.Vals[0] == 1 }
+	w, unconfirmed, err := b.evalSet(ctx, op, name, multiAcquireScript, &Call{Keys: keys, Args: []string{req.Owner, ttl.S}}, granted)
+	if unconfirmed {
+		// Taken on the primary but not confirmed: released again (a
+		// MultiGrant without Fences, as the Locker's clean-up), so that
+		// no key of the set stays held.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
+		if rerr := b.ReleaseMulti(rctx, driver.MultiGrant{Keys: req.Keys, Owner: req.Owner}); rerr != nil {
+			err = fmt.Errorf("%w; releasing it again failed: %w", err, rerr)
+		}
+		cancel()
 	}
+	if err != nil {
+		return driver.MultiGrant{}, err
+	}
+	vals := w.Vals
 	switch {
 	case len(vals) == 3 && vals[0] == 0 && vals[1] >= 1 && vals[1] <= int64(n):
 		return driver.MultiGrant{}, redisscript.Held(req.Keys[vals[1]-1], -vals[2])
@@ -94,8 +131,10 @@ func (b *Backend) AcquireMulti(ctx context.Context, req driver.MultiRequest) (dr
 }
 
 // RenewMulti extends every key of g to ttl if g.Owner holds them all
-// (multi_renew.lua); otherwise a *driver.LostKeyError names the first key
-// it does not hold, and nothing changed.
+// (multi_renew.lua), followed by WAIT with WaitReplicas (a renewal not
+// confirmed is an error wrapping ErrReplication, or WAIT's, as Renew's);
+// otherwise a *driver.LostKeyError names the first key it does not hold,
+// and nothing changed.
 func (b *Backend) RenewMulti(ctx context.Context, g driver.MultiGrant, ttl time.Duration) (time.Duration, error) {
 	const op = "renew set"
 	locks, err := b.multiOp(op, g.Keys)
@@ -103,11 +142,12 @@ func (b *Backend) RenewMulti(ctx context.Context, g driver.MultiGrant, ttl time.
 		return 0, err
 	}
 	a := b.ttl.Get(ttl)
-	n, _, err := b.c.EvalInts(ctx, multiRenewScript, &Call{Keys: locks, Args: []string{g.Owner, a.S}})
+	renewed := func(w Waited) bool { return w.Vals == nil && w.N == 0 }
+	w, _, err := b.evalSet(ctx, op, fmt.Sprintf("%q", g.Keys), multiRenewScript, &Call{Keys: locks, Args: []string{g.Owner, a.S}}, renewed)
 	if err != nil {
-		return 0, b.c.Wrap(op, fmt.Sprintf("%q", g.Keys), err)
+		return 0, err
 	}
-	if err := lostKey(op, g.Keys, n); err != nil {
+	if err := lostKey(op, g.Keys, w.N); err != nil {
 		return 0, err
 	}
 	return a.Duration(), nil

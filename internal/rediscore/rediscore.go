@@ -88,6 +88,13 @@ type Conn interface {
 	// unconfirmed script returns WAIT's error.
 	EvalWait(ctx context.Context, s *Script, c *Call, replicas int, timeout time.Duration) (n, acked int64, err error)
 
+	// EvalIntsWait runs s with c as EvalInts does and WAIT replicas
+	// timeout right behind it on one connection, as EvalWait does, for a
+	// script whose reply alone says whether it wrote (a set's scripts).
+	// It returns the script's reply, or its error as err; WAIT's count or
+	// error are in the reply, for the core to read when the script wrote.
+	EvalIntsWait(ctx context.Context, s *Script, c *Call, replicas int, timeout time.Duration) (Waited, error)
+
 	// EvalInts runs s as EvalInt does, for a script whose reply is an
 	// integer (n, vals nil) or an array of integers (vals, not nil).
 	EvalInts(ctx context.Context, s *Script, c *Call) (n int64, vals []int64, err error)
@@ -103,4 +110,14 @@ type Conn interface {
 	// Closed reports whether the backend was closed: the core then sends
 	// nothing and returns redisscript.ErrClosed.
 	Closed() bool
+}
+
+// Waited is the reply of [Conn.EvalIntsWait]: the script's reply as
+// EvalInts returns it (N, or Vals when not nil), and WAIT's count Acked
+// or its error WaitErr.
+type Waited struct {
+	N       int64
+	Vals    []int64
+	Acked   int64
+	WaitErr error
 }
