@@ -106,7 +106,8 @@
 //   - ForeignValue: with a Corrupter harness, a lock holding a value the
 //     backend never wrote makes Acquire fail with ErrPermanent (not "held
 //     by another"), and its owner's Renew and Release fail and change
-//     nothing.
+//     nothing; with an [ExpiryCorrupter] harness, so does a lock record
+//     of the backend's format that never expires.
 //   - FenceRecord: with a FenceCorrupter harness, a fence record the
 //     backend never writes (another type, not a number, below 1, at or
 //     above the greatest fence, expiring) makes Acquire of the free key,
