@@ -44,6 +44,7 @@ var properties = []property{
 	{"Close", "Close is idempotent, every call after it fails with ErrClosed, other backends keep working, and a Locker's Close releases its leases.", testClose},
 	{"Notifier", "If the backend is a Notifier, a release wakes a watcher (another watch of the key stopped or not, and a waiting Acquire) well before the holder's TTL, and the woken waiter can take the key.", testNotifier},
 	{"WaitAcquirer", "If the backend is a WaitAcquirer, AcquireWait agrees with Acquire (exclusive, greater fence, blocks while held) and grants waiters in FIFO order, also after one of them left the queue.", testWaitAcquirer},
+	{"NoOvertake", "If the backend is a WaitAcquirer: while a waiter queued by AcquireWait waits, a plain Acquire does not take the key, also once the holder's lease expired.", testNoOvertake},
 	{"TryFirstWaiter", "If the backend is a TryFirstWaiter, TryFirst does not block, and AcquireWaitHeld after an Acquire of the same request that did not take the key blocks while the key is held, grants the key at once with that Acquire's fence if the Acquire was applied and its reply lost, and leaves no trace when its context ends.", testTryFirstWaiter},
 	{"Inspector", "If the backend is an Inspector, Inspect agrees with Acquire on whether a key is held and on its fence, and never reveals the owner token.", testInspector},
 	{"KeepAliver", "If the backend is a KeepAliver, KeepAlive confirms renewals that keep a key held past its TTL and reports an invalidated key.", testKeepAliver},

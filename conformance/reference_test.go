@@ -447,7 +447,7 @@ func (b *refBackend) acquireStore(ctx context.Context, req driver.AcquireRequest
 	}
 	s.mu.Lock()
 	now := time.Now()
-	l := s.settle(key, now)
+	l := s.settleAcquire(key, now)
 	if l.corrupt {
 		held := l.noExpiry && s.bug == bugNoExpiryHeld
 		s.mu.Unlock()
