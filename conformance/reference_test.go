@@ -716,7 +716,7 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequ
 	for {
 		s.mu.Lock()
 		l := s.settle(key, time.Now())
-		wait := time.Until(l.expires)
+		wait := s.untilWake(l)
 		if s.bug == bugLeaveDropsOthers {
 			wait = min(wait, s.requeue(key, l, w))
 		}
