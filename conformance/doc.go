@@ -106,7 +106,8 @@
 //   - ForeignValue: with a Corrupter harness, a lock holding a value the
 //     backend never wrote makes Acquire fail with ErrPermanent (not "held
 //     by another"), and its owner's Renew and Release fail and change
-//     nothing.
+//     nothing; with an [ExpiryCorrupter] harness, so does a lock record
+//     of the backend's format that never expires.
 //   - FenceRecord: with a FenceCorrupter harness, a fence record the
 //     backend never writes (another type, not a number, below 1, at or
 //     above the greatest fence, expiring) makes Acquire of the free key,
@@ -146,6 +147,9 @@
 //     (also after a waiter left the queue: it takes only its own place),
 //     grants a waiter that waited longer than its TTL a live lease, and a
 //     cancel racing the grant leaves no trace.
+//   - NoOvertake: with a WaitAcquirer backend, a plain Acquire is
+//     refused while a waiter queued by AcquireWait waits, also once the
+//     holder's lease expired: the waiter is granted first.
 //   - TryFirstWaiter: TryFirst does not block; AcquireWaitHeld, called as
 //     the Locker calls it (after an Acquire of the same request that did
 //     not take the key), blocks while another owner holds the key and

@@ -306,6 +306,7 @@ func (r *faultRun) lateReplies() {
 }
 
 func testForeignValue(t *testing.T, e *env) {
+	checkNoExpiry(t, e)
 	c, ok := harnessIs[Corrupter](t, e)
 	if !ok {
 		return

@@ -218,12 +218,13 @@ type refStore struct {
 }
 
 type refLock struct {
-	owner   string // "" while free
-	fence   fencing.Token
-	expires time.Time
-	maxLife time.Time // bugLeaseMaxLifetime: when the lease ends at the latest
-	corrupt bool      // a value the backend never writes is stored in its place (refHarness.Corrupt)
-	queue   []*refWaiter
+	owner    string // "" while free
+	fence    fencing.Token
+	expires  time.Time
+	maxLife  time.Time // bugLeaseMaxLifetime: when the lease ends at the latest
+	corrupt  bool      // a value the backend never writes is stored in its place (refHarness.Corrupt)
+	noExpiry bool      // the corrupt value is a lock record without an expiry (refHarness.CorruptNoExpiry)
+	queue    []*refWaiter
 }
 
 type refWaiter struct {
@@ -446,9 +447,13 @@ func (b *refBackend) acquireStore(ctx context.Context, req driver.AcquireRequest
 	}
 	s.mu.Lock()
 	now := time.Now()
-	l := s.settle(key, now)
+	l := s.settleAcquire(key, now)
 	if l.corrupt {
+		held := l.noExpiry && s.bug == bugNoExpiryHeld
 		s.mu.Unlock()
+		if held {
+			return driver.Grant{}, &driver.HeldError{Key: req.Key}
+		}
 		return driver.Grant{}, s.foreign("acquire", req.Key, true)
 	}
 	if l.owner != "" {
@@ -711,7 +716,7 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequ
 	for {
 		s.mu.Lock()
 		l := s.settle(key, time.Now())
-		wait := time.Until(l.expires)
+		wait := s.untilWake(l)
 		if s.bug == bugLeaveDropsOthers {
 			wait = min(wait, s.requeue(key, l, w))
 		}

@@ -56,6 +56,13 @@ func (h *harness) lockKey(key string) string {
 	return redisscript.LockKey(prefix, key)
 }
 
+// CorruptNoExpiry makes the harness a conformance.ExpiryCorrupter: key's
+// lock becomes a string, as the scripts write it, without a TTL (every
+// lock they write has one).
+func (h *harness) CorruptNoExpiry(ctx context.Context, key string) error {
+	return h.ops.Set(ctx, h.lockKey(key), "foreign-owner", 0).Err()
+}
+
 // SetFenceRecord makes the harness a conformance.FenceCorrupter: it writes
 // key's fence counter with the operator's client.
 func (h *harness) SetFenceRecord(ctx context.Context, key string, rec conformance.FenceRecord) error {

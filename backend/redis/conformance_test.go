@@ -83,6 +83,13 @@ func (h *harness) Corrupt(ctx context.Context, key string) error {
 	return h.c.Do(ctx, h.c.B().Hset().Key(lk).FieldValue().FieldValue("foreign", "value").Build()).Error()
 }
 
+// CorruptNoExpiry makes the harness a conformance.ExpiryCorrupter: key's
+// lock becomes a string, as the scripts write it, without a TTL (every
+// lock they write has one).
+func (h *harness) CorruptNoExpiry(ctx context.Context, key string) error {
+	return h.c.Do(ctx, h.c.B().Set().Key(h.ops.LockKey(key)).Value("foreign-owner").Build()).Error()
+}
+
 // SetFenceRecord makes the harness a conformance.FenceCorrupter: it writes
 // key's fence counter (FenceKey) with the operator's client.
 func (h *harness) SetFenceRecord(ctx context.Context, key string, rec conformance.FenceRecord) error {
