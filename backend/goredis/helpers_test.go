@@ -103,6 +103,9 @@ var adapter = rediscoretest.Adapter[redis.UniversalClient]{
 		return newFailoverClient(t, g, 0)
 	},
 	New: func(c redis.UniversalClient) (rediscoretest.FullBackend, error) { return New(c, Options{}) },
+	NewWait: func(c redis.UniversalClient, replicas int, timeout time.Duration) (rediscoretest.FullBackend, error) {
+		return New(c, Options{WaitReplicas: replicas, WaitTimeout: timeout})
+	},
 	Fixture: func(b rediscoretest.FullBackend, c redis.UniversalClient) rediscoretest.Fixture {
 		return fixture(b.(*Backend), c)
 	},

@@ -266,6 +266,9 @@ var adapter = rediscoretest.Adapter[rueidis.Client]{
 		return g.Client(t, primary, nil)
 	},
 	New: func(c rueidis.Client) (rediscoretest.FullBackend, error) { return New(c, Options{}) },
+	NewWait: func(c rueidis.Client, replicas int, timeout time.Duration) (rediscoretest.FullBackend, error) {
+		return New(c, Options{WaitReplicas: replicas, WaitTimeout: timeout})
+	},
 	Fixture: func(b rediscoretest.FullBackend, c rueidis.Client) rediscoretest.Fixture {
 		return fixture(b.(*Backend), c)
 	},

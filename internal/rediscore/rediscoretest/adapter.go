@@ -36,6 +36,9 @@ type Adapter[C any] struct {
 	Sentinel func(t testing.TB, g *testserver.Sentinels, primary *testserver.Redis) C
 	// New is a Backend with default options on c.
 	New func(c C) (FullBackend, error)
+	// NewWait is a Backend on c whose grants are confirmed by WAIT:
+	// Options.WaitReplicas replicas, Options.WaitTimeout timeout.
+	NewWait func(c C, replicas int, timeout time.Duration) (FullBackend, error)
 	// Fixture is the Fixture of b's Store (b made by New on c).
 	Fixture func(b FullBackend, c C) Fixture
 }
@@ -59,13 +62,15 @@ func closing[C any, B driver.Backend](t testing.TB, c C, newBackend func(C) (B, 
 }
 
 // Run runs every test body below on a, each as a subtest of t: stores,
-// seed, edge, late grant, a read-write lock's late acquire.
+// seed, edge, late grant, a read-write lock's late acquire, a set of keys
+// confirmed by WAIT.
 func Run[C any](t *testing.T, a Adapter[C]) {
 	t.Run("Stores", func(t *testing.T) { runStores(t, a) })
 	t.Run("Seed", func(t *testing.T) { runSeed(t, a) })
 	t.Run("Edge", func(t *testing.T) { runEdge(t, a) })
 	t.Run("LateGrant", func(t *testing.T) { runLateGrant(t, a) })
 	t.Run("RWArrivingAfterCleanup", func(t *testing.T) { runRWArrivingAfterCleanup(t, a) })
+	t.Run("MultiWaitReplicas", func(t *testing.T) { runMultiWaitReplicas(t, a) })
 }
 
 // local is a client of srv (a server without credentials).
