@@ -19,8 +19,9 @@ import (
 // TestLateGrantRefused (issue 28 item 1) runs the late-grant scenario of
 // internal/lategranttest on etcd: one Locker reaches a one-member cluster
 // (on TCP, so that internal/faultproxy can sit in front of it) through a
-// proxy that delays replies by 1.75s (TTL 2s), the other directly. A grant that comes back after the lease ran out locally is
-// refused (ErrLateGrant) and released without touching the other
+// proxy that delays replies by 0.7s (TTL 2s, safety margin 0.8s), the
+// other directly. A grant that comes back after the lease ran out locally
+// is refused (ErrLateGrant) and released without touching the other
 // Locker's lock; a waiting Acquire (the server's queue) keeps waiting
 // until the replies are on time.
 func TestLateGrantRefused(t *testing.T) {
@@ -36,23 +37,30 @@ func TestLateGrantRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	locker := func(endpoint string, ttl time.Duration) (*fencedlock.Locker, *etcd.Backend) {
+	locker := func(endpoint string, o fencedlock.Options) (*fencedlock.Locker, *etcd.Backend) {
 		b, _ := dialBackend(t, clientv3.Config{
 			Endpoints: []string{endpoint},
 			Logger:    clus.Members[0].Logger.Named("lategrant-client"),
 		})
-		l := locktest.New(t, b, fencedlock.Options{TTL: ttl, ReleaseTimeout: 10 * time.Second})
+		o.ReleaseTimeout = 10 * time.Second
+		l := locktest.New(t, b, o)
 		t.Cleanup(func() { l.Close() })
 		return l, b
 	}
-	slow, _ := locker("http://"+p.Addr(), ttl)
-	fast, fb := locker(clus.Members[0].GRPCURL, 10*time.Second) // Fast's lease need not be short
 	// A grant is a Txn on a pooled lease, after a renewal of that lease
-	// (its Sent) if it was idle for a tenth of the TTL: one or two round
-	// trips, each 1.75s with the replies 1.75s late, past the local
-	// deadline less the margin (1.6s); the Txn reaches the server while
-	// the lease renewed at 0 is still alive (2s).
-	s := lategranttest.Setup{Slow: slow, Fast: fast, Proxy: p, TTL: ttl, Inspect: fb.Inspect, Lag: ttl * 7 / 8}
+	// (its Sent) if it was idle for a tenth of the TTL, or after a new
+	// LeaseGrant if that renewal does not answer while the lease may still
+	// be alive: one, two or three round trips. Each reply is 0.7s late,
+	// past TTL - 2*margin (0.4s, the least time a grant may take to be
+	// refused), and the Txn that follows a renewal or a LeaseGrant must
+	// reach the server before the lease that renewal or grant set expires,
+	// TTL - lag = 1.3s later. With the default margin (0.2s) the lag had to
+	// lie in (1.6s, 2s), which left that Txn 0.25s: on a loaded machine
+	// every Txn came too late ("lease not found"), Fast took every key, and
+	// no grant was refused (reproduced by delaying requests by 0.3s too).
+	slow, _ := locker("http://"+p.Addr(), fencedlock.Options{TTL: ttl, SafetyMargin: ttl * 2 / 5})
+	fast, fb := locker(clus.Members[0].GRPCURL, fencedlock.Options{TTL: 10 * time.Second}) // Fast's lease need not be short
+	s := lategranttest.Setup{Slow: slow, Fast: fast, Proxy: p, TTL: ttl, Inspect: fb.Inspect, Lag: ttl * 7 / 20}
 	t.Run("TryAcquire", func(t *testing.T) { lategranttest.TryAcquires(t, s) })
 	t.Run("Acquire", func(t *testing.T) { lategranttest.Acquire(t, s) })
 }
