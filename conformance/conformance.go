@@ -78,6 +78,19 @@ type Config struct {
 	// DefaultQueueDelay.
 	QueueDelay time.Duration
 
+	// QueuePlaceTTL is, for backends implementing [driver.WaitAcquirer],
+	// how long the backend may keep the place of a queued waiter whose
+	// requests stopped reaching the store (its process paused, its
+	// connection cut) when that is longer than the lease the waiter asked
+	// for: a waiter asking a lease of TTL keeps its place at most
+	// max(TTL, QueuePlaceTTL) + ExpirySlack after its last request reached
+	// the store, and the key then goes to the waiters behind it, never to
+	// the silent one (SilentWaiter). Zero means the TTL alone (etcd: a
+	// waiter's queue key lives on its lease); the Redis and PostgreSQL
+	// fair queues keep an entry at least 2s (FairMinEntryTTL), so that a
+	// waiter with a short lease survives a stall.
+	QueuePlaceTTL time.Duration
+
 	// Timeout is each property's deadline: the context passed to every call
 	// expires then, and a property still running 10 seconds later panics
 	// with every goroutine's stack rather than hang the test binary. Zero
@@ -101,7 +114,7 @@ func (c Config) resolve() (Config, error) {
 	if c.Timeout == 0 {
 		c.Timeout = max(DefaultTimeout, 40*c.MinTTL)
 	}
-	if c.ExpirySlack < 0 || c.QueueDelay < 0 || c.Timeout < 0 {
+	if c.ExpirySlack < 0 || c.QueueDelay < 0 || c.QueuePlaceTTL < 0 || c.Timeout < 0 {
 		return c, errors.New("conformance: negative duration in Config")
 	}
 	return c, nil

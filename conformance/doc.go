@@ -108,6 +108,11 @@
 //     by another"), and its owner's Renew and Release fail and change
 //     nothing; with an [ExpiryCorrupter] harness, so does a lock record
 //     of the backend's format that never expires.
+//   - Residue: with a [RecordLister] harness, every record the store holds
+//     for a key but its fence record expires, after a grant, a release,
+//     the clean-up Release of Grant{Key, Owner} (of the holder, of an
+//     owner whose Acquire never arrived, of another owner while the key
+//     is held) and a waiter that gave up.
 //   - FenceRecord: with a FenceCorrupter harness, a fence record the
 //     backend never writes (another type, not a number, below 1, at or
 //     above the greatest fence, expiring) makes Acquire of the free key,
@@ -150,6 +155,11 @@
 //   - NoOvertake: with a WaitAcquirer backend, a plain Acquire is
 //     refused while a waiter queued by AcquireWait waits, also once the
 //     holder's lease expired: the waiter is granted first.
+//   - SilentWaiter: with a WaitAcquirer and Inspector backend and a
+//     FaultInjector harness, a queued waiter whose requests stop reaching
+//     the store keeps its place at most max(its TTL,
+//     Config.QueuePlaceTTL) + ExpirySlack; a release after that hands the
+//     key to the waiter behind it, never to the silent one.
 //   - TryFirstWaiter: TryFirst does not block; AcquireWaitHeld, called as
 //     the Locker calls it (after an Acquire of the same request that did
 //     not take the key), blocks while another owner holds the key and

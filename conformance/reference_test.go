@@ -215,6 +215,7 @@ type refStore struct {
 	badFence map[string]conformance.FenceRecord // fence records no refBackend writes (refHarness.SetFenceRecord)
 	refusing bool                               // the store refuses writes (refHarness.RefuseWrites)
 	watchers map[string]map[chan struct{}]struct{}
+	leaked   map[string]bool // bugCleanupLeaks: keys with a record of abandoned owners that never expires
 }
 
 type refLock struct {
@@ -233,6 +234,7 @@ type refWaiter struct {
 	granted chan driver.Grant // buffered: receives the grant once
 	refused chan error        // buffered: receives the error of a refused fence record
 	dropped bool              // bugLeaveDropsOthers: removed from the queue by another waiter's leaving (s.mu)
+	faults  *procfault.Faults // its backend's way to the store: a waiter silent for its TTL loses its place (dropSilent)
 }
 
 func newRefStore(b bug) *refStore {
@@ -281,6 +283,9 @@ func (s *refStore) settle(key string, now time.Time) *refLock {
 		if s.bug == bugFenceResets {
 			delete(s.fences, key)
 		}
+	}
+	if l.owner == "" {
+		s.dropSilent(l)
 	}
 	if l.owner == "" && len(l.queue) > 0 {
 		if err := s.fenceUsable(key, l.queue[0].req.Key); err != nil {
@@ -612,6 +617,7 @@ func (b *refBackend) releaseStore(ctx context.Context, g driver.Grant) error {
 	defer b.respond()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.noteCleanup(key, uint64(g.Fence))
 	var l *refLock
 	if s.bug == bugReleaseExpiredOK && s.locks[key] != nil {
 		l = s.locks[key] // no expiry check
@@ -705,7 +711,7 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequ
 		return driver.Grant{}, err
 	}
 	s, key := b.s, b.s.mangle(req.Key)
-	w := &refWaiter{req: req, queued: time.Now(), granted: make(chan driver.Grant, 1), refused: make(chan error, 1)}
+	w := &refWaiter{req: req, queued: time.Now(), granted: make(chan driver.Grant, 1), refused: make(chan error, 1), faults: b.faults}
 	s.mu.Lock()
 	l := s.settle(key, time.Now())
 	l.queue = append(l.queue, w)

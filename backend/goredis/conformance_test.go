@@ -11,11 +11,13 @@ import (
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
+	"github.com/fencedlock/fencedlock/internal/rediscore"
 	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
 	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // harness runs the public conformance suite against real redis-servers:
@@ -101,13 +103,23 @@ func (h *harness) ReadFenceRecord(ctx context.Context, key string) (string, erro
 // MaxFence is the backend's greatest fence.
 func (h *harness) MaxFence() fencing.Token { return MaxFence }
 
-func (h *harness) Config() conformance.Config { return conformance.Config{} }
+// Config: a fair waiter's queue entry lives at least
+// rediscore.FairMinEntryTTL (SilentWaiter).
+func (h *harness) Config() conformance.Config {
+	return conformance.Config{QueuePlaceTTL: rediscore.FairMinEntryTTL}
+}
 
 // faultyHarness is the harness on a standalone redis-server, also a
 // conformance.FaultInjector.
 type faultyHarness struct {
 	*harness
 	srv *testserver.Redis
+	rc  rueidis.Client // the operator's client for Records
+}
+
+// Records makes the harness a conformance.RecordLister.
+func (h faultyHarness) Records(ctx context.Context, key string) ([]conformance.Record, error) {
+	return rediscoretest.Records(ctx, h.rc, h.lockKey(key))
 }
 
 // NewFaultyBackend makes the harness a conformance.FaultInjector: the
@@ -135,7 +147,7 @@ func TestConformance(t *testing.T) {
 			t:         t,
 			newClient: func(t *testing.T, d time.Duration) redis.UniversalClient { return newClient(t, srv, d) },
 			ops:       newClient(t, srv, 0),
-		}, srv}
+		}, srv, srv.Client(t, nil)}
 	})
 }
 

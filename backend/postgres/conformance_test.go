@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -92,7 +93,11 @@ func (h *harness) Expire(ctx context.Context, key string) error {
 	return err
 }
 
-func (h *harness) Config() conformance.Config { return conformance.Config{} }
+// Config: a Fair waiter's queue row lives at least 2s (fair.go's
+// fairMinEntryTTL; SilentWaiter).
+func (h *harness) Config() conformance.Config {
+	return conformance.Config{QueuePlaceTTL: 2 * time.Second}
+}
 
 // NewGuard returns a key of a KV table of its own: the conformance
 // guard is the fencing.Store of the backend.

@@ -12,6 +12,8 @@ import (
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
+	"github.com/fencedlock/fencedlock/internal/rediscore"
+	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
 	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
 )
@@ -58,7 +60,11 @@ func (h *harness) Invalidate(ctx context.Context, key string) error {
 	return h.c.Do(ctx, h.c.B().Del().Key(h.ops.LockKey(key)).Build()).Error()
 }
 
-func (h *harness) Config() conformance.Config { return conformance.Config{} }
+// Config: a fair waiter's queue entry lives at least
+// rediscore.FairMinEntryTTL (SilentWaiter).
+func (h *harness) Config() conformance.Config {
+	return conformance.Config{QueuePlaceTTL: rediscore.FairMinEntryTTL}
+}
 
 // NewFaultyBackend makes the harness a conformance.FaultInjector: the
 // backend's client talks to redis-server through a TCP proxy of its own.
@@ -71,6 +77,11 @@ func (h *harness) NewFaultyBackend(ctx context.Context) (driver.Backend, conform
 	c := h.srv.Client(h.t, func(o *rueidis.ClientOption) { o.InitAddress = []string{px.Addr()} })
 	b, err := New(c, Options{})
 	return b, faultproxy.Faults{P: px}, err
+}
+
+// Records makes the harness a conformance.RecordLister.
+func (h *harness) Records(ctx context.Context, key string) ([]conformance.Record, error) {
+	return rediscoretest.Records(ctx, h.c, h.ops.LockKey(key))
 }
 
 // Corrupt makes the harness a conformance.Corrupter: key's lock becomes a

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/rediscore"
 	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 )
@@ -68,7 +69,7 @@ func (h *miniHarness) Invalidate(ctx context.Context, key string) error {
 }
 
 func (h *miniHarness) Config() conformance.Config {
-	return conformance.Config{ExpirySlack: 100 * time.Millisecond}
+	return conformance.Config{ExpirySlack: 100 * time.Millisecond, QueuePlaceTTL: rediscore.FairMinEntryTTL}
 }
 
 // TestConformanceMiniredis runs the public suite on miniredis, whose keys

@@ -21,6 +21,7 @@ import (
 type Faults struct {
 	mu     sync.Mutex
 	refuse bool
+	since  time.Time // when refuse was last turned on
 	delay  time.Duration
 	drop   int
 }
@@ -29,8 +30,26 @@ type Faults struct {
 // lets them through again.
 func (f *Faults) Refuse(on bool) {
 	f.mu.Lock()
+	if on && !f.refuse {
+		f.since = time.Now()
+	}
 	f.refuse = on
 	f.mu.Unlock()
+}
+
+// Silent reports how long requests have been refused, without a break:
+// how long the client has not reached the store (0 while they pass). f may
+// be nil (no faults).
+func (f *Faults) Silent() time.Duration {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.refuse {
+		return 0
+	}
+	return time.Since(f.since)
 }
 
 // DelayReplies delays every reply by d (0: no delay).

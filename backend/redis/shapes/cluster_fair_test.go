@@ -7,6 +7,7 @@ import (
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/conformance"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/rediscore"
 	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
 	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/redis/rueidis"
@@ -31,7 +32,11 @@ func (h *clusterFairHarness) Invalidate(ctx context.Context, key string) error {
 	return h.ops.Do(ctx, h.ops.B().Del().Key(h.names.LockKey(key)).Build()).Error()
 }
 
-func (h *clusterFairHarness) Config() conformance.Config { return conformance.Config{} }
+// Config: a fair waiter's queue entry lives at least
+// rediscore.FairMinEntryTTL (SilentWaiter).
+func (h *clusterFairHarness) Config() conformance.Config {
+	return conformance.Config{QueuePlaceTTL: rediscore.FairMinEntryTTL}
+}
 
 // SetKeys makes the harness a conformance.SetKeyer: on Redis Cluster the
 // keys of a set must be in one hash slot (AcquireMulti refuses others

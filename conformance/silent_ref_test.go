@@ -1,0 +1,49 @@
+package conformance_test
+
+import (
+	"fmt"
+
+	"github.com/fencedlock/fencedlock/internal/procfault"
+)
+
+// bugSilentWaiterGranted: a queued waiter whose requests no longer reach
+// the store keeps its place for good, and a release hands it the key
+// (release.lua's hand-off without its test of the entry's expiry, the
+// Lua mutants 105 and 107): the waiters behind it wait for the silent
+// waiter's whole lease. Its value lies outside the iota list of
+// reference_test.go.
+const bugSilentWaiterGranted bug = 1 << 29
+
+func init() {
+	addExclusiveVariants(variant{"SilentWaiterGranted", []string{"SilentWaiter"}, queued(bugSilentWaiterGranted)}) // only SilentWaiter cuts a queued waiter off the store
+}
+
+// dropSilent removes from l's queue every waiter whose way to the store
+// has been refused for as long as its lease (the correct reference keeps a
+// silent waiter's place for its TTL, as etcd keeps a queue key on the
+// waiter's lease), and tells it; with bugSilentWaiterGranted they keep
+// their places. s.mu must be held.
+func (s *refStore) dropSilent(l *refLock) {
+	if s.bug == bugSilentWaiterGranted {
+		return
+	}
+	var kept []*refWaiter
+	for i, w := range l.queue {
+		if d := w.faults.Silent(); d == 0 || d < w.req.TTL {
+			if kept != nil {
+				kept = append(kept, w)
+			}
+			continue
+		}
+		if kept == nil {
+			kept = append(make([]*refWaiter, 0, len(l.queue)), l.queue[:i]...)
+		}
+		select {
+		case w.refused <- fmt.Errorf("ref: acquire wait %q: its place expired: %w", w.req.Key, procfault.ErrRefused):
+		default:
+		}
+	}
+	if kept != nil {
+		l.queue = kept
+	}
+}
