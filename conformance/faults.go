@@ -148,6 +148,30 @@ func (r *faultRun) release(what string, g driver.Grant) {
 	}
 }
 
+// grabHealed is grab on the faulty backend once the faults ended, on a
+// key named after name. The connection an earlier fault reset may still
+// fail an Acquire with a transient error (a write on the reset connection,
+// seen on rueidis after a cut reply): that is allowed, so the Acquire is
+// tried again, on a fresh key (the failed one may have been applied), for
+// as long as healed tries.
+func (r *faultRun) grabHealed(name string) driver.Grant {
+	r.t.Helper()
+	end := time.Now().Add(2*time.Second + r.e.schedAllowance())
+	for {
+		key := r.e.key(name)
+		req := driver.AcquireRequest{Key: key, Owner: owner(), TTL: r.e.hold}
+		g, err := r.b.Acquire(r.e.ctx, req)
+		if err == nil {
+			r.e.checkGrant(r.t, g, key, req.TTL)
+			return g
+		}
+		if errors.Is(err, driver.ErrNotAcquired) || errors.Is(err, driver.ErrPermanent) || time.Now().After(end) || r.e.ctx.Err() != nil {
+			r.t.Fatalf("Acquire(%s) of a free key once the faults ended: %v", quote(key), err)
+		}
+		time.Sleep(r.e.pollInterval())
+	}
+}
+
 // renewHealed fails the test unless g's owner can renew once the faults
 // ended.
 func (r *faultRun) renewHealed(after string, g driver.Grant) {
@@ -240,7 +264,7 @@ func (r *faultRun) lostAcquire() {
 // the Renew, free after a Release that returned nil.
 func (r *faultRun) lostRenewRelease() {
 	t, e := r.t, r.e
-	g := e.grab(t, r.b, e.key("lost-renew"))
+	g := r.grabHealed("lost-renew")
 	ctx, cancel := r.dropNext()
 	_, err := r.b.Renew(ctx, g, e.hold)
 	cancel()
@@ -272,7 +296,7 @@ func (r *faultRun) lateReplies() {
 	t, e, b := r.t, r.e, r.b
 	short := e.ttl / 2
 	delay := short + 2*e.schedAllowance()
-	g := e.grab(t, b, e.key("late-renew"))
+	g := r.grabHealed("late-renew")
 	r.f.DelayReplies(delay)
 	late := e.key("late-acquire")
 	req := driver.AcquireRequest{Key: late, Owner: owner(), TTL: e.hold}
