@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
 )
 
 // testSilentWaiter queues two waiters behind a holder, the first on a
@@ -29,9 +30,8 @@ func testSilentWaiter(t *testing.T, e *env) {
 	if !ok {
 		return
 	}
-	key := e.key("silent")
-	silentTTL := 3 * e.ttl
-	place := max(silentTTL, e.cfg.QueuePlaceTTL) + e.cfg.ExpirySlack
+	s := silentRun{t: t, e: e, key: e.key("silent"), ttl: 3 * e.ttl}
+	s.place = max(s.ttl, e.cfg.QueuePlaceTTL) + e.cfg.ExpirySlack
 	hb, lb := e.backend(t), e.backend(t)
 	sb, faults, err := fi.NewFaultyBackend(e.ctx)
 	if err != nil {
@@ -40,90 +40,94 @@ func testSilentWaiter(t *testing.T, e *env) {
 	t.Cleanup(func() { _ = sb.Close() })
 
 	// The holder's lease outlasts the silent waiter's place.
-	hg, err := hb.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: 2*place + e.hold})
+	hg, err := hb.Acquire(e.ctx, driver.AcquireRequest{Key: s.key, Owner: owner(), TTL: 2*s.place + e.hold})
 	if err != nil {
 		t.Fatalf("holder's Acquire: %v", err)
 	}
 	silentOwner, liveOwner := owner(), owner()
-	wait := func(b driver.Backend, ctx context.Context, o string, ttl time.Duration) chan waitOutcome {
-		done := make(chan waitOutcome, 1)
-		go func() {
-			g, err := b.(driver.WaitAcquirer).AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: o, TTL: ttl})
-			done <- waitOutcome{g, err}
-		}()
-		return done
-	}
 	sctx, scancel := context.WithCancel(e.ctx)
-	sdone := wait(sb, sctx, silentOwner, silentTTL)
+	sw := startWait(sctx, sb.(driver.WaitAcquirer).AcquireWait, driver.AcquireRequest{Key: s.key, Owner: silentOwner, TTL: s.ttl})
 	time.Sleep(e.cfg.QueueDelay)
 	lctx, lcancel := context.WithCancel(e.ctx)
-	ldone := wait(lb, lctx, liveOwner, e.hold)
-	defer func() {
-		lcancel()
-		if r := <-ldone; r.err == nil {
-			_ = lb.Release(e.ctx, r.g)
-		}
-	}()
+	lw := startWait(lctx, lb.(driver.WaitAcquirer).AcquireWait, driver.AcquireRequest{Key: s.key, Owner: liveOwner, TTL: e.hold})
+	defer e.stopWait(lb, lw, lcancel)
 	time.Sleep(e.cfg.QueueDelay)
-	for _, w := range []struct {
-		name string
-		done chan waitOutcome
-	}{{"first", sdone}, {"second", ldone}} {
-		select {
-		case r := <-w.done:
-			w.done <- r // for the clean-up
-			t.Fatalf("the %s waiter's AcquireWait returned while the key was held: %+v, %v", w.name, r.g, r.err)
-		default:
-		}
-	}
+	s.stillWaiting("first", sw)
+	s.stillWaiting("second", lw)
 
 	faults.Refuse(true)
-	silent := time.Now()
+	s.silent = time.Now()
 	defer func() {
-		scancel()
 		faults.Refuse(false)
-		if r := <-sdone; r.err == nil {
-			_ = sb.Release(e.ctx, r.g)
-		}
+		e.stopWait(sb, sw, scancel)
 	}()
-	time.Sleep(time.Until(silent.Add(place)))
+	time.Sleep(time.Until(s.silent.Add(s.place)))
 	if err := hb.Release(e.ctx, hg); err != nil {
-		t.Fatalf("holder's Release %v after it acquired (lease %v): %v", time.Since(silent)+2*e.cfg.QueueDelay, 2*place+e.hold, err)
+		t.Fatalf("holder's Release %v after the first waiter went silent: %v", time.Since(s.silent), err)
 	}
-	released := time.Now()
+	s.released = time.Now()
+	s.handedTo(hb.(driver.Inspector), driver.HolderID(silentOwner), driver.HolderID(liveOwner))
+	s.granted(lw, hg.Fence)
+}
 
-	silentID, liveID := driver.HolderID(silentOwner), driver.HolderID(liveOwner)
-	ins := hb.(driver.Inspector)
-	deadline := released.Add(e.cfg.ExpirySlack + 10*e.cfg.QueueDelay + 5*time.Second)
+// silentRun is the state of one SilentWaiter check.
+type silentRun struct {
+	t        *testing.T
+	e        *env
+	key      string
+	ttl      time.Duration // the silent waiter's lease
+	place    time.Duration // how long its place may last after it went silent
+	silent   time.Time     // when its requests stopped reaching the store
+	released time.Time     // when the holder released the key
+}
+
+// stillWaiting fails the check if the wait c returned while the key was
+// held.
+func (s *silentRun) stillWaiting(name string, c *waitCall) {
+	s.t.Helper()
+	if c.returned() {
+		s.t.Fatalf("the %s waiter's AcquireWait returned while the key was held: fence %d, %v", name, c.g.Fence, c.err)
+	}
+}
+
+// handedTo reads the key on the store after the release until the live
+// waiter holds it; the silent waiter must never be shown as its holder.
+func (s *silentRun) handedTo(ins driver.Inspector, silentID, liveID string) {
+	s.t.Helper()
+	e := s.e
+	deadline := s.released.Add(e.cfg.ExpirySlack + 10*e.cfg.QueueDelay + 5*time.Second)
 	for {
-		info, err := ins.Inspect(e.ctx, key)
+		info, err := ins.Inspect(e.ctx, s.key)
 		if err != nil {
-			t.Fatalf("Inspect after the release: %v", err)
+			s.t.Fatalf("Inspect after the release: %v", err)
 		}
 		if info.Held && info.Holder == silentID {
-			t.Fatalf("%v after the release the key is held by the first waiter (fence %d, %v left), whose requests had stopped reaching the store %v before the release, longer than its place may last (max(its TTL %v, QueuePlaceTTL %v) + ExpirySlack %v): the release handed the key to a silent waiter's place, and the waiter behind it waits for that lease",
-				time.Since(released).Round(time.Millisecond), info.Fence, info.TTL, released.Sub(silent).Round(time.Millisecond), silentTTL, e.cfg.QueuePlaceTTL, e.cfg.ExpirySlack)
+			s.t.Fatalf("%v after the release the key is held by the first waiter (fence %d, %v left), whose requests had stopped reaching the store %v before the release, longer than its place may last (max(its TTL %v, QueuePlaceTTL %v) + ExpirySlack %v): the release handed the key to a silent waiter's place, and the waiter behind it waits for that lease",
+				time.Since(s.released).Round(time.Millisecond), info.Fence, info.TTL, s.released.Sub(s.silent).Round(time.Millisecond), s.ttl, e.cfg.QueuePlaceTTL, e.cfg.ExpirySlack)
 		}
 		if info.Held && info.Holder == liveID {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%v after the release the second waiter does not hold the key (the key: %+v); the first waiter had been silent %v before the release", time.Since(released).Round(time.Millisecond), info, released.Sub(silent).Round(time.Millisecond))
+			s.t.Fatalf("%v after the release the second waiter does not hold the key (the key: %+v); the first waiter had been silent %v before the release", time.Since(s.released).Round(time.Millisecond), info, s.released.Sub(s.silent).Round(time.Millisecond))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	select {
-	case r := <-ldone:
-		ldone <- r // for the clean-up
-		if r.err != nil {
-			t.Fatalf("the second waiter holds the key, and its AcquireWait returned %v", r.err)
-		}
-		if r.g.Fence <= hg.Fence {
-			t.Fatalf("the second waiter's fence %d is not above the holder's %d", r.g.Fence, hg.Fence)
-		}
-		t.Logf("the first waiter silent %v before the release (its place lasts %v at most): the second waiter was granted the key %v after the release (fence %d after %d)",
-			released.Sub(silent).Round(time.Millisecond), place, time.Since(released).Round(time.Millisecond), r.g.Fence, hg.Fence)
-	case <-time.After(time.Until(deadline) + 5*time.Second):
-		t.Fatalf("the second waiter holds the key on the store, but its AcquireWait has not returned %v after the release", time.Since(released).Round(time.Millisecond))
+}
+
+// granted requires the live waiter's AcquireWait (c) to return the key
+// with a fence above the holder's.
+func (s *silentRun) granted(c *waitCall, holderFence fencing.Token) {
+	s.t.Helper()
+	if !s.e.waitDone(c.done, 5*time.Second+s.e.cfg.ExpirySlack) {
+		s.t.Fatalf("the second waiter holds the key on the store, but its AcquireWait has not returned %v after the release", time.Since(s.released).Round(time.Millisecond))
 	}
+	if c.err != nil {
+		s.t.Fatalf("the second waiter holds the key, and its AcquireWait returned %v", c.err)
+	}
+	if c.g.Fence <= holderFence {
+		s.t.Fatalf("the second waiter's fence %d is not above the holder's %d", c.g.Fence, holderFence)
+	}
+	s.t.Logf("the first waiter silent %v before the release (its place lasts %v at most): the second waiter was granted the key %v after the release (fence %d after %d)",
+		s.released.Sub(s.silent).Round(time.Millisecond), s.place, c.at.Sub(s.released).Round(time.Millisecond), c.g.Fence, holderFence)
 }
