@@ -306,7 +306,7 @@ func listRedis(ctx context.Context, client rueidis.Client, b *redisb.Backend, pr
 	// "}:fence", and a read-write lock's keys end in "}:rw:..."; other keys
 	// (channels, abandoned sets, readers' fences) are ignored.
 	lockPrefix := strings.TrimSuffix(b.LockKey(prefix+"x"), "x}")
-	match := globEscape(lockPrefix) + "*"
+	match := redisnames.GlobEscape(lockPrefix) + "*"
 	seen := make(map[listed]bool)
 	nodes := client.Nodes()
 	addrs := make([]string, 0, len(nodes))
@@ -363,19 +363,6 @@ func addName(names []listed, esc string, rw bool, prefix string, seen map[listed
 	}
 	seen[l] = true
 	return append(names, l)
-}
-
-// globEscape escapes the glob characters of SCAN MATCH.
-func globEscape(s string) string {
-	var sb strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '*', '?', '[', ']', '\\':
-			sb.WriteByte('\\')
-		}
-		sb.WriteByte(s[i])
-	}
-	return sb.String()
 }
 
 // listEtcd ranges over <prefix>locks/<escaped PREFIX>, keys only, a page at

@@ -2,7 +2,6 @@ package rediscoretest
 
 import (
 	"context"
-	"strings"
 
 	"github.com/redis/rueidis"
 
@@ -17,7 +16,7 @@ import (
 // counters, each with whether it has a TTL.
 func Records(ctx context.Context, c rueidis.Client, lockKey string) ([]conformance.Record, error) {
 	fences := map[string]bool{lockKey + redisnames.FenceSuffix: true, lockKey + redisnames.RWFenceSuffix: true}
-	match := globEscape(lockKey) + "*"
+	match := redisnames.GlobEscape(lockKey) + "*"
 	var recs []conformance.Record
 	var cursor uint64
 	for {
@@ -43,17 +42,4 @@ func Records(ctx context.Context, c rueidis.Client, lockKey string) ([]conforman
 		}
 		cursor = e.Cursor
 	}
-}
-
-// globEscape escapes the characters of s that a SCAN MATCH pattern
-// treats as special.
-func globEscape(s string) string {
-	var sb strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\`, r) {
-			sb.WriteByte('\\')
-		}
-		sb.WriteRune(r)
-	}
-	return sb.String()
 }
