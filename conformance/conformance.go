@@ -86,9 +86,9 @@ type Config struct {
 	// max(TTL, QueuePlaceTTL) + ExpirySlack after its last request reached
 	// the store, and the key then goes to the waiters behind it, never to
 	// the silent one (SilentWaiter). Zero means the TTL alone (etcd: a
-	// waiter's queue key lives on its lease); the Redis and PostgreSQL
-	// fair queues keep an entry at least 2s (FairMinEntryTTL), so that a
-	// waiter with a short lease survives a stall.
+	// waiter's queue key lives on its lease); the fair queues of
+	// backend/redis, backend/goredis and backend/postgres keep an entry at
+	// least 2s, so that a waiter with a short lease survives a stall.
 	QueuePlaceTTL time.Duration
 
 	// Timeout is each property's deadline: the context passed to every call

@@ -156,20 +156,19 @@ func (r *faultRun) release(what string, g driver.Grant) {
 // as long as healed tries.
 func (r *faultRun) grabHealed(name string) driver.Grant {
 	r.t.Helper()
-	end := time.Now().Add(2*time.Second + r.e.schedAllowance())
-	for {
-		key := r.e.key(name)
-		req := driver.AcquireRequest{Key: key, Owner: owner(), TTL: r.e.hold}
-		g, err := r.b.Acquire(r.e.ctx, req)
-		if err == nil {
-			r.e.checkGrant(r.t, g, key, req.TTL)
-			return g
-		}
-		if errors.Is(err, driver.ErrNotAcquired) || errors.Is(err, driver.ErrPermanent) || time.Now().After(end) || r.e.ctx.Err() != nil {
-			r.t.Fatalf("Acquire(%s) of a free key once the faults ended: %v", quote(key), err)
-		}
-		time.Sleep(r.e.pollInterval())
+	var req driver.AcquireRequest
+	var g driver.Grant
+	err := r.e.healed(func() error {
+		req = driver.AcquireRequest{Key: r.e.key(name), Owner: owner(), TTL: r.e.hold}
+		var err error
+		g, err = r.b.Acquire(r.e.ctx, req)
+		return err
+	})
+	if err != nil {
+		r.t.Fatalf("Acquire(%s) of a free key once the faults ended: %v", quote(req.Key), err)
 	}
+	r.e.checkGrant(r.t, g, req.Key, req.TTL)
+	return g
 }
 
 // renewHealed fails the test unless g's owner can renew once the faults

@@ -617,7 +617,7 @@ func (b *refBackend) releaseStore(ctx context.Context, g driver.Grant) error {
 	defer b.respond()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.noteCleanup(key, uint64(g.Fence))
+	s.noteCleanup(key, g.Fence)
 	var l *refLock
 	if s.bug == bugReleaseExpiredOK && s.locks[key] != nil {
 		l = s.locks[key] // no expiry check

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/conformance"
+	"github.com/fencedlock/fencedlock/fencing"
 )
 
 // bugCleanupLeaks: the clean-up Release of Grant{Key, Owner} (an Acquire
@@ -21,7 +22,7 @@ func init() {
 
 // noteCleanup records, with bugCleanupLeaks, the clean-up Release of an
 // owner of key (a Grant of Fence 0) for good. s.mu must be held.
-func (s *refStore) noteCleanup(key string, fence uint64) {
+func (s *refStore) noteCleanup(key string, fence fencing.Token) {
 	if s.bug != bugCleanupLeaks || fence != 0 {
 		return
 	}

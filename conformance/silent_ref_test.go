@@ -27,23 +27,16 @@ func (s *refStore) dropSilent(l *refLock) {
 	if s.bug == bugSilentWaiterGranted {
 		return
 	}
-	var kept []*refWaiter
-	for i, w := range l.queue {
-		if d := w.faults.Silent(); d == 0 || d < w.req.TTL {
-			if kept != nil {
-				kept = append(kept, w)
-			}
+	kept := make([]*refWaiter, 0, len(l.queue))
+	for _, w := range l.queue {
+		if w.faults.Silent() < w.req.TTL {
+			kept = append(kept, w)
 			continue
-		}
-		if kept == nil {
-			kept = append(make([]*refWaiter, 0, len(l.queue)), l.queue[:i]...)
 		}
 		select {
 		case w.refused <- fmt.Errorf("ref: acquire wait %q: its place expired: %w", w.req.Key, procfault.ErrRefused):
 		default:
 		}
 	}
-	if kept != nil {
-		l.queue = kept
-	}
+	l.queue = kept
 }
