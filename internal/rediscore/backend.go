@@ -28,6 +28,24 @@ func NewBackend(c Conn, opts redisscript.Options, hubs *Hubs) *Backend {
 	return &Backend{c: c, opts: opts, hubs: hubs}
 }
 
+// eval runs s with c, followed on the same connection by WAIT with
+// WaitReplicas when that is set; acked is the count of replicas WAIT
+// reported (0 without WAIT). See [Backend.unconfirmed].
+func (b *Backend) eval(ctx context.Context, s *Script, c *Call) (n, acked int64, err error) {
+	if b.opts.WaitReplicas > 0 {
+		return b.c.EvalWait(ctx, s, c, b.opts.WaitReplicas, b.opts.WaitTimeout)
+	}
+	n, err = b.c.EvalInt(ctx, s, c)
+	return n, 0, err
+}
+
+// unconfirmed reports whether acked, the replicas a WAIT of [Backend.eval]
+// counted, is fewer than WaitReplicas: the script's writes may be on the
+// primary alone. Never with WaitReplicas 0.
+func (b *Backend) unconfirmed(acked int64) bool {
+	return acked < int64(b.opts.WaitReplicas)
+}
+
 // Acquire makes one attempt to take req.Key (acquire.lua), followed by
 // WAIT with WaitReplicas. While waiters are queued on the key it takes
 // nothing, even a free lock (see the adapters' Backend.Acquire).
@@ -41,21 +59,12 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	ttl := b.ttl.Get(req.TTL)
 	c.args[0], c.args[1] = req.Owner, ttl.S
 	c.Args = c.args[:2]
-	var (
-		n   int64
-		err error
-	)
-	if b.opts.WaitReplicas > 0 {
-		var acked int64
-		n, acked, err = b.c.EvalWait(ctx, acquireScript, c, b.opts.WaitReplicas, b.opts.WaitTimeout)
-		if err == nil && n > 0 && acked < int64(b.opts.WaitReplicas) {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
-			rerr := b.Release(rctx, driver.Grant{Key: req.Key, Owner: req.Owner})
-			cancel()
-			return driver.Grant{}, b.opts.NotReplicated(op, req.Key, acked, rerr)
-		}
-	} else {
-		n, err = b.c.EvalInt(ctx, acquireScript, c)
+	n, acked, err := b.eval(ctx, acquireScript, c)
+	if err == nil && n > 0 && b.unconfirmed(acked) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
+		rerr := b.Release(rctx, driver.Grant{Key: req.Key, Owner: req.Owner})
+		cancel()
+		return driver.Grant{}, b.opts.NotReplicated(op, req.Key, acked, rerr)
 	}
 	if err != nil {
 		return driver.Grant{}, b.c.Wrap(op, req.Key, err)
@@ -82,17 +91,9 @@ func (b *Backend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration) 
 	c.Keys = c.names[:1]
 	c.args[0], c.args[1] = g.Owner, a.S
 	c.Args = c.args[:2]
-	var (
-		n, acked int64
-		err      error
-	)
-	if b.opts.WaitReplicas > 0 {
-		n, acked, err = b.c.EvalWait(ctx, renewScript, c, b.opts.WaitReplicas, b.opts.WaitTimeout)
-	} else {
-		n, err = b.c.EvalInt(ctx, renewScript, c)
-	}
+	n, acked, err := b.eval(ctx, renewScript, c)
 	c.done(err)
-	if err == nil && n == 1 && b.opts.WaitReplicas > 0 && acked < int64(b.opts.WaitReplicas) {
+	if err == nil && n == 1 && b.unconfirmed(acked) {
 		// Applied on the primary but not confirmed on enough replicas:
 		// not a renewal the Locker may count on.
 		return 0, b.opts.NotReplicated(op, g.Key, acked, nil)

@@ -55,19 +55,11 @@ func (b *Backend) Proclaim(ctx context.Context, key string, fence fencing.Token,
 	if b.opts.ShardedPubSub {
 		c.Args[3] = "sharded"
 	}
-	var (
-		n, acked int64
-		err      error
-	)
-	if b.opts.WaitReplicas > 0 {
-		n, acked, err = b.c.EvalWait(ctx, proclaimScript, c, b.opts.WaitReplicas, b.opts.WaitTimeout)
-	} else {
-		n, err = b.c.EvalInt(ctx, proclaimScript, c)
-	}
+	n, acked, err := b.eval(ctx, proclaimScript, c)
 	if err != nil {
 		return b.c.Wrap(op, key, err)
 	}
-	if n == 1 && b.opts.WaitReplicas > 0 && acked < int64(b.opts.WaitReplicas) {
+	if n == 1 && b.unconfirmed(acked) {
 		// Stored on the primary only: a failover could lose the value
 		// while the term (whose grant was confirmed) goes on.
 		return b.opts.NotReplicated(op, key, acked, nil)

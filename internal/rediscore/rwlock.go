@@ -44,18 +44,11 @@ func (b *Backend) rwCall(name, op string, m driver.RWMode, owner, ttl, intent st
 // confirmed by enough replicas returns an error wrapping ErrReplication
 // with the reply.
 func (b *Backend) evalRW(ctx context.Context, op, name string, c *Call) (int64, error) {
-	if b.opts.WaitReplicas == 0 {
-		n, err := b.c.EvalInt(ctx, rwScript, c)
-		if err != nil {
-			return 0, b.c.Wrap(op, name, err)
-		}
-		return n, nil
-	}
-	n, acked, err := b.c.EvalWait(ctx, rwScript, c, b.opts.WaitReplicas, b.opts.WaitTimeout)
+	n, acked, err := b.eval(ctx, rwScript, c)
 	if err != nil {
 		return 0, b.c.Wrap(op, name, err)
 	}
-	if n > 0 && acked < int64(b.opts.WaitReplicas) {
+	if n > 0 && b.unconfirmed(acked) {
 		return n, b.opts.NotReplicated(op, name, acked, nil)
 	}
 	return n, nil
