@@ -69,10 +69,7 @@ func capacityTable(r *runData) string {
 			fmtSpread(ratio, ratio.n > 0), fmtSpread(inter, iok), cell(r, capacityScenario, lib, "allocs/op", fmtNum),
 			cell(r, capacityScenario, lib, "cmds/op", fmtNum), cell(r, capacityScenario, lib, "server-cpu-ns/op", fmtCPU)})
 	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
+	return t.markdown()
 }
 
 // The PingPong variants, as BenchmarkPingPong names them.
@@ -104,10 +101,7 @@ func pingPongTable(r *runData) string {
 		t.rows = append(t.rows, []string{v.who, v.pause, f("rounds", fmtNum), f("p50-ns", fmtDur), f("p99-ns", fmtDur), f("p999-ns", fmtDur),
 			f("max-ns", fmtDur), f("oneway-p50-ns", fmtDur), f("oneway-p99-ns", fmtDur), f("oneway-max-ns", fmtDur), f("lost", fmtNum)})
 	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
+	return t.markdown()
 }
 
 // fairLib is the fencedlock/redis configuration whose hand-off is the
@@ -164,10 +158,7 @@ func floorTable(r *runData) string {
 		}
 		t.rows = append(t.rows, []string{c.what, fmtDur(mine), fmtDur(base), fmtRatio(ratio, true), same, sameRatio})
 	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
+	return t.markdown()
 }
 
 // floorTargets are issue 36's targets that this file's measures check:

@@ -99,6 +99,15 @@ type table struct {
 	rows [][]string
 }
 
+// markdown is t as String renders it, or "_not run_" if it has no row
+// (its scenario was not measured).
+func (t *table) markdown() string {
+	if len(t.rows) == 0 {
+		return "_not run_\n"
+	}
+	return t.String()
+}
+
 func (t *table) String() string {
 	var b strings.Builder
 	b.WriteString("| " + strings.Join(t.head, " | ") + " |\n|")

@@ -47,6 +47,16 @@ func TestParseAndRatios(t *testing.T) {
 	}
 }
 
+// reportHas fails t for each of wants that the report md lacks.
+func reportHas(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
 func TestRenderAndReplace(t *testing.T) {
 	r, err := parse([]byte(sample))
 	if err != nil {
@@ -55,12 +65,8 @@ func TestRenderAndReplace(t *testing.T) {
 	md := render(r, map[string]string{"github.com/redis/rueidis": "v1.0.79"})
 	// The ratio column is the median of per-pass ratios: only the first
 	// fencedlock-redis sample has a baseline in its pass (100000/125000).
-	for _, want := range []string{beginMarker, endMarker, "| **fencedlock/redis** | 10,000 | 0.80x |", "`github.com/redis/rueidis` v1.0.79", "Test CPU",
-		"| #19 | fencedlock/redis acquire+release, concurrency 1, >= 0.95x baseline | 0.80x | no |"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q:\n%s", want, md)
-		}
-	}
+	reportHas(t, md, beginMarker, endMarker, "| **fencedlock/redis** | 10,000 | 0.80x |", "`github.com/redis/rueidis` v1.0.79", "Test CPU",
+		"| #19 | fencedlock/redis acquire+release, concurrency 1, >= 0.95x baseline | 0.80x | no |")
 	path := filepath.Join(t.TempDir(), "README.md")
 	if err := os.WriteFile(path, []byte("# title\n\n"+beginMarker+"\nSTALE-REPORT\n"+endMarker+"\ntail\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -25,10 +25,7 @@ func hotPath(r *runData, scenario string) string {
 			cell(r, scenario, lib, "allocs/op", fmtNum), cell(r, scenario, lib, "B/op", fmtNum),
 			cell(r, scenario, lib, "cmds/op", fmtNum), cell(r, scenario, lib, "server-cpu-ns/op", fmtCPU)})
 	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
+	return t.markdown()
 }
 
 func contended(r *runData) string {
@@ -51,10 +48,7 @@ func contended(r *runData) string {
 			fmt.Sprintf("%.2f (%s/%s)", fair, fmtNum(lo), fmtNum(hi)),
 			cell(r, s, lib, "allocs/op", fmtNum), cell(r, s, lib, "cmds/op", fmtNum)})
 	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
+	return t.markdown()
 }
 
 func handoff(r *runData) string {
@@ -73,10 +67,7 @@ func handoff(r *runData) string {
 				return "no"
 			})})
 	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
+	return t.markdown()
 }
 
 // manySizes returns the ManyLeases sizes measured for lib at the TTL
@@ -183,10 +174,7 @@ func manyScale(r *runData) string {
 				cell(r, s, l, "keepalives/lease/s", fmtNum), cell(r, s, l, "lost", fmtNum), cell(r, s, l, "release-errors", fmtNum)})
 		}
 	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
+	return t.markdown()
 }
 
 // overheadName names a layer's result at a concurrency; a run saved
@@ -226,10 +214,7 @@ func overhead(r *runData) string {
 				c("cmds/op", fmtNum), c("server-cpu-ns/op", fmtCPU)})
 		}
 	}
-	if len(t.rows) == 0 {
-		return "_not run_\n"
-	}
-	return t.String()
+	return t.markdown()
 }
 
 func render(r *runData, versions map[string]string) string {
