@@ -31,6 +31,16 @@ BenchmarkAcquireRelease/conc=1/lib=redsync-2             	 100	 100000 ns/op	 39
 BenchmarkAcquireRelease/conc=1/lib=raw-rueidis#01-2      	 100	 100000 ns/op	 5 allocs/op
 `
 
+// ratioIs fails t unless lib's ops/s ratio to base in scenario, over the
+// passes of r, renders as want and counts passes passes.
+func ratioIs(t *testing.T, r *runData, scenario, lib, base, want string, passes int) {
+	t.Helper()
+	s, ok := r.opsRatio(scenario, lib, base)
+	if got := fmtSpread(s, ok); got != want || s.n != passes {
+		t.Errorf("%s vs %s in %s: %s over %d passes, want %s over %d", lib, base, scenario, got, s.n, want, passes)
+	}
+}
+
 // TestPassRatio: each contender's ratio is taken against the baseline
 // sample next to it in the same pass (the mean of both when it sits
 // between two), and the report shows the median over passes with the
@@ -43,15 +53,8 @@ func TestPassRatio(t *testing.T) {
 	// fencedlock-redis: pass 0 100000/125000, pass 1 200000/100000 (its
 	// neighbour is the baseline after it), pass 2 100000/90000.
 	// redsync: 150000/200000, 100000/100000, 100000/100000.
-	for _, tc := range []struct{ lib, want string }{
-		{"fencedlock-redis", "1.11x (0.80–2.00)"},
-		{"redsync", "1.00x (0.75–1.00)"},
-	} {
-		s, ok := r.opsRatio("AcquireRelease/conc=1", tc.lib, baseline)
-		if got := fmtSpread(s, ok); got != tc.want || s.n != 3 {
-			t.Errorf("%s: ratio %s over %d passes, want %s over 3", tc.lib, got, s.n, tc.want)
-		}
-	}
+	ratioIs(t, r, "AcquireRelease/conc=1", "fencedlock-redis", baseline, "1.11x (0.80–2.00)", 3)
+	ratioIs(t, r, "AcquireRelease/conc=1", "redsync", baseline, "1.00x (0.75–1.00)", 3)
 	// Between two baseline samples: their mean, (100+200)/2 / 150.
 	if s, ok := r.passRatio("Overhead/conc=64/layer=backend", "Overhead/conc=64/layer=raw", "ops/s"); !ok || fmtSpread(s, ok) != "1.00x" {
 		t.Errorf("sandwiched layer: %v, %v; want 1.00x", s, ok)
@@ -81,10 +84,7 @@ func TestPassRatioSavedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 173773/244930, 174542/260491, 213700/234281.
-	s, ok := r.opsRatio("AcquireRelease/conc=1", "fencedlock-redis", baseline)
-	if got := fmtSpread(s, ok); got != "0.71x (0.67–0.91)" || s.n != 3 {
-		t.Errorf("fencedlock-redis: %s over %d passes, want 0.71x (0.67–0.91) over 3", got, s.n)
-	}
+	ratioIs(t, r, "AcquireRelease/conc=1", "fencedlock-redis", baseline, "0.71x (0.67–0.91)", 3)
 	if got := overheadName(r, "1", "locker"); got != "Overhead/layer=locker" {
 		t.Errorf("overheadName = %q", got)
 	}
@@ -200,10 +200,7 @@ func TestPairedRatio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, ok := r.opsRatio("AcquireRelease/conc=1", "fencedlock-redis", baseline)
-	if got := fmtSpread(s, ok); got != "0.95x (0.91–0.97)" {
-		t.Errorf("paired ratio %s, want 0.95x (0.91–0.97)", got)
-	}
+	ratioIs(t, r, "AcquireRelease/conc=1", "fencedlock-redis", baseline, "0.95x (0.91–0.97)", 3)
 	md := render(r, nil)
 	reportHas(t, md, "| **fencedlock/redis** | 10,000 | 0.95x (0.91–0.97) |", "| Locker.Acquire + Lease.Release | 64 | 1,111,111 | 0.80x |",
 		"| #19 | fencedlock/redis acquire+release, concurrency 1, >= 0.95x baseline | 0.95x (0.91–0.97) | yes |")
@@ -219,10 +216,7 @@ func TestPairedBetween(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, ok := r.opsRatio("AcquireRelease/conc=1", "fencedlock-redis", "redislock")
-	if got := fmtSpread(s, ok); got != "1.00x (0.95–1.30)" || s.n != 3 {
-		t.Errorf("fencedlock-redis vs redislock: %s over %d passes, want 1.00x (0.95–1.30) over 3", got, s.n)
-	}
+	ratioIs(t, r, "AcquireRelease/conc=1", "fencedlock-redis", "redislock", "1.00x (0.95–1.30)", 3)
 	// Without vs-base on one side: the samples of the same pass.
 	if _, ok := r.pairedBetween("AcquireRelease/conc=1/lib=fencedlock-redis", "AcquireRelease/conc=1/lib=raw-rueidis"); ok {
 		t.Error("a ratio through vs-base against a benchmark that has none")
@@ -248,10 +242,7 @@ BenchmarkAcquireRelease/conc=64/lib=etcd-mutex-shared-2  100 100000 ns/op
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, ok := r.opsRatio("AcquireRelease/conc=64", "fencedlock-etcd", "etcd-mutex-shared")
-	if got := fmtSpread(s, ok); got != "0.97x (0.90–1.05)" || s.n != 3 {
-		t.Errorf("fencedlock-etcd vs the shared-session Mutex: %s over %d passes, want 0.97x (0.90–1.05) over 3", got, s.n)
-	}
+	ratioIs(t, r, "AcquireRelease/conc=64", "fencedlock-etcd", "etcd-mutex-shared", "0.97x (0.90–1.05)", 3)
 	want := "| #20 | fencedlock/etcd acquire+release, concurrency 64, >= 1.0x concurrency.Mutex (shared session) | 0.97x (0.90–1.05) | no |"
 	if got := targetTable(targets(r)); !strings.Contains(got, want+"\n") {
 		t.Errorf("targets lack %q:\n%s", want, got)
