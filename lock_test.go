@@ -14,6 +14,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -551,14 +552,7 @@ func TestRealTime(t *testing.T) {
 	if _, err := b.TryAcquire(t.Context(), "rt"); !errors.Is(err, fencedlock.ErrNotAcquired) {
 		t.Fatalf("second locker: %v", err)
 	}
-	got := make(chan *fencedlock.Lease, 1)
-	go func() {
-		l2, err := b.Acquire(t.Context(), "rt")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l2
-	}()
+	got := locktest.AcquireAsync(t.Context(), t, b, "rt")
 	if err := ls.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -209,14 +209,7 @@ func TestTraceHandOff(t *testing.T) {
 	if _, err := lb.TryAcquire(ctx, "k"); !errors.Is(err, fencedlock.ErrNotAcquired) {
 		t.Fatalf("TryAcquire: %v", err)
 	}
-	got := make(chan *fencedlock.Lease, 1)
-	go func() {
-		ls, err := lb.Acquire(ctx, "k")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- ls
-	}()
+	got := locktest.AcquireAsync(ctx, t, lb, "k")
 	// The second held wait comes after the watch is in effect: the
 	// release below is then announced to the waiter.
 	w := waitFor(t, rb, locktrace.WaitHeld, 2)
@@ -297,11 +290,7 @@ func TestTraceLosses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-ls.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("not lost at the deadline")
-		}
+		locktest.Lost(t, ls, 10*time.Second, "not lost at the deadline")
 		le := of[locktrace.LeaseEndEvent](r)
 		if len(le) != 1 || le[0].Cause != locktrace.EndDeadline || le[0].Held <= 0 || le[0].Held > fencedlock.MinTTL+10*time.Second {
 			t.Fatalf("lease ends %+v", le)

@@ -11,6 +11,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 	"github.com/fencedlock/fencedlock/locktrace"
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
@@ -100,11 +101,7 @@ func TestLostAtDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-ls.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("not lost at the deadline")
-	}
+	locktest.Lost(t, ls, 10*time.Second, "not lost at the deadline")
 	ms := tm.metrics(t)
 	if n := sum(t, ms, "fencedlock.lease.lost", otelfencedlock.AttrEndCause.String("deadline")); n != 1 {
 		t.Fatalf("lease.lost{deadline} %d, want 1", n)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 	"github.com/fencedlock/fencedlock/locktrace"
 	otelfencedlock "github.com/fencedlock/fencedlock/otel"
 )
@@ -51,14 +52,7 @@ func handOff(t *testing.T, st store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *fencedlock.Lease, 1)
-	go func() {
-		b, err := lb.Acquire(ctx, "orders")
-		if err != nil {
-			t.Error(err)
-		}
-		got <- b
-	}()
+	got := locktest.AcquireAsync(ctx, t, lb, "orders")
 	sig.await(t, st.waitKind, st.waitsBefore)
 	waiting := time.Now()
 	time.Sleep(50 * time.Millisecond) // A's work, while B waits

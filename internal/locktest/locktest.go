@@ -39,13 +39,5 @@ func Open[T interface{ Close() error }](t testing.TB, b driver.Backend, opts fen
 // AcquireRelease starts a goroutine that waits for key with l and releases
 // it at once; the channel gets the error of either (nil if both worked).
 func AcquireRelease(ctx context.Context, l *fencedlock.Locker, key string) <-chan error {
-	got := make(chan error, 1)
-	go func() {
-		ls, err := l.Acquire(ctx, key)
-		if err == nil {
-			err = ls.Release(ctx)
-		}
-		got <- err
-	}()
-	return got
+	return AcquireThenRelease(ctx, func() (*fencedlock.Lease, error) { return l.Acquire(ctx, key) })
 }

@@ -2,11 +2,13 @@ package multilocktest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 	"github.com/fencedlock/fencedlock/multilock"
 )
 
@@ -29,28 +31,11 @@ func ReleaseWakesWaiter(t *testing.T, s Setup) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan error, 1)
-		go func() {
-			set, err := waiter.Acquire(ctx, ks)
-			if err == nil {
-				err = set.Release(ctx)
-			}
-			got <- err
-		}()
-		time.Sleep(100 * time.Millisecond) // the waiter is watching (or will try once more when it is)
-		released := time.Now()
-		if err := ls.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("key %d: woken %v after the release", i, time.Since(released))
-		case <-time.After(10 * time.Second):
-			t.Fatalf("key %d of the set: the waiter was not woken by its release within 10s (its fallback retry is 20s away)", i)
-		}
+		got := locktest.AcquireThenRelease(ctx, func() (*multilock.Lease, error) { return waiter.Acquire(ctx, ks) })
+		// 100ms: the waiter is watching (or will try once more when it is).
+		woke := locktest.Woken(t, got, 100*time.Millisecond, 10*time.Second, func() error { return ls.Release(ctx) },
+			fmt.Sprintf("key %d of the set: the waiter (its fallback retry is 20s away)", i))
+		t.Logf("key %d: woken %v after the release", i, woke)
 	}
 }
 

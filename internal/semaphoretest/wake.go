@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/internal/locktest"
+	"github.com/fencedlock/fencedlock/semaphore"
 )
 
 // ReleaseWakesWaiter: on a backend that is a driver.Notifier, a waiter for
@@ -28,26 +30,9 @@ func ReleaseWakesWaiter(t *testing.T, s Setup) {
 	}
 	defer q.Release(ctx)
 	waiter := s.New(t, opts)
-	got := make(chan error, 1)
-	go func() {
-		w, err := waiter.Acquire(ctx, n, 2)
-		if err == nil {
-			err = w.Release(ctx)
-		}
-		got <- err
-	}()
-	time.Sleep(300 * time.Millisecond) // the waiter is watching (or will sweep once more when it is)
-	released := time.Now()
-	if err := p.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("woken %v after the release", time.Since(released))
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was not woken by the release within 10s (its fallback retry is 20s away)")
-	}
+	got := locktest.AcquireThenRelease(ctx, func() (*semaphore.Permit, error) { return waiter.Acquire(ctx, n, 2) })
+	// 300ms: the waiter is watching (or will sweep once more when it is).
+	woke := locktest.Woken(t, got, 300*time.Millisecond, 10*time.Second, func() error { return p.Release(ctx) },
+		"the waiter (its fallback retry is 20s away)")
+	t.Logf("woken %v after the release", woke)
 }
