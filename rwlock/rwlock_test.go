@@ -104,25 +104,13 @@ func TestLeasePrint(t *testing.T) {
 // TestRedis runs the scenarios of internal/rwlocktest on a real
 // redis-server with each client, every RWLock on a Backend of its own.
 func TestRedis(t *testing.T) {
-	scenarios := []struct {
-		name string
-		run  func(*testing.T, rwlocktest.Setup)
-	}{
-		{"ModesExclude", rwlocktest.ModesExclude},
-		{"NeverReaderAndWriter", func(t *testing.T, s rwlocktest.Setup) { rwlocktest.NeverReaderAndWriter(t, s, 8, 30) }},
-		{"WriterNotStarved", rwlocktest.WriterNotStarved},
-		{"PausedWriterRefused", rwlocktest.PausedWriterRefused},
-		{"CancelledWriterLeavesNothing", rwlocktest.CancelledWriterLeavesNothing},
-		{"CrashedWriterIntentExpires", rwlocktest.CrashedWriterIntentExpires},
-		{"Inspect", rwlocktest.Inspect},
-	}
 	for _, cl := range backendtest.RedisClients {
-		for _, sc := range scenarios {
-			t.Run(cl.Name+"/"+sc.name, func(t *testing.T) {
+		for _, sc := range rwlocktest.Scenarios(8, 30) {
+			t.Run(cl.Name+"/"+sc.Name, func(t *testing.T) {
 				srv := testserver.StartRedis(t)
 				b, store := cl.Open(t, srv)
 				t.Cleanup(func() { b.Close() })
-				sc.run(t, rwlocktest.Setup{
+				sc.Run(t, rwlocktest.Setup{
 					New: func(t *testing.T, opts fencedlock.Options) *rwlock.RWLock {
 						b, _ := cl.Open(t, srv)
 						return locktest.Open(t, b, opts, rwlock.New)

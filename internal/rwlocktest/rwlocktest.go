@@ -36,6 +36,26 @@ type Setup struct {
 	Intent, ExpirySlack time.Duration
 }
 
+// Scenario is one scenario, named as a subtest.
+type Scenario struct {
+	Name string
+	Run  func(*testing.T, Setup)
+}
+
+// Scenarios returns every scenario, for a backend's table of subtests;
+// NeverReaderAndWriter runs with workers and rounds.
+func Scenarios(workers, rounds int) []Scenario {
+	return []Scenario{
+		{"ModesExclude", ModesExclude},
+		{"NeverReaderAndWriter", func(t *testing.T, s Setup) { NeverReaderAndWriter(t, s, workers, rounds) }},
+		{"WriterNotStarved", WriterNotStarved},
+		{"PausedWriterRefused", PausedWriterRefused},
+		{"CancelledWriterLeavesNothing", CancelledWriterLeavesNothing},
+		{"CrashedWriterIntentExpires", CrashedWriterIntentExpires},
+		{"Inspect", Inspect},
+	}
+}
+
 func name(prefix string) string { return prefix + "-" + rand.Text()[:8] }
 
 // retrying are the options of a waiter that must get a lease soon after

@@ -17,27 +17,15 @@ import (
 // store on member 0. Waiters are woken by releases (the Backend is a
 // driver.Notifier).
 func TestRWLock(t *testing.T) {
-	scenarios := []struct {
-		name string
-		run  func(*testing.T, rwlocktest.Setup)
-	}{
-		{"ModesExclude", rwlocktest.ModesExclude},
-		{"NeverReaderAndWriter", func(t *testing.T, s rwlocktest.Setup) { rwlocktest.NeverReaderAndWriter(t, s, 6, 15) }},
-		{"WriterNotStarved", rwlocktest.WriterNotStarved},
-		{"PausedWriterRefused", rwlocktest.PausedWriterRefused},
-		{"CancelledWriterLeavesNothing", rwlocktest.CancelledWriterLeavesNothing},
-		{"CrashedWriterIntentExpires", rwlocktest.CrashedWriterIntentExpires},
-		{"Inspect", rwlocktest.Inspect},
-	}
 	e := newEnv(t)
 	n := 0
 	next := func() *etcd.Backend {
 		n++
 		return e.backend(n % len(e.clus.Members))
 	}
-	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			sc.run(t, rwlocktest.Setup{
+	for _, sc := range rwlocktest.Scenarios(6, 15) {
+		t.Run(sc.Name, func(t *testing.T) {
+			sc.Run(t, rwlocktest.Setup{
 				New: func(t *testing.T, opts fencedlock.Options) *rwlock.RWLock {
 					if opts.TTL == 0 {
 						opts.TTL = ttl
