@@ -241,8 +241,16 @@ func runSeeds(t *testing.T, s *setup, name string) {
 func TestChaosSQL(t *testing.T) {
 	s := newRedisSetup(t, "sql", false)
 	s.register = RegisterSQL
-	s.pg = testserver.StartPostgres(t)
-	db, err := sql.Open("pgx", s.pg.DSN())
+	s.pg, s.db = startSQLRegister(t)
+	runSeeds(t, s, "postgres-guard")
+}
+
+// startSQLRegister starts a PostgreSQL server and returns it with a
+// database handle on it (closed when t ends) whose sqlTable is created.
+func startSQLRegister(t *testing.T) (*testserver.Postgres, *sql.DB) {
+	t.Helper()
+	pg := testserver.StartPostgres(t)
+	db, err := sql.Open("pgx", pg.DSN())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,8 +260,7 @@ func TestChaosSQL(t *testing.T) {
 	if _, err := db.ExecContext(ctx, sqlSchema); err != nil {
 		t.Fatal(err)
 	}
-	s.db = db
-	runSeeds(t, s, "postgres-guard")
+	return pg, db
 }
 
 // control runs the one schedule of a negative control (seed 1, or

@@ -27,15 +27,37 @@ func (b *hb) op(w int, op Op, ph Phase, fence uint64, holder string, v int64) {
 	b.events = append(b.events, Event{Worker: w, Op: op, Phase: ph, T: b.t, Fence: fence, Holder: holder, Value: v, Deadline: b.t + 1000})
 }
 
+// holder is worker w's holder id in these histories: "a", "b", ...
+func holder(w int) string { return string(rune('a' + w)) }
+
+// acquire appends worker w's acquire of fence.
+func (b *hb) acquire(w int, fence uint64) { b.op(w, OpAcquire, OK, fence, holder(w), 0) }
+
+// release appends worker w's release of fence.
+func (b *hb) release(w int, fence uint64) { b.op(w, OpRelease, OK, fence, holder(w), 0) }
+
+// claim appends worker w's acquire of fence and its claim of the register.
+func (b *hb) claim(w int, fence uint64) {
+	b.acquire(w, fence)
+	b.op(w, OpClaim, OK, fence, holder(w), 0)
+}
+
+// read appends worker w's read of v.
+func (b *hb) read(w int, v int64) { b.op(w, OpRead, OK, 0, "", v) }
+
+// finish appends worker w's write of read+1 under fence (with the given
+// outcome) and its release.
+func (b *hb) finish(w int, fence uint64, read int64, write Phase) {
+	b.op(w, OpWrite, write, fence, holder(w), read+1)
+	b.release(w, fence)
+}
+
 // round appends a whole round of worker w: acquire fence, claim, read
 // read, write read+1 (with the given outcome), release.
 func (b *hb) round(w int, fence uint64, read int64, write Phase) {
-	h := string(rune('a' + w))
-	b.op(w, OpAcquire, OK, fence, h, 0)
-	b.op(w, OpClaim, OK, fence, h, 0)
-	b.op(w, OpRead, OK, 0, "", read)
-	b.op(w, OpWrite, write, fence, h, read+1)
-	b.op(w, OpRelease, OK, fence, h, 0)
+	b.claim(w, fence)
+	b.read(w, read)
+	b.finish(w, fence, read, write)
 }
 
 func (b *hb) check(t *testing.T, final int64) Report {
@@ -55,17 +77,13 @@ func TestCheckerPassesGoodHistory(t *testing.T) {
 	b.round(1, 2, 1, OK)
 	// worker 0 claims fence 3 and reads; worker 1 claims fence 4 before
 	// worker 0 writes, whose write is rejected and changes nothing.
-	b.op(0, OpAcquire, OK, 3, "a", 0)
-	b.op(0, OpClaim, OK, 3, "a", 0)
-	b.op(0, OpRead, OK, 0, "", 2)
+	b.claim(0, 3)
+	b.read(0, 2)
 	b.op(0, OpLost, Info, 3, "a", 0)
-	b.op(1, OpAcquire, OK, 4, "b", 0)
-	b.op(1, OpClaim, OK, 4, "b", 0)
-	b.op(0, OpWrite, Stale, 3, "a", 3)
-	b.op(0, OpRelease, OK, 3, "a", 0)
-	b.op(1, OpRead, OK, 0, "", 2)
-	b.op(1, OpWrite, OK, 4, "b", 3)
-	b.op(1, OpRelease, OK, 4, "b", 0)
+	b.claim(1, 4)
+	b.finish(0, 3, 2, Stale)
+	b.read(1, 2)
+	b.finish(1, 4, 2, OK)
 	r := b.check(t, 3)
 	if a, bb, c, d, e := r.Violations(); a+bb+c+d+e != 0 {
 		t.Fatalf("good history reported:\n%s", r.Summary())
@@ -93,13 +111,11 @@ func TestCheckerUnknownWrite(t *testing.T) {
 
 func TestCheckerStaleWriteAccepted(t *testing.T) {
 	var b hb
-	b.op(0, OpAcquire, OK, 1, "a", 0)
-	b.op(0, OpClaim, OK, 1, "a", 0)
-	b.op(0, OpRead, OK, 0, "", 0)
+	b.claim(0, 1)
+	b.read(0, 0)
 	// worker 0 is paused; worker 1 takes over and writes
 	b.round(1, 2, 0, OK)
-	b.op(0, OpWrite, OK, 1, "a", 1) // accepted although fence 2 was: stale
-	b.op(0, OpRelease, OK, 1, "a", 0)
+	b.finish(0, 1, 0, OK) // its write accepted although fence 2 was: stale
 	r := b.check(t, 1)
 	if r.Linearizable != porcupine.Illegal || len(r.StaleErrs) == 0 || r.FinalErr == "" {
 		t.Fatalf("stale write not reported:\n%s", r.Summary())
@@ -124,22 +140,22 @@ func TestCheckerWrongRead(t *testing.T) {
 
 func TestCheckerMutualExclusion(t *testing.T) {
 	var b hb
-	b.op(0, OpAcquire, OK, 1, "a", 0)
-	b.op(1, OpAcquire, OK, 2, "b", 0) // while worker 0 still holds
-	b.op(0, OpRelease, OK, 1, "a", 0)
-	b.op(1, OpRelease, OK, 2, "b", 0)
+	b.acquire(0, 1)
+	b.acquire(1, 2) // while worker 0 still holds
+	b.release(0, 1)
+	b.release(1, 2)
 	r := b.check(t, 0)
 	if len(r.Overlaps) != 1 || r.Overlaps[0].Kinds[0] != "none" {
 		t.Fatalf("overlap not reported:\n%s", r.Summary())
 	}
 	// A lost lease ends its validity.
 	var c hb
-	c.op(0, OpAcquire, OK, 1, "a", 0)
+	c.acquire(0, 1)
 	c.t += 10
 	c.events = append(c.events, Event{Worker: 0, Op: OpLost, Phase: Info, T: c.t, Fence: 1, Holder: "a"})
-	c.op(1, OpAcquire, OK, 2, "b", 0)
-	c.op(0, OpRelease, OK, 1, "a", 0)
-	c.op(1, OpRelease, OK, 2, "b", 0)
+	c.acquire(1, 2)
+	c.release(0, 1)
+	c.release(1, 2)
 	if r := c.check(t, 0); len(r.Overlaps) != 0 {
 		t.Fatalf("lease valid after its loss:\n%s", r.Summary())
 	}
@@ -147,12 +163,10 @@ func TestCheckerMutualExclusion(t *testing.T) {
 
 func TestCheckerFenceOrder(t *testing.T) {
 	var b hb
-	b.op(0, OpAcquire, OK, 5, "a", 0)
-	b.op(0, OpRelease, OK, 5, "a", 0)
-	b.op(1, OpAcquire, OK, 3, "b", 0)
-	b.op(1, OpRelease, OK, 3, "b", 0)
-	b.op(2, OpAcquire, OK, 3, "c", 0)
-	b.op(2, OpRelease, OK, 3, "c", 0)
+	for w, fence := range []uint64{5, 3, 3} {
+		b.acquire(w, fence)
+		b.release(w, fence)
+	}
 	r := b.check(t, 0)
 	if len(r.FenceErrs) != 3 { // 3 after 5, twice, and 3 granted twice
 		t.Fatalf("fence order: %d violations, want 3:\n%s", len(r.FenceErrs), r.Summary())

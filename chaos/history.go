@@ -2,7 +2,8 @@ package chaos
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // Operation is an invocation paired with its completion.
@@ -77,12 +78,7 @@ func BuildHistory(events []Event) (History, error) {
 		}
 		h.Ops = append(h.Ops, op)
 	}
-	workers := make([]int, 0, len(pending))
-	for w := range pending {
-		workers = append(workers, w)
-	}
-	sort.Ints(workers)
-	for _, w := range workers {
+	for _, w := range slices.Sorted(maps.Keys(pending)) {
 		p := pending[w]
 		h.Ops = append(h.Ops, Operation{Worker: w, Op: p.Op, Call: p.T, Phase: Info,
 			Fence: p.Fence, Slot: p.Slot, Holder: p.Holder, Value: p.Value, Err: "no completion", Deadline: p.Deadline})

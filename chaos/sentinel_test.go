@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -165,17 +164,7 @@ func TestChaosSentinelElection(t *testing.T) {
 // runSentinel runs the seeds of the Sentinel deployment for each
 // WaitReplicas of waits, each setup shaped by shape (the workload).
 func runSentinel(t *testing.T, prefix string, waits []int, shape func(*setup) *setup) {
-	pg := testserver.StartPostgres(t)
-	db, err := sql.Open("pgx", pg.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := db.ExecContext(ctx, sqlSchema); err != nil {
-		t.Fatal(err)
-	}
+	pg, db := startSQLRegister(t)
 	ttl := max(*flagTTL, time.Second) // room for WAIT over the lagging link
 	for _, wait := range waits {
 		name := fmt.Sprintf("%s-wait%d", prefix, wait)

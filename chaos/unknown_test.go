@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/faultproxy"
-	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestUnknownOutcomeIsInfo: a claim or write that timed out or lost its
@@ -24,15 +22,7 @@ import (
 func TestUnknownOutcomeIsInfo(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	rs := newRedisSetup(t, "unknown", false)
-	pg := testserver.StartPostgres(t)
-	db, err := sql.Open("pgx", pg.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if _, err := db.Exec(sqlSchema); err != nil {
-		t.Fatal(err)
-	}
+	pg, db := startSQLRegister(t)
 	regKey := "chaos:register:unknown"
 	if _, err := db.Exec("INSERT INTO chaos_register (key) VALUES ($1) ON CONFLICT (key) DO NOTHING", regKey); err != nil {
 		t.Fatal(err)
