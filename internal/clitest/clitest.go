@@ -5,7 +5,9 @@
 // cmd/fencedlock share with its separate etcd test module
 // (cmd/fencedlock/etcdtest): a concurrency-safe output buffer, a bounded
 // wait for a file a child process writes, a free loopback port and a
-// throwaway certificate authority.
+// throwaway certificate authority; and, for the test binaries that run
+// themselves again as a server (StartSelf), the start and stop of such a
+// child.
 //
 // It is imported by tests only; it is not part of the library's API.
 package clitest
@@ -176,13 +178,25 @@ func WaitFile(t *testing.T, path string, timeout time.Duration) string {
 	}
 }
 
-// FreeTCPPort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreeTCPPort returns a TCP port on 127.0.0.1 that was free a moment ago
+// (FreePort); it fails the test if there is none.
 func FreeTCPPort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return port
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago:
+// the kernel gave it to a listener that FreePort closed, so another
+// process may take it before the caller does.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

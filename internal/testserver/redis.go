@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/clitest"
 	"github.com/redis/rueidis"
 )
 
@@ -189,7 +190,7 @@ func Binary(t testing.TB, name string) string {
 func onFreePort(start func(port int) error, retry func(error) bool) error {
 	var err error
 	for range 5 {
-		port, perr := freePort()
+		port, perr := clitest.FreePort()
 		if perr != nil {
 			return perr
 		}
@@ -198,15 +199,6 @@ func onFreePort(start func(port int) error, retry func(error) bool) error {
 		}
 	}
 	return err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // start runs the process and waits for "Ready to accept connections" in
