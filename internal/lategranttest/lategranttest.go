@@ -70,10 +70,7 @@ const Runs = 20
 // one grant must have been refused as late; its release of the refused grant
 // (owner-checked) must leave Fast's lock held, with Fast's fence.
 func TryAcquires(t *testing.T, s Setup) {
-	warm(t, s)
-	lag := s.lag()
-	s.Proxy.SetReplyLatency(lag)
-	defer s.Proxy.SetReplyLatency(0)
+	lag := delayReplies(t, s)
 	prefix := fmt.Sprintf("lategrant/%d/", time.Now().UnixNano())
 	var (
 		c  tally
@@ -218,10 +215,7 @@ func fastUntouched(t *testing.T, s Setup, key string, lsB *fencedlock.Lease) {
 // two lags) if they lag past the TTL (every grant is then refused, and
 // Acquire keeps waiting).
 func Acquire(t *testing.T, s Setup) {
-	warm(t, s)
-	lag := s.lag()
-	s.Proxy.SetReplyLatency(lag)
-	defer s.Proxy.SetReplyLatency(0)
+	lag := delayReplies(t, s)
 	key := fmt.Sprintf("lategrant/acquire/%d", time.Now().UnixNano())
 	start := time.Now()
 	heal := time.AfterFunc(2*lag, func() { s.Proxy.SetReplyLatency(0) })
@@ -247,6 +241,17 @@ func Acquire(t *testing.T, s Setup) {
 		t.Fatalf("Slow: Acquire returned at %v, before the replies were on time again (%v)", at, 2*lag)
 	}
 	t.Logf("Slow: Acquire returned at %v (replies on time from %v) with %v left (safety margin %v)", at, 2*lag, time.Until(ls.Deadline()), margin)
+}
+
+// delayReplies warms s up (see warm), then delays Slow's replies by the
+// scenario's lag until t ends; it returns the lag.
+func delayReplies(t *testing.T, s Setup) time.Duration {
+	t.Helper()
+	warm(t, s)
+	lag := s.lag()
+	s.Proxy.SetReplyLatency(lag)
+	t.Cleanup(func() { s.Proxy.SetReplyLatency(0) })
+	return lag
 }
 
 // warm takes and releases Runs keys at once on both Lockers before the
