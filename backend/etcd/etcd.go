@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -321,14 +322,25 @@ func (b *Backend) grantOf(ctx context.Context, g driver.Grant) (*grant, error) {
 	if d, ok := g.Data.(*grant); ok && d != nil {
 		return d, nil
 	}
-	resp, err := b.c.Get(ctx, b.lockDir(g.Key), clientv3.WithPrefix())
+	kv, err := b.ownerEntry(ctx, b.lockDir(g.Key), g.Owner)
+	if err != nil || kv == nil {
+		return nil, err
+	}
+	return &grant{name: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
+}
+
+// ownerEntry returns the entry under prefix whose value is owner's holder
+// id, or nil if there is none: how a clean-up (a Grant without its Data)
+// finds the owner's entry.
+func (b *Backend) ownerEntry(ctx context.Context, prefix, owner string) (*mvccpb.KeyValue, error) {
+	resp, err := b.c.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
 	}
-	hid := driver.HolderID(g.Owner)
+	hid := driver.HolderID(owner)
 	for _, kv := range resp.Kvs {
 		if string(kv.Value) == hid {
-			return &grant{name: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
+			return kv, nil
 		}
 	}
 	return nil, nil

@@ -99,16 +99,13 @@ func (b *Backend) multiOf(ctx context.Context, g driver.MultiGrant) (*multiGrant
 	if d, ok := g.Data.(*multiGrant); ok && d != nil {
 		return d, nil
 	}
-	hid := driver.HolderID(g.Owner)
 	for _, k := range g.Keys {
-		resp, err := b.c.Get(ctx, b.lockDir(k), clientv3.WithPrefix())
+		kv, err := b.ownerEntry(ctx, b.lockDir(k), g.Owner)
 		if err != nil {
 			return nil, err
 		}
-		for _, kv := range resp.Kvs {
-			if string(kv.Value) == hid {
-				return &multiGrant{lease: clientv3.LeaseID(kv.Lease)}, nil
-			}
+		if kv != nil {
+			return &multiGrant{lease: clientv3.LeaseID(kv.Lease)}, nil
 		}
 	}
 	return nil, nil

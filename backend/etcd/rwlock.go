@@ -113,17 +113,11 @@ func (b *Backend) rwGrantOf(ctx context.Context, g driver.Grant, m driver.RWMode
 		}
 		return d, nil
 	}
-	resp, err := b.c.Get(ctx, sub, clientv3.WithPrefix())
-	if err != nil {
+	kv, err := b.ownerEntry(ctx, sub, g.Owner)
+	if err != nil || kv == nil {
 		return nil, err
 	}
-	hid := driver.HolderID(g.Owner)
-	for _, kv := range resp.Kvs {
-		if string(kv.Value) == hid {
-			return &rwGrant{name: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
-		}
-	}
-	return nil, nil
+	return &rwGrant{name: string(kv.Key), lease: clientv3.LeaseID(kv.Lease), rev: kv.CreateRevision}, nil
 }
 
 // RenewRW renews g's lease (one keepalive) and checks that our key still
