@@ -8,11 +8,8 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/backend/etcd"
-	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/election"
-	"github.com/redis/rueidis"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -43,11 +40,7 @@ var electionContenders = []struct {
 	new  func(b *testing.B, e *env) campaigner
 }{
 	{"fencedlock-etcd", func(b *testing.B, e *env) campaigner {
-		c := e.newEtcd(b)
-		be, err := etcd.New(c, etcd.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		be, c := e.newEtcdBackend(b)
 		return newFencedCampaigner(b, be, func() { _ = c.Close() },
 			func(ctx context.Context, key, v string, t *election.Term) error {
 				return be.FencedPut(ctx, key, v, t.Fence(), t.Holder())
@@ -58,14 +51,7 @@ var electionContenders = []struct {
 		return &etcdCampaigner{c: c, ttl: ttlSeconds(electionTTL)}
 	}},
 	{"fencedlock-redis", func(b *testing.B, e *env) campaigner {
-		c, err := rueidis.NewClient(e.redisOpt)
-		if err != nil {
-			b.Fatal(err)
-		}
-		be, err := redis.New(c, redis.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		be, c := e.newRedisBackend(b)
 		return newFencedCampaigner(b, be, c.Close,
 			func(ctx context.Context, key, v string, t *election.Term) error {
 				return be.FencedSet(ctx, key, v, t.Fence(), t.Holder())

@@ -5,6 +5,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/redis/rueidis"
 )
 
 // fencedlock on its Redis backend (rueidis), default options except the
@@ -22,13 +23,22 @@ func init() {
 			manualRenew: true,
 			autoRenew:   true,
 			open: func(tb testing.TB, e *env, cfg clientConfig) lockClient {
-				c := e.newRueidis(tb, nil)
-				b, err := redis.New(c, redis.Options{})
-				if err != nil {
-					tb.Fatalf("bench: %s backend: %v", name, err)
-				}
+				b, c := e.newRedisBackend(tb)
 				return &fencedClient{l: mustLocker(tb, b, fencedlock.Options{TTL: cfg.ttl, RenewInterval: cfg.renew, ManualRenew: cfg.manual}), closeClient: func() { b.Close(); c.Close() }}
 			},
 		})
 	}
+}
+
+// newRedisBackend returns fencedlock's Redis backend with default options
+// on a new rueidis client of its own, and that client: the caller closes
+// both, the backend first.
+func (e *env) newRedisBackend(tb testing.TB) (*redis.Backend, rueidis.Client) {
+	tb.Helper()
+	c := e.newRueidis(tb, nil)
+	b, err := redis.New(c, redis.Options{})
+	if err != nil {
+		tb.Fatalf("bench: fencedlock redis backend: %v", err)
+	}
+	return b, c
 }

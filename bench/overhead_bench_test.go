@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
 )
 
@@ -25,12 +24,8 @@ import (
 // baseline; odd passes run the layers in reverse order (passOrder).
 func BenchmarkOverhead(b *testing.B) {
 	e := servers(b)
-	c := e.newRueidis(b, nil)
+	be, c := e.newRedisBackend(b)
 	defer c.Close()
-	be, err := redis.New(c, redis.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
 	l := mustLocker(b, be, fencedlock.Options{TTL: benchTTL})
 	defer l.Close()
 	raw := &rawClient{c: c, ttl: strconv.FormatInt(benchTTL.Milliseconds(), 10)}

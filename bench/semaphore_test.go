@@ -7,11 +7,8 @@ import (
 	"testing"
 
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/backend/etcd"
-	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/semaphore"
-	"github.com/redis/rueidis"
 )
 
 // semaphoreBackends are the backends of the semaphore benchmarks, each
@@ -21,23 +18,12 @@ var semaphoreBackends = []struct {
 	open func(b *testing.B, e *env) driver.Backend
 }{
 	{"redis", func(b *testing.B, e *env) driver.Backend {
-		c, err := rueidis.NewClient(e.redisOpt)
-		if err != nil {
-			b.Fatal(err)
-		}
-		be, err := redis.New(c, redis.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		be, c := e.newRedisBackend(b)
 		b.Cleanup(func() { be.Close(); c.Close() })
 		return be
 	}},
 	{"etcd", func(b *testing.B, e *env) driver.Backend {
-		c := e.newEtcd(b)
-		be, err := etcd.New(c, etcd.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		be, c := e.newEtcdBackend(b)
 		b.Cleanup(func() { be.Close(); _ = c.Close() })
 		return be
 	}},
