@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencedlock/fencedlock/internal/clitest"
 	"github.com/redis/rueidis"
 )
 
@@ -155,7 +156,7 @@ func runPingPong(tb testing.TB, e *env, procs int, pause, d time.Duration, round
 		if err != nil {
 			tb.Fatalf("bench: %v", err)
 		}
-		_, stop, err := startChild("ping-pong responder", pongChildEnv, string(js))
+		_, stop, err := clitest.StartSelf("ping-pong responder", pongChildEnv, string(js))
 		if err != nil {
 			tb.Fatalf("bench: %v", err)
 		}

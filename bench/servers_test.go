@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -24,6 +23,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/fencedlock/fencedlock/internal/clitest"
 )
 
 // Flags of the test binary. Pass them after -args, or use the environment
@@ -142,15 +143,6 @@ func redacted(s string) string {
 	return u.Redacted()
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // startRedis starts redis-server on a free loopback port without
 // persistence and waits until it answers.
 func startRedis() (addr string, stop func(), err error) {
@@ -164,7 +156,7 @@ func startRedis() (addr string, stop func(), err error) {
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := clitest.FreePort()
 		if err != nil {
 			return "", nil, err
 		}
@@ -186,9 +178,8 @@ func startRedis() (addr string, stop func(), err error) {
 		cmd := exec.Command(bin, confPath)
 		cmd.Dir = dir
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &lockedWriter{w: &out}, nil
-		cmd.Stderr = cmd.Stdout
+		out := new(clitest.SyncBuffer)
+		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			return "", nil, fmt.Errorf("starting redis-server: %w", err)
 		}
@@ -208,7 +199,7 @@ func startRedis() (addr string, stop func(), err error) {
 			return addr, stop, nil
 		}
 		stop()
-		lastErr = fmt.Errorf("%w; log:\n%s", lastErr, cmd.Stdout.(*lockedWriter).String())
+		lastErr = fmt.Errorf("%w; log:\n%s", lastErr, out)
 		if !strings.Contains(lastErr.Error(), "Address already in use") {
 			break
 		}
@@ -248,23 +239,6 @@ func waitDial(addr string, exited <-chan struct{}, timeout time.Duration) error 
 	}
 }
 
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
-}
-
 // startEtcdChild runs this test binary again as a single-member etcd
 // server (see runEtcdChild) and returns its client endpoint.
 func startEtcdChild() (endpoint string, stop func(), err error) {
@@ -272,7 +246,7 @@ func startEtcdChild() (endpoint string, stop func(), err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	endpoint, stopChild, err := startChild("etcd child", etcdChildEnv, dir)
+	endpoint, stopChild, err := clitest.StartSelf("etcd child", etcdChildEnv, dir)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return "", nil, err
@@ -283,74 +257,15 @@ func startEtcdChild() (endpoint string, stop func(), err error) {
 	}, nil
 }
 
-// startChild runs this test binary again with the environment variable
-// envName set to value (TestMain turns it into the child named what), and
-// waits until the child prints "READY <arg>"; it returns arg. stop closes
-// the child's standard input, on which it stops, and kills it if it has
-// not exited 10 s later.
-func startChild(what, envName, value string) (arg string, stop func(), err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", nil, err
-	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envName+"="+value)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	logw := &lockedWriter{w: new(strings.Builder)}
-	cmd.Stderr = logw
-	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("starting %s: %w", what, err)
-	}
-	done := make(chan struct{})
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- a
-			}
-		}
-		_ = cmd.Wait()
-		close(done)
-	}()
-	stop = func() {
-		_ = stdin.Close() // the child stops when its stdin closes
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
-	select {
-	case a := <-ready:
-		return a, stop, nil
-	case <-done:
-		stop()
-		return "", nil, fmt.Errorf("%s exited during start; log:\n%s", what, logw.String())
-	case <-time.After(30 * time.Second):
-		stop()
-		return "", nil, fmt.Errorf("%s not ready after 30s; log:\n%s", what, logw.String())
-	}
-}
-
 // runEtcdChild is the body of the etcd child process: it serves until its
 // standard input closes (the parent stopped or died).
 func runEtcdChild(dir string) int {
-	cport, err := freePort()
+	cport, err := clitest.FreePort()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	pport, err := freePort()
+	pport, err := clitest.FreePort()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
