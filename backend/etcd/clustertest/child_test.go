@@ -1,15 +1,11 @@
 package clustertest
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencedlock/fencedlock/backend/etcd"
+	"github.com/fencedlock/fencedlock/internal/clitest"
 )
 
 // childEnv, when set (to a data directory), turns the test binary into a
@@ -40,56 +37,12 @@ func childBackend(t *testing.T, opts ...grpc.DialOption) (*etcd.Backend, *client
 // runChild) and returns its client endpoint; it is stopped in t.Cleanup.
 func startChild(t *testing.T) string {
 	t.Helper()
-	self, err := os.Executable()
+	ep, stop, err := clitest.StartSelf("etcd child", childEnv, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+t.TempDir())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log strings.Builder
-	cmd.Stderr = &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan string, 1)
-	done := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if ep, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- ep
-			}
-		}
-		_ = cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	select {
-	case ep := <-ready:
-		return ep
-	case <-done:
-		t.Fatalf("etcd child exited during start:\n%s", log.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("etcd child not ready after 30 s")
-	}
-	return ""
+	t.Cleanup(stop)
+	return ep
 }
 
 // runChild is the etcd child's body (see childEnv).
