@@ -27,34 +27,23 @@ func TestNotifier(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
-	// woken waits up to 10s for a wake-up of ch after release ran; the
-	// watch was set up 300ms before, and what it said by then is dropped.
-	woken := func(t *testing.T, ch <-chan struct{}, release func() error) {
+	// watched takes key on holder for a new owner and starts a watch of it
+	// on member 0's client.
+	watched := func(t *testing.T, key string) (driver.Grant, <-chan struct{}, func()) {
 		t.Helper()
-		time.Sleep(300 * time.Millisecond)
-		select {
-		case <-ch:
-		default:
-		}
-		if err := release(); err != nil {
+		g, err := holder.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: rand.Text(), TTL: 30 * time.Second})
+		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case <-ch:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the watch was not woken by the release within 10s")
+		ch, stop, err := n.Watch(ctx, key)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return g, ch, stop
 	}
 
 	t.Run("Lock", func(t *testing.T) {
-		g, err := holder.Acquire(ctx, driver.AcquireRequest{Key: "notify-lock", Owner: rand.Text(), TTL: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch, stop, err := n.Watch(ctx, "notify-lock")
-		if err != nil {
-			t.Fatal(err)
-		}
+		g, ch, stop := watched(t, "notify-lock")
 		defer stop()
 		woken(t, ch, func() error { return holder.Release(ctx, g) })
 	})
@@ -74,14 +63,7 @@ func TestNotifier(t *testing.T) {
 		}
 	})
 	t.Run("Stopped", func(t *testing.T) {
-		g, err := holder.Acquire(ctx, driver.AcquireRequest{Key: "notify-stopped", Owner: rand.Text(), TTL: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch, stop, err := n.Watch(ctx, "notify-stopped")
-		if err != nil {
-			t.Fatal(err)
-		}
+		g, ch, stop := watched(t, "notify-stopped")
 		time.Sleep(300 * time.Millisecond)
 		stop()
 		select {
@@ -97,4 +79,23 @@ func TestNotifier(t *testing.T) {
 		case <-time.After(time.Second):
 		}
 	})
+}
+
+// woken waits up to 10s for a wake-up of ch after release ran; the watch
+// was set up 300ms before, and what it said by then is dropped.
+func woken(t *testing.T, ch <-chan struct{}, release func() error) {
+	t.Helper()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-ch:
+	default:
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch was not woken by the release within 10s")
+	}
 }
