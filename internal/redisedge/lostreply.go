@@ -77,6 +77,17 @@ func (lr *lostReply) req(name string) driver.AcquireRequest {
 	return driver.AcquireRequest{Key: name + "-" + n, Owner: "lost-reply-owner-" + n, TTL: lostReplyTTL}
 }
 
+// grant acquires a new key named after name for a new owner (lr.req)
+// and fails the test on error.
+func (lr *lostReply) grant(t *testing.T, name string) driver.Grant {
+	t.Helper()
+	g, err := lr.b.Acquire(lr.ctx, lr.req(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // cut runs op with the next reply cut and returns how many scripts
 // the server ran meanwhile and op's error. The proxy cuts the next reply
 // of any connection of the client: one of the client's own (a health
@@ -148,10 +159,7 @@ func (lr *lostReply) acquire(t *testing.T) {
 func (lr *lostReply) renew(t *testing.T) {
 	var g driver.Grant
 	setup := func() string {
-		var err error
-		if g, err = lr.b.Acquire(lr.ctx, lr.req("lost-renew")); err != nil {
-			t.Fatal(err)
-		}
+		g = lr.grant(t, "lost-renew")
 		cli(t, lr.srv, "PEXPIRE", "fencedlock:{"+g.Key+"}", "10000")
 		return g.Key
 	}
@@ -166,10 +174,7 @@ func (lr *lostReply) renew(t *testing.T) {
 func (lr *lostReply) release(t *testing.T) {
 	var g driver.Grant
 	setup := func() string {
-		var err error
-		if g, err = lr.b.Acquire(lr.ctx, lr.req("lost-release")); err != nil {
-			t.Fatal(err)
-		}
+		g = lr.grant(t, "lost-release")
 		return g.Key
 	}
 	key := lr.try(t, "release", setup, func(string) error { return lr.b.Release(lr.ctx, g) })

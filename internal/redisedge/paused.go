@@ -3,6 +3,7 @@ package redisedge
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,13 +48,7 @@ func PausedRelease(t *testing.T, dial Dial) {
 		t.Fatal(err)
 	}
 	srv.Pause()
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			srv.Resume()
-		}
-	}
+	resume := sync.OnceFunc(srv.Resume)
 	defer resume()
 	bounded := func(what string, call func() error) {
 		t.Helper()
