@@ -484,15 +484,7 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		g   driver.Grant
-		err error
-	}
-	res := make(chan result, 1)
-	go func() {
-		gr, err := r.AcquireWait(ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
-		res <- result{gr, err}
-	}()
+	res := rediscoretest.StartWait(ctx, r, driver.AcquireRequest{Key: key, Owner: owner(), TTL: time.Minute})
 	for deadline := time.Now().Add(10 * time.Second); c.LLen(ctx, lk+redisnames.QueueSuffix).Val() != 1; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the backend/redis waiter did not queue within 10s")
@@ -501,12 +493,5 @@ func TestReleaseHandsOffToFairWaiter(t *testing.T) {
 	if err := g.Release(ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-res:
-		if r.err != nil || r.g.Fence != h.Fence+1 {
-			t.Fatalf("AcquireWait after a goredis release: fence %d, %v; want %d", r.g.Fence, r.err, h.Fence+1)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the backend/redis waiter was not granted the lock within 10s of the goredis release")
-	}
+	rediscoretest.WantHandOff(t, res, h.Fence+1, "a goredis release")
 }

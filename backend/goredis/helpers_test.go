@@ -3,6 +3,7 @@ package goredis
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"testing"
@@ -19,17 +20,15 @@ import (
 // delay, if positive, delays everything the client reads by that much.
 func newClient(t testing.TB, srv *testserver.Redis, delay time.Duration) *redis.Client {
 	t.Helper()
-	o := &redis.Options{Addr: srv.Addr}
-	if delay > 0 {
-		o.Dialer = delayedDialer(delay)
-	}
-	c := redis.NewClient(o)
-	t.Cleanup(func() { c.Close() })
-	return c
+	return closeWithTest(t, redis.NewClient(&redis.Options{Addr: srv.Addr, Dialer: delayedDialer(delay)}))
 }
 
-// delayedDialer dials TCP and delays what the connection reads.
+// delayedDialer dials TCP and delays what the connection reads; with no
+// delay it is nil: the client's own dialer.
 func delayedDialer(delay time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if delay <= 0 {
+		return nil
+	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
@@ -44,30 +43,28 @@ func delayedDialer(delay time.Duration) func(ctx context.Context, network, addr 
 // node of cl, closed when the test ends.
 func newClusterClient(t testing.TB, cl *testserver.RedisCluster, delay time.Duration) *redis.ClusterClient {
 	t.Helper()
-	o := &redis.ClusterOptions{}
-	for _, s := range cl.Nodes {
-		o.Addrs = append(o.Addrs, s.Addr)
-	}
-	if delay > 0 {
-		o.Dialer = delayedDialer(delay)
-	}
-	c := redis.NewClusterClient(o)
-	t.Cleanup(func() { c.Close() })
-	return c
+	return closeWithTest(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs(cl.Nodes), Dialer: delayedDialer(delay)}))
 }
 
 // newFailoverClient returns a go-redis client that finds the master of g
 // through its sentinels, closed when the test ends.
 func newFailoverClient(t testing.TB, g *testserver.Sentinels, delay time.Duration) *redis.Client {
 	t.Helper()
-	o := &redis.FailoverOptions{MasterName: g.MasterName}
-	for _, s := range g.Nodes {
-		o.SentinelAddrs = append(o.SentinelAddrs, s.Addr)
+	o := &redis.FailoverOptions{MasterName: g.MasterName, SentinelAddrs: addrs(g.Nodes), Dialer: delayedDialer(delay)}
+	return closeWithTest(t, redis.NewFailoverClient(o))
+}
+
+// addrs are the addresses of nodes.
+func addrs(nodes []*testserver.Redis) []string {
+	a := make([]string, len(nodes))
+	for i, s := range nodes {
+		a[i] = s.Addr
 	}
-	if delay > 0 {
-		o.Dialer = delayedDialer(delay)
-	}
-	c := redis.NewFailoverClient(o)
+	return a
+}
+
+// closeWithTest returns c, closed when the test ends.
+func closeWithTest[C io.Closer](t testing.TB, c C) C {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
@@ -92,9 +89,7 @@ func isNotHeld(err error) bool { return errors.Is(err, driver.ErrNotHeld) }
 // their default options.
 var adapter = rediscoretest.Adapter[redis.UniversalClient]{
 	Client: func(t testing.TB, addr, user, password string) redis.UniversalClient {
-		c := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: password})
-		t.Cleanup(func() { c.Close() })
-		return c
+		return closeWithTest(t, redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: password}))
 	},
 	Cluster: func(t testing.TB, cl *testserver.RedisCluster) redis.UniversalClient {
 		return newClusterClient(t, cl, 0)
@@ -102,17 +97,15 @@ var adapter = rediscoretest.Adapter[redis.UniversalClient]{
 	Sentinel: func(t testing.TB, g *testserver.Sentinels, _ *testserver.Redis) redis.UniversalClient {
 		return newFailoverClient(t, g, 0)
 	},
-	New: func(c redis.UniversalClient) (rediscoretest.FullBackend, error) { return New(c, Options{}) },
-	NewWait: func(c redis.UniversalClient, replicas int, timeout time.Duration) (rediscoretest.FullBackend, error) {
+	New: func(c redis.UniversalClient, replicas int, timeout time.Duration) (rediscoretest.FullBackend, error) {
 		return New(c, Options{WaitReplicas: replicas, WaitTimeout: timeout})
 	},
-	Fixture: func(b rediscoretest.FullBackend, c redis.UniversalClient) rediscoretest.Fixture {
-		return fixture(b.(*Backend), c)
-	},
+	Fixture: fixture,
 }
 
-// fixture is the Store of b, whose client is c, for the shared tests.
-func fixture(b *Backend, c redis.UniversalClient) rediscoretest.Fixture {
+// fixture is the Store of b (a *Backend), whose client is c, for the
+// shared tests.
+func fixture(b rediscoretest.FullBackend, c redis.UniversalClient) rediscoretest.Fixture {
 	do := func(ctx context.Context, args ...string) (string, error) {
 		cmd := make([]any, len(args))
 		for i, a := range args {
@@ -128,7 +121,7 @@ func fixture(b *Backend, c redis.UniversalClient) rediscoretest.Fixture {
 		s, _ := v.(string)
 		return s, nil
 	}
-	return rediscoretest.Fixture{Store: NewStore(b), Do: do}
+	return rediscoretest.Fixture{Store: NewStore(b.(*Backend)), Do: do}
 }
 
 // TestCore runs the test bodies both Redis adapters run

@@ -178,13 +178,7 @@ func TestPipelinedAcquireEndsWithItsContext(t *testing.T) {
 	runConcurrently(t, b, workers, 1)
 
 	srv.Pause()
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			srv.Resume()
-		}
-	}
+	resume := sync.OnceFunc(srv.Resume)
 	defer resume()
 	var (
 		wg       sync.WaitGroup

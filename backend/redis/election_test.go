@@ -10,7 +10,6 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redisnames"
-	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestProclaimHolderIDs: proclaim.lua computes the holder id of the owner
@@ -20,8 +19,7 @@ import (
 // holder id one character off is refused, and the leader record holds the
 // holder id and value, never the token.
 func TestProclaimHolderIDs(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	for i, n := range []int{1, 8, 55, 56, 57, 63, 64, 65, 119, 120, 200, 1000} {
 		tok := strings.Repeat(string(rune('a'+i)), n)
@@ -68,8 +66,7 @@ func TestProclaimHolderIDs(t *testing.T) {
 // event with the state now and Missed (the counter shows grants the
 // watch never saw).
 func TestWatchLeaderEndsAndMissed(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const key = "watched"
@@ -125,12 +122,7 @@ func TestWatchLeaderEndsAndMissed(t *testing.T) {
 // returns; wanting 2 replicas of 1 it fails with ErrReplication, not
 // ErrNotHeld.
 func TestProclaimWaitReplicas(t *testing.T) {
-	primary := testserver.StartRedis(t)
-	replica := testserver.StartRedis(t, testserver.WithReplicaOf(primary))
-	rc := replica.Client(t, nil)
-	waitFor(t, 10*time.Second, "replica sync", func() bool {
-		return strings.Contains(str(t, rc, "INFO", "replication"), "master_link_status:up")
-	})
+	primary, rc := startReplicated(t)
 	ctx := context.Background()
 	b, _ := newBackend(t, primary, Options{WaitReplicas: 1, WaitTimeout: 5 * time.Second})
 	g := acquire(t, b, "k", 10*time.Second)
@@ -154,8 +146,7 @@ func TestProclaimWaitReplicas(t *testing.T) {
 // once delivered "no leader, Missed" there (TestWatchLeaderEndsAndMissed:
 // "event {... Held:false ... Missed:true}, want the term of fence 3").
 func TestWatchLeaderLeaseNotYetProclaimed(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const key = "pending"

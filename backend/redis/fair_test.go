@@ -15,6 +15,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/rediscore"
+	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
 	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/testserver"
@@ -173,8 +174,7 @@ func TestFairReleaseHandsOffToFirstLiveWaiter(t *testing.T) {
 // partitioned) is skipped once its entry TTL has passed: the release
 // deletes the lock instead of handing it to nobody.
 func TestFairExpiredEntryNotGranted(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	const key = "crashed"
 	h := acquire(t, b, key, 10*time.Second)
 	if n, err := runWait(t, b, key, owner(), 10*time.Second, 50*time.Millisecond); err != nil || n != 0 {
@@ -193,9 +193,7 @@ func TestFairExpiredEntryNotGranted(t *testing.T) {
 // wait.lua of that owner that arrives afterwards (rueidis writes a queued
 // request after its context ended) neither queues nor takes the lock.
 func TestFairLeaveAndLateWait(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
-	f := b
+	b, c := startBackend(t)
 	const key = "leave"
 	lk := b.LockKey(key)
 	h := acquire(t, b, key, 10*time.Second)
@@ -204,7 +202,7 @@ func TestFairLeaveAndLateWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	w := driver.AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second}
-	if _, err := f.AcquireWait(ctx, w); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, driver.ErrNotAcquired) {
+	if _, err := b.AcquireWait(ctx, w); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("AcquireWait with an expiring context: %v", err)
 	}
 	if n := num(t, c, "EXISTS", lk+redisnames.QueueSuffix); n != 0 {
@@ -237,8 +235,7 @@ func TestFairLeaveAndLateWait(t *testing.T) {
 // deletes the lock as before, the waiter keeps its place and its next
 // wait.lua reports the counter.
 func TestFairHandOffChecksFenceCounter(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	const key = "fence-ttl"
 	lk := b.LockKey(key)
 	h := acquire(t, b, key, 10*time.Second)
@@ -271,8 +268,7 @@ func TestFairHandOffChecksFenceCounter(t *testing.T) {
 // abandoned set and the queue, SET NX, INCR, PTTL of the counter), and
 // subscribes to nothing.
 func TestFairUncontendedCommands(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	const n = 20
 	run := func(what string, acq func(req driver.AcquireRequest) (driver.Grant, error)) map[string]int64 {
@@ -420,9 +416,7 @@ func TestFairContended(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	cmds := commandStats(t, stats)
-	delete(cmds, "config|resetstat")
-	delete(cmds, "info")
+	cmds := opStats(t, stats)
 	var sum int64
 	for _, v := range cmds {
 		sum += v
@@ -455,46 +449,29 @@ func TestFairContended(t *testing.T) {
 // queued. Here the stale message is published by hand while another owner
 // holds the lock.
 func TestFairStaleHandOffMessageIgnored(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
-	f := b
+	b, c := startBackend(t)
 	ctx := context.Background()
 	const key = "stale"
 	lk := b.LockKey(key)
 	h := acquire(t, b, key, 10*time.Second)
 	w := driver.AcquireRequest{Key: key, Owner: owner(), TTL: 10 * time.Second}
-	type result struct {
-		g   driver.Grant
-		err error
-	}
-	res := make(chan result, 1)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		g, err := f.AcquireWait(wctx, w)
-		res <- result{g, err}
-	}()
+	res := rediscoretest.StartWait(wctx, b, w)
 	waitFor(t, 10*time.Second, "the waiter's entry", func() bool { return num(t, c, "LLEN", lk+redisnames.QueueSuffix) == 1 })
 	time.Sleep(100 * time.Millisecond) // its wait.lua reply is processed
 	do(t, c, "PUBLISH", b.Channel(key), fmt.Sprintf("%s%s %d", redisnames.GrantedPrefix, rediscore.OwnerID(w.Owner), h.Fence))
 	select {
 	case r := <-res:
-		t.Fatalf("AcquireWait took a stale hand-off message (fence %d, %v) while another owner holds the lock", r.g.Fence, r.err)
+		t.Fatalf("AcquireWait took a stale hand-off message (fence %d, %v) while another owner holds the lock", r.Grant.Fence, r.Err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	if err := b.Release(ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-res:
-		if r.err != nil || r.g.Fence != h.Fence+1 {
-			t.Fatalf("AcquireWait after the release: fence %d, %v; want %d", r.g.Fence, r.err, h.Fence+1)
-		}
-		if got := str(t, c, "GET", lk); got != w.Owner {
-			t.Fatal("the waiter's grant is not its lock on the server")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was not granted the lock within 10s of the release")
+	rediscoretest.WantHandOff(t, res, h.Fence+1, "the release")
+	if got := str(t, c, "GET", lk); got != w.Owner {
+		t.Fatal("the waiter's grant is not its lock on the server")
 	}
 }
 
@@ -508,8 +485,7 @@ func TestFairStaleHandOffMessageIgnored(t *testing.T) {
 // is deleted. Mutation testing (issue 35 item 5) found that nothing put
 // such entries in the queue.
 func TestFairReleaseSkipsOwnAndForeignEntries(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	const key = "own-entry"
 	lk := b.LockKey(key)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/redisnames"
-	"github.com/fencedlock/fencedlock/internal/testserver"
 )
 
 // TestFenceCounterBoundary walks a fence counter up to 2^53, the largest
@@ -24,8 +23,7 @@ import (
 // ErrFenceExhausted (not ErrCorrupt) and changes nothing. Above 2^53 a
 // counter was not written by fencedlock: ErrCorrupt.
 func TestFenceCounterBoundary(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	const max = 1 << 53
 	fk := b.FenceKey("edge")
@@ -90,8 +88,7 @@ func TestFenceCounterBoundary(t *testing.T) {
 // include integers beyond what a Lua number holds exactly, where the
 // undo works on the digits.
 func TestFenceCounterRefusedUnchanged(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	cases := []struct {
 		val       string

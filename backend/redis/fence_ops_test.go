@@ -22,8 +22,7 @@ import (
 // with ErrCorrupt, names the problem, and changes nothing: no lock, the
 // counter and its TTL as they were.
 func TestFenceCounterWithTTL(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	g := acquire(t, b, "ttl", time.Minute)
 	if err := b.Release(ctx, g); err != nil {
@@ -151,8 +150,7 @@ func infoInt(t testing.TB, c rueidis.Client, section, field string) int64 {
 // server after it was released: its fence counter, forever. The figures
 // are in the package documentation ("Memory").
 func TestFenceCounterGrowth(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	const names = 20000
 	before := infoInt(t, c, "memory", "used_memory")
@@ -199,15 +197,7 @@ func TestRetireFence(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	b, c := newBackend(t, srv, Options{})
 	ctx := context.Background()
-	var g driver.Grant
-	for i := 0; i < 3; i++ {
-		if i > 0 {
-			if err := b.Release(ctx, g); err != nil {
-				t.Fatal(err)
-			}
-		}
-		g = acquire(t, b, "old", time.Minute)
-	}
+	g := acquireNth(t, b, "old", 3)
 	fk := b.FenceKey("old")
 	var held *driver.HeldError
 	if _, err := b.RetireFence(ctx, "old"); !errors.As(err, &held) || held.RetryAfter <= 0 {
@@ -292,15 +282,7 @@ func TestEvictionBehaviour(t *testing.T) {
 			srv := testserver.StartRedis(t, testserver.WithConfig("maxmemory-policy "+policy))
 			b, c := newBackend(t, srv, Options{AllowEvictingPolicy: true})
 			ctx := context.Background()
-			var first driver.Grant
-			for i := 0; i < 6; i++ {
-				if i > 0 {
-					if err := b.Release(ctx, first); err != nil {
-						t.Fatal(err)
-					}
-				}
-				first = acquire(t, b, "victim", time.Minute)
-			}
+			first := acquireNth(t, b, "victim", 6)
 			maxmemory := infoInt(t, c, "memory", "used_memory") + 1<<20
 			do(t, c, "CONFIG", "SET", "maxmemory", strconv.FormatInt(maxmemory, 10))
 			lk, fk := b.LockKey("victim"), b.FenceKey("victim")
@@ -357,4 +339,19 @@ func TestEvictionBehaviour(t *testing.T) {
 			}
 		})
 	}
+}
+
+// acquireNth acquires key n times for a minute, releasing each grant
+// before the next, and returns the last grant, held: its fence is the
+// n-th of a new key.
+func acquireNth(t testing.TB, b *Backend, key string, n int) driver.Grant {
+	t.Helper()
+	g := acquire(t, b, key, time.Minute)
+	for range n - 1 {
+		if err := b.Release(context.Background(), g); err != nil {
+			t.Fatal(err)
+		}
+		g = acquire(t, b, key, time.Minute)
+	}
+	return g
 }

@@ -69,8 +69,7 @@ func testFencedEvalRule(t *testing.T, b *Backend, c rueidis.Client, res, doc, co
 // accepted rejects an older FencedScript, and the reverse), and refuses bad
 // input before sending anything.
 func TestFencedEvalRule(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	testFencedEvalRule(t, b, c, "res", "doc", "count")
 
 	ctx := context.Background()

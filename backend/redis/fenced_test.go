@@ -111,8 +111,7 @@ func testFencedRule(t *testing.T, b *Backend, c rueidis.Client) {
 }
 
 func TestFencedSetRule(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	calls := commandStats(t, c)
 	testFencedRule(t, b, c)
 	after := commandStats(t, c)
@@ -130,8 +129,7 @@ func TestFencedSetRuleMiniredis(t *testing.T) {
 }
 
 func TestFencedHSet(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	const key = "account:{42}"
 	do(t, c, "HSET", key, "owner", "ada") // a field the guard must not touch
@@ -158,8 +156,7 @@ func TestFencedHSet(t *testing.T) {
 // TestFencedInvalid: bad input is refused before anything is sent, with an
 // error wrapping a sentinel.
 func TestFencedInvalid(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	before := commandStats(t, c)
 	cases := []struct {
@@ -200,8 +197,7 @@ func TestFencedInvalid(t *testing.T) {
 // TestFencedCorrupt: a key that is not a hash, or a fence record written by
 // someone else, is reported as ErrCorrupt and left unchanged.
 func TestFencedCorrupt(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	do(t, c, "SET", "str", "x")
 	if err := b.FencedSet(ctx, "str", "v", 1, "A"); !errors.Is(err, ErrCorrupt) {

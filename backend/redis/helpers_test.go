@@ -42,6 +42,42 @@ func newBackend(t testing.TB, srv *testserver.Redis, opts Options) (*Backend, ru
 	return b, c
 }
 
+// startBackend returns a Backend with the default Options on a new
+// redis-server of its own, and its client: for the tests that need no
+// more of the server than the client.
+func startBackend(t testing.TB) (*Backend, rueidis.Client) {
+	t.Helper()
+	return newBackend(t, testserver.StartRedis(t), Options{})
+}
+
+// startReplicated starts a primary with one replica, waits until the
+// replica is in sync, and returns the primary and a client of the replica.
+func startReplicated(t testing.TB) (*testserver.Redis, rueidis.Client) {
+	t.Helper()
+	primary := testserver.StartRedis(t)
+	replica := testserver.StartRedis(t, testserver.WithReplicaOf(primary))
+	rc := replica.Client(t, nil)
+	waitFor(t, 10*time.Second, "replica sync", func() bool {
+		return strings.Contains(str(t, rc, "INFO", "replication"), "master_link_status:up")
+	})
+	return primary, rc
+}
+
+// openBackend returns a Backend on a new client of srv; closing both is
+// the test's own business (no cleanup does it), for tests of closing.
+func openBackend(t testing.TB, srv *testserver.Redis) (*Backend, rueidis.Client) {
+	t.Helper()
+	c, err := rueidis.NewClient(srv.ClientOption())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, c
+}
+
 // newMini returns a Backend on a miniredis server, for fast unit tests.
 func newMini(t testing.TB) (*Backend, *miniredis.Miniredis, rueidis.Client) {
 	t.Helper()
@@ -144,6 +180,18 @@ func commandStats(t testing.TB, c rueidis.Client) map[string]int64 {
 				}
 			}
 		}
+	}
+	return stats
+}
+
+// opStats is commandStats since the test's CONFIG RESETSTAT less the
+// test's own commands: that CONFIG RESETSTAT, its INFO, and those named
+// in also.
+func opStats(t testing.TB, c rueidis.Client, also ...string) map[string]int64 {
+	t.Helper()
+	stats := commandStats(t, c)
+	for _, k := range append([]string{"config|resetstat", "info"}, also...) {
+		delete(stats, k)
 	}
 	return stats
 }
@@ -265,17 +313,15 @@ var adapter = rediscoretest.Adapter[rueidis.Client]{
 	Sentinel: func(t testing.TB, g *testserver.Sentinels, primary *testserver.Redis) rueidis.Client {
 		return g.Client(t, primary, nil)
 	},
-	New: func(c rueidis.Client) (rediscoretest.FullBackend, error) { return New(c, Options{}) },
-	NewWait: func(c rueidis.Client, replicas int, timeout time.Duration) (rediscoretest.FullBackend, error) {
+	New: func(c rueidis.Client, replicas int, timeout time.Duration) (rediscoretest.FullBackend, error) {
 		return New(c, Options{WaitReplicas: replicas, WaitTimeout: timeout})
 	},
-	Fixture: func(b rediscoretest.FullBackend, c rueidis.Client) rediscoretest.Fixture {
-		return fixture(b.(*Backend), c)
-	},
+	Fixture: fixture,
 }
 
-// fixture is the Store of b, whose client is c, for the shared tests.
-func fixture(b *Backend, c rueidis.Client) rediscoretest.Fixture {
+// fixture is the Store of b (a *Backend), whose client is c, for the
+// shared tests.
+func fixture(b rediscoretest.FullBackend, c rueidis.Client) rediscoretest.Fixture {
 	do := func(ctx context.Context, args ...string) (string, error) { // args: command, key, more
 		// The key is args[1]: routed to its slot's node on a Cluster.
 		m, err := c.Do(ctx, c.B().Arbitrary(args[0]).Keys(args[1]).Args(args[2:]...).Build()).ToMessage()
@@ -288,7 +334,7 @@ func fixture(b *Backend, c rueidis.Client) rediscoretest.Fixture {
 		s, _ := m.ToString()
 		return s, nil
 	}
-	return rediscoretest.Fixture{Store: NewStore(b), Do: do}
+	return rediscoretest.Fixture{Store: NewStore(b.(*Backend)), Do: do}
 }
 
 // TestCore runs the test bodies both Redis adapters run

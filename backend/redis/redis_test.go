@@ -163,8 +163,7 @@ func TestOptions(t *testing.T) {
 // TestWrongType: a lock or fence key holding another type gives an error
 // wrapping ErrCorrupt (not "held" or "not held") and nothing is changed.
 func TestWrongType(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	lk, fk := b.LockKey("k"), b.FenceKey("k")
 	do(t, c, "HSET", lk, "field", "value")
@@ -207,8 +206,7 @@ func TestWrongType(t *testing.T) {
 // TestCorruptFenceCounter: a fence counter that is not a decimal counter
 // fails the acquire before anything is written.
 func TestCorruptFenceCounter(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	for _, bad := range []string{"abc", "-5", "1.5", "0012", "+3", " 7", "", "9007199254740993", "12345678901234567", "9223372036854775807"} {
 		key := "bad-" + bad
@@ -289,19 +287,12 @@ func TestScriptFlushRecovers(t *testing.T) {
 // wrapping ErrClosed.
 func TestClosed(t *testing.T) {
 	srv := testserver.StartRedis(t)
-	c, err := rueidis.NewClient(srv.ClientOption())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(c, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, c := openBackend(t, srv)
 	defer b.Close()
 	ctx := context.Background()
 	g := acquire(t, b, "k", time.Second)
 	c.Close()
-	_, err = b.Acquire(ctx, driver.AcquireRequest{Key: "k2", Owner: owner(), TTL: time.Second})
+	_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k2", Owner: owner(), TTL: time.Second})
 	if !errors.Is(err, driver.ErrClosed) || !errors.Is(err, rueidis.ErrClosing) {
 		t.Fatalf("acquire on a closed client: %v, want ErrClosed", err)
 	}
@@ -343,8 +334,7 @@ func TestClosed(t *testing.T) {
 // and leaves nothing on the server; a waiting Acquire ended by its context
 // is both ErrNotAcquired and the context's error.
 func TestCancelledContext(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k", Owner: owner(), TTL: time.Second})
@@ -530,8 +520,7 @@ func TestFenceIncreasesAndSurvivesRelease(t *testing.T) {
 // again (no second increment) and a fresh TTL; another owner is refused
 // with the holder's remaining TTL.
 func TestAcquireSameOwnerAgain(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	req := driver.AcquireRequest{Key: "k", Owner: owner(), TTL: 500 * time.Millisecond}
 	g1, err := b.Acquire(ctx, req)
@@ -561,8 +550,7 @@ func TestAcquireSameOwnerAgain(t *testing.T) {
 
 // TestRenewAndReleaseNotHeld covers the ErrNotHeld paths.
 func TestRenewAndReleaseNotHeld(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, c := newBackend(t, srv, Options{})
+	b, c := startBackend(t)
 	ctx := context.Background()
 	g := acquire(t, b, "k", time.Second)
 	d, err := b.Renew(ctx, g, 3*time.Second)
@@ -601,8 +589,7 @@ func TestRenewAndReleaseNotHeld(t *testing.T) {
 // TestInspectNeverContainsToken: Inspect reports holder id, TTL and fence,
 // never the owner token.
 func TestInspectNeverContainsToken(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	b, _ := newBackend(t, srv, Options{})
+	b, _ := startBackend(t)
 	ctx := context.Background()
 	info, err := b.Inspect(ctx, "k")
 	if err != nil || info.Held || info.Fence != 0 || info.Holder != "" {
@@ -709,12 +696,7 @@ func TestRoundTrips(t *testing.T) {
 // TestWaitReplicas: with a replica, WAIT confirms the acquire; without
 // enough replicas the acquire fails with ErrReplication and leaves no lock.
 func TestWaitReplicas(t *testing.T) {
-	primary := testserver.StartRedis(t)
-	replica := testserver.StartRedis(t, testserver.WithReplicaOf(primary))
-	rc := replica.Client(t, nil)
-	waitFor(t, 10*time.Second, "replica sync", func() bool {
-		return strings.Contains(str(t, rc, "INFO", "replication"), "master_link_status:up")
-	})
+	primary, rc := startReplicated(t)
 	ctx := context.Background()
 	b, c := newBackend(t, primary, Options{WaitReplicas: 1, WaitTimeout: 5 * time.Second})
 	g := acquire(t, b, "k", 10*time.Second)

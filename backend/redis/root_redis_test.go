@@ -32,16 +32,24 @@ func lockerBackend(t *testing.T, c rueidis.Client) *Backend {
 	return b
 }
 
+// startWithUser starts a redis-server with an ACL user named user
+// (password "secret", permissions perms) and returns a client of the
+// default user, a Backend on it and a Backend of the user.
+func startWithUser(t *testing.T, user, perms string) (rueidis.Client, *Backend, *Backend) {
+	t.Helper()
+	srv := testserver.StartRedis(t, testserver.WithConfig("user "+user+" on >secret "+perms))
+	c := srv.Client(t, nil)
+	b := lockerBackend(t, c)
+	return c, b, lockerBackend(t, srv.Client(t, func(o *rueidis.ClientOption) {
+		o.Username, o.Password = user, "secret"
+	}))
+}
+
 // TestRedisPermanentErrors: a lock key without a TTL, a lock key of another
 // type and missing ACL permissions end Acquire at once with the reason
 // (ErrPermanent), instead of retrying until the context ends.
 func TestRedisPermanentErrors(t *testing.T) {
-	srv := testserver.StartRedis(t, testserver.WithConfig("user limited on >secret ~other:* &* +@all"))
-	c := srv.Client(t, nil)
-	b := lockerBackend(t, c)
-	limited := lockerBackend(t, srv.Client(t, func(o *rueidis.ClientOption) {
-		o.Username, o.Password = "limited", "secret"
-	}))
+	c, b, limited := startWithUser(t, "limited", "~other:* &* +@all")
 	do := func(args ...string) {
 		t.Helper()
 		if err := c.Do(t.Context(), c.B().Arbitrary(args...).Build()).Error(); err != nil {
@@ -113,33 +121,31 @@ func TestRedisReleaseBoundedOnStoppedServer(t *testing.T) {
 		time.Sleep(ttl/3 + 200*time.Millisecond)
 		return l, leases, srv
 	}
+	// bounded runs call (what: "Release" or "Close"; detail: what the
+	// log adds), which must fail (the server is stopped) within
+	// releaseTimeout+slack.
+	bounded := func(t *testing.T, what, detail string, call func() error) {
+		t.Helper()
+		start := time.Now()
+		err := call()
+		took := time.Since(start)
+		t.Logf("%s with the server stopped%s: %v (ReleaseTimeout %v): %v", what, detail, took, releaseTimeout, err)
+		if err == nil {
+			t.Fatalf("%s reported success from a stopped server", what)
+		}
+		if took > releaseTimeout+slack {
+			t.Fatalf("%s took %v, want at most ReleaseTimeout %v (+%v)", what, took, releaseTimeout, slack)
+		}
+	}
 	t.Run("Release", func(t *testing.T) {
 		l, leases, _ := setup(t, 1)
 		defer l.Close()
-		start := time.Now()
-		err := leases[0].Release(t.Context())
-		took := time.Since(start)
-		t.Logf("Release with the server stopped and a renewal in flight: %v (ReleaseTimeout %v): %v", took, releaseTimeout, err)
-		if err == nil {
-			t.Fatal("Release reported success from a stopped server")
-		}
-		if took > releaseTimeout+slack {
-			t.Fatalf("Release took %v, want at most ReleaseTimeout %v (+%v)", took, releaseTimeout, slack)
-		}
+		bounded(t, "Release", " and a renewal in flight", func() error { return leases[0].Release(t.Context()) })
 	})
 	t.Run("Close", func(t *testing.T) {
 		const n = 10
 		l, leases, _ := setup(t, n)
-		start := time.Now()
-		err := l.Close()
-		took := time.Since(start)
-		t.Logf("Close of %d leases with the server stopped: %v (ReleaseTimeout %v)", n, took, releaseTimeout)
-		if err == nil {
-			t.Fatal("Close reported success from a stopped server")
-		}
-		if took > releaseTimeout+slack {
-			t.Fatalf("Close took %v, want at most ReleaseTimeout %v (+%v)", took, releaseTimeout, slack)
-		}
+		bounded(t, "Close", " ("+strconv.Itoa(n)+" leases)", l.Close)
 		var wg sync.WaitGroup
 		for _, ls := range leases {
 			wg.Add(1)
@@ -198,12 +204,7 @@ func TestRedisPerCallTTL(t *testing.T) {
 // apart: every INCR error taken for a corrupt counter survived the suite
 // (both wrap ErrPermanent, which is all the driver contract asks).
 func TestRedisIncrDeniedAfterSet(t *testing.T) {
-	srv := testserver.StartRedis(t, testserver.WithConfig("user noincr on >secret ~* &* +@all -incr"))
-	c := srv.Client(t, nil)
-	b := lockerBackend(t, c)
-	nb := lockerBackend(t, srv.Client(t, func(o *rueidis.ClientOption) {
-		o.Username, o.Password = "noincr", "secret"
-	}))
+	c, b, nb := startWithUser(t, "noincr", "~* &* +@all -incr")
 	const key = "incr-denied"
 	if err := c.Do(t.Context(), c.B().Set().Key(b.FenceKey(key)).Value("41").Build()).Error(); err != nil {
 		t.Fatal(err)

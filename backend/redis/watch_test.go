@@ -15,7 +15,6 @@ import (
 	"github.com/fencedlock/fencedlock/internal/rediscore"
 	"github.com/fencedlock/fencedlock/internal/rediscore/rediscoretest"
 	"github.com/fencedlock/fencedlock/internal/testserver"
-	"github.com/redis/rueidis"
 )
 
 // TestWatch runs the promises of the wake-up hub (internal/rediscore)
@@ -73,16 +72,9 @@ func TestWatchOnClosedClient(t *testing.T) {
 	ctx := context.Background()
 	recycled := 0
 	for i := range 100 {
-		c, err := rueidis.NewClient(srv.ClientOption())
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := New(c, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, c := openBackend(t, srv)
 		c.Close()
-		_, _, err = b.Watch(ctx, "k")
+		_, _, err := b.Watch(ctx, "k")
 		b.Close()
 		if err != nil && strings.Contains(err.Error(), "subscription connection lost") {
 			recycled++

@@ -34,20 +34,26 @@ type Adapter[C any] struct {
 	// Sentinel is a new client that finds g's master (whose credentials
 	// are primary's) through the sentinels.
 	Sentinel func(t testing.TB, g *testserver.Sentinels, primary *testserver.Redis) C
-	// New is a Backend with default options on c.
-	New func(c C) (FullBackend, error)
-	// NewWait is a Backend on c whose grants are confirmed by WAIT:
-	// Options.WaitReplicas replicas, Options.WaitTimeout timeout.
-	NewWait func(c C, replicas int, timeout time.Duration) (FullBackend, error)
+	// New is a Backend on c with the default options but for WAIT: with
+	// replicas above 0 its grants are confirmed by WAIT
+	// (Options.WaitReplicas replicas, Options.WaitTimeout timeout).
+	New func(c C, replicas int, timeout time.Duration) (FullBackend, error)
 	// Fixture is the Fixture of b's Store (b made by New on c).
 	Fixture func(b FullBackend, c C) Fixture
 }
 
-// backend is a Backend on c, closed with the test, and its Fixture.
+// backend is a Backend with the default options on c, closed with the
+// test, and its Fixture.
 func (a Adapter[C]) backend(t testing.TB, c C) (FullBackend, Fixture) {
 	t.Helper()
-	b := closing(t, c, a.New)
+	b := a.waiting(t, c, 0, 0)
 	return b, a.Fixture(b, c)
+}
+
+// waiting is New(c, replicas, timeout), closed with the test.
+func (a Adapter[C]) waiting(t testing.TB, c C, replicas int, timeout time.Duration) FullBackend {
+	t.Helper()
+	return closing(t, c, func(c C) (FullBackend, error) { return a.New(c, replicas, timeout) })
 }
 
 // closing is newBackend(c), closed with the test.

@@ -27,7 +27,7 @@ func runMultiWaitReplicas[C any](t *testing.T, a Adapter[C]) {
 	replica := testserver.StartRedis(t, testserver.WithReplicaOf(primary))
 	ctx := context.Background()
 	pc := a.local(t, primary)
-	b := closing(t, pc, func(c C) (FullBackend, error) { return a.NewWait(c, 1, 5*time.Second) })
+	b := a.waiting(t, pc, 1, 5*time.Second)
 	onPrimary := a.Fixture(b, pc).Do
 	onReplica := a.Fixture(b, a.local(t, replica)).Do
 	deadline := time.Now().Add(10 * time.Second)
@@ -63,7 +63,7 @@ func runMultiWaitReplicas[C any](t *testing.T, a Adapter[C]) {
 		t.Fatalf("set with a held key: %v, want ErrNotAcquired", err)
 	}
 
-	b2 := closing(t, pc, func(c C) (FullBackend, error) { return a.NewWait(c, 2, 50*time.Millisecond) })
+	b2 := a.waiting(t, pc, 2, 50*time.Millisecond)
 	m2 := multiLocker(t, b2)
 	other := []string{"m/x", "m/y"}
 	_, err = m2.AcquireMulti(ctx, driver.MultiRequest{Keys: other, Owner: rand.Text(), TTL: 10 * time.Second})

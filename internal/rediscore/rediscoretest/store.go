@@ -70,6 +70,15 @@ func get(t *testing.T, f Fixture, key string) fencing.Record {
 	return r
 }
 
+// set writes value under token from holder to key through the store and
+// fails the test on error.
+func set(t *testing.T, f Fixture, key, value string, token fencing.Token, holder string) {
+	t.Helper()
+	if err := f.Store.Set(ctxT(t), key, value, token, holder); err != nil {
+		t.Fatalf("Set(%q, %q, %d, %q): %v", key, value, token, holder, err)
+	}
+}
+
 // want fails the test unless r is the record want.
 func want(t *testing.T, what string, r, want fencing.Record) {
 	t.Helper()
@@ -95,9 +104,7 @@ func wantStale(t *testing.T, err error, token fencing.Token, holder string, acce
 func testSetGet(t *testing.T, f Fixture, key string) {
 	ctx := ctxT(t)
 	want(t, "never written", get(t, f, key), fencing.Record{})
-	if err := f.Store.Set(ctx, key, "a", 5, "h1"); err != nil {
-		t.Fatal(err)
-	}
+	set(t, f, key, "a", 5, "h1")
 	want(t, "after Set", get(t, f, key), fencing.Record{Value: "a", Found: true, Fence: 5, Holder: "h1"})
 	if err := f.Store.Set(ctx, key, "b", 5, "h1"); err != nil {
 		t.Fatalf("the same token from the same holder: %v", err)
@@ -110,9 +117,7 @@ func testSetGet(t *testing.T, f Fixture, key string) {
 
 func testStale(t *testing.T, f Fixture, key string) {
 	ctx := ctxT(t)
-	if err := f.Store.Set(ctx, key, "a", 5, "h1"); err != nil {
-		t.Fatal(err)
-	}
+	set(t, f, key, "a", 5, "h1")
 	wantStale(t, f.Store.Set(ctx, key, "old", 4, "h2"), 4, "h2", 5, "h1")
 	wantStale(t, f.Store.Set(ctx, key, "same", 5, "h2"), 5, "h2", 5, "h1")
 	calls := 0
@@ -142,9 +147,7 @@ func testZeroToken(t *testing.T, f Fixture, key string) {
 // with a result computed from the stale read, but read again.
 func testUpdateRetry(t *testing.T, f Fixture, key string) {
 	ctx := ctxT(t)
-	if err := f.Store.Set(ctx, key, "1", 5, "h1"); err != nil {
-		t.Fatal(err)
-	}
+	set(t, f, key, "1", 5, "h1")
 	var seen []string
 	err := f.Store.Update(ctx, key, 5, "h1", func(cur fencing.Record) (string, error) {
 		seen = append(seen, cur.Value)
@@ -192,9 +195,7 @@ func testUpdateRetryAbsent(t *testing.T, f Fixture, key string) {
 // write: the script's guard rejects Update's write, fn is not called again.
 func testUpdateStaleInBetween(t *testing.T, f Fixture, key string) {
 	ctx := ctxT(t)
-	if err := f.Store.Set(ctx, key, "a", 5, "h1"); err != nil {
-		t.Fatal(err)
-	}
+	set(t, f, key, "a", 5, "h1")
 	calls := 0
 	err := f.Store.Update(ctx, key, 5, "h1", func(fencing.Record) (string, error) {
 		calls++
@@ -218,9 +219,7 @@ func testUpdateFnError(t *testing.T, f Fixture, key string) {
 		t.Fatalf("Update: %v, want fn's error", err)
 	}
 	want(t, "fn failed on a new key", get(t, f, key), fencing.Record{})
-	if err := f.Store.Set(ctx, key, "a", 3, "h1"); err != nil {
-		t.Fatal(err)
-	}
+	set(t, f, key, "a", 3, "h1")
 	err = f.Store.Update(ctx, key, 4, "h2", func(fencing.Record) (string, error) { return "x", boom })
 	if !errors.Is(err, boom) {
 		t.Fatalf("Update: %v, want fn's error", err)
