@@ -9,6 +9,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/backendtest"
 	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/fencedlock/fencedlock/semaphore"
 )
@@ -89,11 +90,11 @@ func TestUnknownHintPolls(t *testing.T) {
 // (PTTL 0, reported as no hint). Both clients, limits 1 (acquire.lua) and
 // 3 (slot_acquire.lua), several rounds each.
 func TestRedisExpiryPickedUp(t *testing.T) {
-	for _, client := range slotClients {
-		t.Run(client.name, func(t *testing.T) {
+	for _, client := range backendtest.RedisClients {
+		t.Run(client.Name, func(t *testing.T) {
 			srv := testserver.StartRedis(t)
-			crashed := newSem(t, client.open(t, srv), fencedlock.Options{TTL: 100 * time.Millisecond, ManualRenew: true})
-			waiter := newSem(t, client.open(t, srv), fencedlock.Options{MaxRetryDelay: 20 * time.Second})
+			crashed := newSem(t, openSlots(t, client, srv), fencedlock.Options{TTL: 100 * time.Millisecond, ManualRenew: true})
+			waiter := newSem(t, openSlots(t, client, srv), fencedlock.Options{MaxRetryDelay: 20 * time.Second})
 			var worst time.Duration
 			for round := range 8 {
 				for _, limit := range []int{1, 3} {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/redis"
+	"github.com/fencedlock/fencedlock/internal/backendtest"
 	"github.com/fencedlock/fencedlock/internal/locktest"
 	"github.com/fencedlock/fencedlock/internal/semaphoretest"
 	"github.com/fencedlock/fencedlock/internal/testserver"
@@ -66,12 +67,12 @@ func TestRedisReleaseWakesWaiter(t *testing.T) {
 // TestRedisWaitersInOrder runs WaitersInOrder on each Redis client: the
 // waiters queue on QueueKey in the server's queue of the lock.
 func TestRedisWaitersInOrder(t *testing.T) {
-	for _, c := range slotClients {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range backendtest.RedisClients {
+		t.Run(c.Name, func(t *testing.T) {
 			srv := testserver.StartRedis(t)
 			semaphoretest.WaitersInOrder(t, semaphoretest.Setup{
 				New: func(t *testing.T, opts fencedlock.Options) *semaphore.Semaphore {
-					return newSem(t, c.open(t, srv), opts)
+					return newSem(t, openSlots(t, c, srv), opts)
 				},
 				FIFO: true,
 			}, 5)

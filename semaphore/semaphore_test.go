@@ -55,8 +55,17 @@ func memoryWith(wrap func(*memory.Backend) driver.Backend) semaphoretest.Setup {
 	}
 }
 
+// bothPaths runs scenario on memorySetup ("slots": each attempt one
+// SlotAcquirer step) and again on sweepSetup ("sweep": the slots tried one
+// at a time, the fallback of a backend that is no SlotAcquirer, or a Redis
+// Cluster).
+func bothPaths(t *testing.T, scenario func(*testing.T, semaphoretest.Setup)) {
+	t.Run("slots", func(t *testing.T) { scenario(t, memorySetup()) })
+	t.Run("sweep", func(t *testing.T) { scenario(t, sweepSetup()) })
+}
+
 func TestLimitNeverExceeded(t *testing.T) {
-	semaphoretest.LimitNeverExceeded(t, memorySetup(), 3, 8, 10)
+	bothPaths(t, func(t *testing.T, s semaphoretest.Setup) { semaphoretest.LimitNeverExceeded(t, s, 3, 8, 10) })
 }
 
 func TestLimitOne(t *testing.T) {
@@ -64,7 +73,7 @@ func TestLimitOne(t *testing.T) {
 }
 
 func TestLimitsDisagree(t *testing.T) {
-	semaphoretest.LimitsDisagree(t, memorySetup(), 2, 4, 8, 10)
+	bothPaths(t, func(t *testing.T, s semaphoretest.Setup) { semaphoretest.LimitsDisagree(t, s, 2, 4, 8, 10) })
 }
 
 func TestLowerLimitWaitsForLowSlots(t *testing.T) {
@@ -80,7 +89,7 @@ func TestCrashedPermitReturns(t *testing.T) {
 }
 
 func TestCancelledAcquireLeavesNothing(t *testing.T) {
-	semaphoretest.CancelledAcquireLeavesNothing(t, memorySetup())
+	bothPaths(t, semaphoretest.CancelledAcquireLeavesNothing)
 }
 
 // heldByAnother returns the permit of name, limit 1, held by one Semaphore,
@@ -146,23 +155,7 @@ func TestCloseEndsWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	_, waiter := heldByAnother(t, ctx, "close")
-	got := make(chan error, 1)
-	go func() {
-		_, err := waiter.Acquire(ctx, "close", 1)
-		got <- err
-	}()
-	time.Sleep(100 * time.Millisecond) // the waiter is waiting, or about to
-	if err := waiter.Close(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if !errors.Is(err, fencedlock.ErrClosed) {
-			t.Fatalf("waiting Acquire after Close = %v, want ErrClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not end the waiting Acquire within 10s (its fallback retry is 20s away)")
-	}
+	closeEndsAcquire(t, ctx, waiter, "close", 1, "waiting (its fallback retry 20s away)", 10*time.Second)
 	if _, err := waiter.Acquire(ctx, "close", 1); !errors.Is(err, fencedlock.ErrClosed) {
 		t.Fatalf("Acquire after Close = %v, want ErrClosed", err)
 	}
@@ -214,20 +207,6 @@ func TestTransientErrorSkipsSlot(t *testing.T) {
 	}
 }
 
-// The scenarios again with the slots tried one at a time (the fallback of
-// a backend that is no SlotAcquirer, or a Redis Cluster).
-func TestSweepLimitNeverExceeded(t *testing.T) {
-	semaphoretest.LimitNeverExceeded(t, sweepSetup(), 3, 8, 10)
-}
-
-func TestSweepLimitsDisagree(t *testing.T) {
-	semaphoretest.LimitsDisagree(t, sweepSetup(), 2, 4, 8, 10)
-}
-
-func TestSweepCancelledAcquireLeavesNothing(t *testing.T) {
-	semaphoretest.CancelledAcquireLeavesNothing(t, sweepSetup())
-}
-
 // slowWatch is a memory Backend whose Watch takes a round trip of rtt
 // (ended early by its context), as a subscription to a remote server.
 type slowWatch struct {
@@ -264,12 +243,21 @@ func TestCloseEndsWatchSetup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeEndsAcquire(t, t.Context(), waiter, name, limit, "setting up its watches", time.Second)
+}
+
+// closeEndsAcquire starts waiter.Acquire(ctx, name, limit), closes waiter
+// 100ms later, when the Acquire is at what (waiting, setting up its
+// watches), and fails t unless the Acquire returns ErrClosed within bound
+// of the Close.
+func closeEndsAcquire(t *testing.T, ctx context.Context, waiter *semaphore.Semaphore, name string, limit int, what string, bound time.Duration) {
+	t.Helper()
 	got := make(chan error, 1)
 	go func() {
-		_, err := waiter.Acquire(t.Context(), name, limit)
+		_, err := waiter.Acquire(ctx, name, limit)
 		got <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // the waiter is setting up its watches
+	time.Sleep(100 * time.Millisecond) // the waiter is at what, or about to be
 	closed := time.Now()
 	if err := waiter.Close(); err != nil {
 		t.Fatal(err)
@@ -277,11 +265,11 @@ func TestCloseEndsWatchSetup(t *testing.T) {
 	select {
 	case err := <-got:
 		if !errors.Is(err, fencedlock.ErrClosed) {
-			t.Fatalf("Acquire ended by Close during its watch setup = %v, want ErrClosed", err)
+			t.Fatalf("Acquire ended by Close while %s = %v, want ErrClosed", what, err)
 		}
-		t.Logf("Acquire returned %v after Close", time.Since(closed).Round(time.Millisecond))
-	case <-time.After(time.Second):
+		t.Logf("Acquire %s returned %v after Close", what, time.Since(closed).Round(time.Millisecond))
+	case <-time.After(bound):
 		err := <-got
-		t.Fatalf("Close did not end an Acquire setting up its watches within 1s: it returned %v after Close (%v)", time.Since(closed).Round(time.Millisecond), err)
+		t.Fatalf("Close did not end an Acquire %s within %v: it returned %v after Close (%v)", what, bound, time.Since(closed).Round(time.Millisecond), err)
 	}
 }

@@ -13,12 +13,9 @@ import (
 	"testing"
 	"time"
 
-	goredislib "github.com/redis/go-redis/v9"
-
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/backend/goredis"
-	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/backendtest"
 	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 	"github.com/fencedlock/fencedlock/internal/testserver"
@@ -34,30 +31,17 @@ type slotBackend interface {
 	driver.SlotAcquirer
 }
 
-// slotClients open a Backend of each Redis client on srv, closed when t
+// openSlots opens a Backend of the Redis client cl on srv, closed when t
 // ends.
-var slotClients = []struct {
-	name string
-	open func(t *testing.T, srv *testserver.Redis) slotBackend
-}{
-	{"rueidis", func(t *testing.T, srv *testserver.Redis) slotBackend {
-		b, err := redis.New(srv.Client(t, nil), redis.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		return b
-	}},
-	{"goredis", func(t *testing.T, srv *testserver.Redis) slotBackend {
-		c := goredislib.NewClient(&goredislib.Options{Addr: srv.Addr})
-		t.Cleanup(func() { c.Close() })
-		b, err := goredis.New(c, goredis.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		return b
-	}},
+func openSlots(t *testing.T, cl backendtest.RedisClient, srv *testserver.Redis) slotBackend {
+	t.Helper()
+	b, _ := cl.Open(t, srv)
+	t.Cleanup(func() { b.Close() })
+	sb, ok := b.(slotBackend)
+	if !ok {
+		t.Fatalf("%s: %T is no slotBackend", cl.Name, b)
+	}
+	return sb
 }
 
 // newSem returns a Semaphore on b, closed when t ends.
@@ -94,11 +78,11 @@ func scriptCalls(t *testing.T, srv *testserver.Redis) int {
 // average from a random slot).
 func TestRedisPermitRoundTrips(t *testing.T) {
 	const limit, tries = 8, 20
-	for _, client := range slotClients {
-		t.Run(client.name, func(t *testing.T) {
+	for _, client := range backendtest.RedisClients {
+		t.Run(client.Name, func(t *testing.T) {
 			srv := testserver.StartRedis(t)
-			b := client.open(t, srv)
-			holder := newSem(t, client.open(t, srv), fencedlock.Options{TTL: 30 * time.Second})
+			b := openSlots(t, client, srv)
+			holder := newSem(t, openSlots(t, client, srv), fencedlock.Options{TTL: 30 * time.Second})
 			for _, k := range []int{0, 4, 7} {
 				name := "rt-" + strconv.Itoa(k)
 				for range k {
@@ -154,10 +138,10 @@ func TestRedisPermitRoundTrips(t *testing.T) {
 // if it arrives later: AcquireSlot by the owner after the clean-up takes
 // nothing, and every slot stays free.
 func TestRedisLateSlotAcquireRefused(t *testing.T) {
-	for _, client := range slotClients {
-		t.Run(client.name, func(t *testing.T) {
+	for _, client := range backendtest.RedisClients {
+		t.Run(client.Name, func(t *testing.T) {
 			srv := testserver.StartRedis(t)
-			b := client.open(t, srv)
+			b := openSlots(t, client, srv)
 			keys := []string{semaphore.SlotKey("late", 0), semaphore.SlotKey("late", 1)}
 			owner := "late-owner-" + strconv.Itoa(rand.IntN(1e9))
 			for _, k := range keys {
@@ -185,10 +169,10 @@ func TestRedisLateSlotAcquireRefused(t *testing.T) {
 // the stalled requests had time to arrive, every slot is free or held by
 // a permit a caller got back, never by an owner nobody has. Both clients.
 func TestRedisCancelledPermitsLeaveNoOrphan(t *testing.T) {
-	for _, client := range slotClients {
-		t.Run(client.name, func(t *testing.T) {
+	for _, client := range backendtest.RedisClients {
+		t.Run(client.Name, func(t *testing.T) {
 			srv := testserver.StartRedis(t)
-			b := client.open(t, srv)
+			b := openSlots(t, client, srv)
 			s := newSem(t, b, fencedlock.Options{TTL: 10 * time.Second, MinRetryDelay: time.Millisecond, MaxRetryDelay: 5 * time.Millisecond,
 				Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 			const name, limit = "orphan", 3
