@@ -6,12 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	goredislib "github.com/redis/go-redis/v9"
-
 	"github.com/fencedlock/fencedlock"
-	"github.com/fencedlock/fencedlock/backend/goredis"
-	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/backendtest"
 	"github.com/fencedlock/fencedlock/internal/multilocktest"
 	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
@@ -20,8 +17,9 @@ import (
 )
 
 // redisSetup runs the scenarios on a real redis-server, each client a
-// Backend of its own made by newBackend, as processes sharing the server.
-func redisSetup(t *testing.T, newBackend func(t *testing.T, srv *testserver.Redis) multilocktest.Backend) multilocktest.Setup {
+// Backend of its own of the Redis client named client, as processes
+// sharing the server.
+func redisSetup(t *testing.T, client string) multilocktest.Setup {
 	srv := testserver.StartRedis(t)
 	cli := func(t *testing.T, args ...string) string {
 		t.Helper()
@@ -33,7 +31,7 @@ func redisSetup(t *testing.T, newBackend func(t *testing.T, srv *testserver.Redi
 	}
 	lockKey := func(key string) string { return redisscript.LockKey(redisscript.DefaultKeyPrefix, key) }
 	return multilocktest.Setup{
-		New: func(t *testing.T) multilocktest.Backend { return newBackend(t, srv) },
+		New: func(t *testing.T) multilocktest.Backend { return openRedis(t, client, srv) },
 		Delete: func(t *testing.T, key string) {
 			if out := cli(t, "DEL", lockKey(key)); out != "1" {
 				t.Fatalf("DEL %s: %s, want 1", lockKey(key), out)
@@ -46,28 +44,29 @@ func redisSetup(t *testing.T, newBackend func(t *testing.T, srv *testserver.Redi
 	}
 }
 
-func rueidisBackend(t *testing.T, srv *testserver.Redis) multilocktest.Backend {
-	b, err := redis.New(srv.Client(t, nil), redis.Options{})
-	if err != nil {
-		t.Fatal(err)
+// openRedis opens a Backend of the Redis client named name (of
+// backendtest.RedisClients: "rueidis" or "goredis") on srv, closed when t
+// ends.
+func openRedis(t *testing.T, name string, srv *testserver.Redis) multilocktest.Backend {
+	t.Helper()
+	for _, cl := range backendtest.RedisClients {
+		if cl.Name != name {
+			continue
+		}
+		b, _ := cl.Open(t, srv)
+		t.Cleanup(func() { b.Close() })
+		mb, ok := b.(multilocktest.Backend)
+		if !ok {
+			t.Fatalf("%s: %T is no multilocktest.Backend", name, b)
+		}
+		return mb
 	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	t.Fatalf("no Redis client %q in backendtest.RedisClients", name)
+	return nil
 }
 
-func goredisBackend(t *testing.T, srv *testserver.Redis) multilocktest.Backend {
-	c := goredislib.NewClient(&goredislib.Options{Addr: srv.Addr})
-	t.Cleanup(func() { c.Close() })
-	b, err := goredis.New(c, goredis.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
-func TestRedis(t *testing.T)   { multilocktest.Run(t, redisSetup(t, rueidisBackend)) }
-func TestGoRedis(t *testing.T) { multilocktest.Run(t, redisSetup(t, goredisBackend)) }
+func TestRedis(t *testing.T)   { multilocktest.Run(t, redisSetup(t, "rueidis")) }
+func TestGoRedis(t *testing.T) { multilocktest.Run(t, redisSetup(t, "goredis")) }
 
 // TestRedisCorruptCounterTakesNothing: a fence counter of one key that
 // fencedlock did not write (not a number; a TTL on it) fails the set's
@@ -75,7 +74,7 @@ func TestGoRedis(t *testing.T) { multilocktest.Run(t, redisSetup(t, goredisBacke
 // the set is taken, no other counter moves.
 func TestRedisCorruptCounterTakesNothing(t *testing.T) {
 	srv := testserver.StartRedis(t)
-	b := rueidisBackend(t, srv)
+	b := openRedis(t, "rueidis", srv)
 	m, err := multilock.New(b, fencedlock.Options{})
 	if err != nil {
 		t.Fatal(err)
