@@ -19,10 +19,7 @@ import (
 func testCancelledAcquire(t *testing.T, e *env) {
 	key := e.key("cancel")
 	holder := e.locker(t, nil)
-	h, err := e.tryAcquire(t, holder, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	h := e.mustTryAcquire(t, holder, key)
 	e.cancelledWaits(t, key)
 	wq, queued := e.backend(t).(driver.WaitAcquirer)
 	if queued {
@@ -91,15 +88,12 @@ func (e *env) cancelledWaits(t *testing.T, key string) {
 // between a holder and a live waiter does not delay the live one.
 func (e *env) cancelledWaiterSkipped(t *testing.T, holder *fencedlock.Locker, key string) {
 	t.Helper()
-	h, err := e.tryAcquire(t, holder, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	h := e.mustTryAcquire(t, holder, key)
 	// This waiter's lease is long: left in the queue, it would hold the key
 	// far longer than the bound below.
 	waiter := e.locker(t, nil)
 	ctx, cancel := context.WithTimeout(e.ctx, e.ttl/2)
-	_, err = waiter.Acquire(ctx, key)
+	_, err := waiter.Acquire(ctx, key)
 	cancel()
 	if !errors.Is(err, driver.ErrNotAcquired) {
 		t.Fatalf("cancelled Acquire: %v", err)

@@ -458,3 +458,13 @@ func (e *env) tryAcquire(t *testing.T, l *fencedlock.Locker, key string, opts ..
 		t.Logf("TryAcquire(%s) refused as late (try %d of %d): %v", quote(key), i, lateTries, err)
 	}
 }
+
+// mustTryAcquire is tryAcquire, failing t if the key is not acquired.
+func (e *env) mustTryAcquire(t *testing.T, l *fencedlock.Locker, key string, opts ...fencedlock.LeaseOption) *fencedlock.Lease {
+	t.Helper()
+	ls, err := e.tryAcquire(t, l, key, opts...)
+	if err != nil {
+		t.Fatalf("TryAcquire: %v", err)
+	}
+	return ls
+}

@@ -403,10 +403,7 @@ func (e *env) lockerClose(t *testing.T, key string) {
 	t.Helper()
 	lb := e.backend(t)
 	l := mustLocker(t, lb, e.lockerOpts(nil))
-	ls, err := e.tryAcquire(t, l, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	ls := e.mustTryAcquire(t, l, key)
 	if err := l.Close(); err != nil {
 		t.Fatalf("Locker.Close: %v", err)
 	}

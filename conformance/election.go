@@ -21,17 +21,6 @@ var electionProperties = []property{
 	{"ElectionObserve", "If the backend is an Elector: WatchLeader delivers the state when it starts, then every term beginning and ending in order, never a term below one it delivered (or marks Missed), with each term's value, and ends when stopped; a term whose lease was granted before the watch began and that begins and ends before the watcher reads is delivered or reported Missed.", testElectionObserve},
 }
 
-// elector returns a new backend of e as an Elector, or false (logged) if
-// the backend is not one.
-func (e *env) elector(t *testing.T) (driver.Backend, driver.Elector, bool) {
-	t.Helper()
-	if !implements[driver.Elector](t, e) {
-		return nil, nil, false
-	}
-	b := e.backend(t)
-	return b, b.(driver.Elector), true
-}
-
 // lead takes key on b and proclaims value for the grant: one term.
 func (e *env) lead(t *testing.T, b driver.Backend, key, value string, ttl time.Duration) driver.Grant {
 	t.Helper()
@@ -70,7 +59,7 @@ func (e *env) wantNoLeader(t *testing.T, el driver.Elector, key, why string) {
 }
 
 func testElectionProclaim(t *testing.T, e *env) {
-	b1, el1, ok := e.elector(t)
+	b1, el1, ok := backendAs[driver.Elector](t, e)
 	if !ok {
 		return
 	}
@@ -119,7 +108,7 @@ func testElectionProclaim(t *testing.T, e *env) {
 }
 
 func testElectionFences(t *testing.T, e *env) {
-	if _, _, ok := e.elector(t); !ok {
+	if _, _, ok := backendAs[driver.Elector](t, e); !ok {
 		return
 	}
 	bs := []driver.Backend{e.backend(t), e.backend(t), e.backend(t)}
@@ -169,7 +158,7 @@ type observedTerm struct {
 }
 
 func testElectionObserve(t *testing.T, e *env) {
-	_, el, ok := e.elector(t)
+	_, el, ok := backendAs[driver.Elector](t, e)
 	if !ok {
 		return
 	}

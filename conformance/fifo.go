@@ -54,23 +54,30 @@ func (e *env) inOrder(t *testing.T, after, want string, round func(delay time.Du
 // the waiters were granted it.
 func (e *env) fifoRound(t *testing.T, holder *fencedlock.Locker, req func() driver.AcquireRequest, delay time.Duration) []int {
 	t.Helper()
-	const waiters = 4
-	h, err := e.tryAcquire(t, holder, req().Key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
-	var g grantOrder
-	defer g.wg.Wait() // after cancel below: the waiters end before the test
+	return e.orderRound(t, holder, req().Key, func(ctx context.Context, o *grantOrder) {
+		for i := range 4 {
+			o.start(ctx, e.backend(t), req(), i)
+			time.Sleep(delay)
+		}
+	})
+}
+
+// orderRound holds key with holder, runs queue, which starts waiters
+// recorded in o under ctx (ended, and the waiters waited for, when the
+// round ends), releases the key and returns the order in which the
+// waiters were granted it.
+func (e *env) orderRound(t *testing.T, holder *fencedlock.Locker, key string, queue func(ctx context.Context, o *grantOrder)) []int {
+	t.Helper()
+	h := e.mustTryAcquire(t, holder, key)
+	var o grantOrder
+	defer o.wg.Wait() // after cancel below: the waiters end before the test
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	for i := range waiters {
-		g.start(ctx, e.backend(t), req(), i)
-		time.Sleep(delay)
-	}
+	queue(ctx, &o)
 	if err := h.Release(e.ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	return g.result(t)
+	return o.result(t)
 }
 
 // grantOrder records the order in which waiters are granted a key.
@@ -134,48 +141,38 @@ func (e *env) waitLeaveFIFO(t *testing.T, holder *fencedlock.Locker, req func() 
 // which waiters 1 to 4 were granted it.
 func (e *env) leaveRound(t *testing.T, holder *fencedlock.Locker, req func() driver.AcquireRequest, delay time.Duration) []int {
 	t.Helper()
-	h, err := e.tryAcquire(t, holder, req().Key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
-	var o grantOrder
-	defer o.wg.Wait() // after cancel below: the waiters end before the test
-	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	leaveCtx, leave := context.WithCancel(ctx)
-	defer leave()
-	left := make(chan waited, 1)
-	start := func(i int) {
-		b := e.backend(t)
-		if i == 0 {
-			go func() {
-				g, err := b.(driver.WaitAcquirer).AcquireWait(leaveCtx, req())
-				left <- waited{g, err, time.Now()}
-			}()
-			return
+	return e.orderRound(t, holder, req().Key, func(ctx context.Context, o *grantOrder) {
+		leaveCtx, leave := context.WithCancel(ctx)
+		defer leave()
+		left := make(chan waited, 1)
+		start := func(i int) {
+			b := e.backend(t)
+			if i == 0 {
+				go func() {
+					g, err := b.(driver.WaitAcquirer).AcquireWait(leaveCtx, req())
+					left <- waited{g, err, time.Now()}
+				}()
+				return
+			}
+			o.start(ctx, b, req(), i)
 		}
-		o.start(ctx, b, req(), i)
-	}
-	for i := range 4 {
-		start(i)
+		for i := range 4 {
+			start(i)
+			time.Sleep(delay)
+		}
+		leave()
+		select {
+		case r := <-left:
+			if r.err == nil {
+				t.Fatalf("the first waiter was granted the key (fence %v) while its holder held it", r.g.Fence)
+			}
+			if !errors.Is(r.err, context.Canceled) {
+				t.Fatalf("the first waiter, whose context was cancelled: %v, want an error wrapping context.Canceled", r.err)
+			}
+		case <-time.After(e.ttl + e.schedAllowance()):
+			t.Fatalf("the first waiter still waiting %v after its context was cancelled", e.ttl+e.schedAllowance())
+		}
+		start(4)
 		time.Sleep(delay)
-	}
-	leave()
-	select {
-	case r := <-left:
-		if r.err == nil {
-			t.Fatalf("the first waiter was granted the key (fence %v) while its holder held it", r.g.Fence)
-		}
-		if !errors.Is(r.err, context.Canceled) {
-			t.Fatalf("the first waiter, whose context was cancelled: %v, want an error wrapping context.Canceled", r.err)
-		}
-	case <-time.After(e.ttl + e.schedAllowance()):
-		t.Fatalf("the first waiter still waiting %v after its context was cancelled", e.ttl+e.schedAllowance())
-	}
-	start(4)
-	time.Sleep(delay)
-	if err := h.Release(e.ctx); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	return o.result(t)
+	})
 }

@@ -302,10 +302,7 @@ func (e *env) forceFree(t *testing.T, fr driver.ForceReleaser, key string, last 
 func (e *env) forceLockerLease(t *testing.T, fr driver.ForceReleaser, key string) {
 	t.Helper()
 	l := e.locker(t, e.short)
-	lease, err := e.tryAcquire(t, l, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	lease := e.mustTryAcquire(t, l, key)
 	waiter := e.locker(t, nil)
 	got := e.acquireAsync(waiter, key)
 	time.Sleep(e.ttl / 4) // let the waiter queue or poll

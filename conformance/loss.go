@@ -35,10 +35,7 @@ func testInvalidationReported(t *testing.T, e *env) {
 	for _, w := range ways {
 		key := e.key(w.name)
 		l := e.locker(t, e.short)
-		ls, err := e.tryAcquire(t, l, key)
-		if err != nil {
-			t.Fatalf("TryAcquire: %v", err)
-		}
+		ls := e.mustTryAcquire(t, l, key)
 		renewEvery := l.Options().RenewInterval
 		time.Sleep(renewEvery / 2) // between renewals
 		t0 := time.Now()
@@ -63,10 +60,7 @@ func testInvalidationReported(t *testing.T, e *env) {
 	// A manual Renew notices the loss at once.
 	key := e.key("manual")
 	l := e.locker(t, func(o *fencedlock.Options) { o.ManualRenew = true })
-	ls, err := e.tryAcquire(t, l, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	ls := e.mustTryAcquire(t, l, key)
 	if err := ls.Renew(e.ctx); err != nil {
 		t.Fatalf("Renew of a held lease: %v", err)
 	}
@@ -134,10 +128,7 @@ func testReleaseAfterLoss(t *testing.T, e *env) {
 
 	// Through a Locker.
 	l := e.locker(t, nil)
-	ls, err := e.tryAcquire(t, l, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	ls := e.mustTryAcquire(t, l, key)
 	if err := ls.Release(e.ctx); err != nil {
 		t.Fatalf("Lease.Release: %v", err)
 	}
@@ -204,10 +195,7 @@ func testLateRelease(t *testing.T, e *env) {
 func (e *env) pausedLease(t *testing.T, key string) (*fencedlock.Lease, time.Time) {
 	t.Helper()
 	l := e.locker(t, e.pausedHolder)
-	a, err := e.tryAcquire(t, l, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	a := e.mustTryAcquire(t, l, key)
 	return a, time.Now()
 }
 

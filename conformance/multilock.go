@@ -23,17 +23,6 @@ var multiProperties = []property{
 
 func init() { properties = append(properties, multiProperties...) }
 
-// multi returns a new backend of e as a MultiLocker, or false (logged) if
-// the backend is not one.
-func (e *env) multi(t *testing.T) (driver.Backend, driver.MultiLocker, bool) {
-	t.Helper()
-	if !implements[driver.MultiLocker](t, e) {
-		return nil, nil, false
-	}
-	b := e.backend(t)
-	return b, b.(driver.MultiLocker), true
-}
-
 // SetKeyer is implemented by harnesses whose backend takes sets only of
 // some keys (Redis Cluster: keys of one hash slot). The MultiLocker
 // properties then take their sets from it.
@@ -58,7 +47,7 @@ func (e *env) multiKeys(name string, n int) []string {
 }
 
 func testMultiAllOrNothing(t *testing.T, e *env) {
-	_, m, ok := e.multi(t)
+	_, m, ok := backendAs[driver.MultiLocker](t, e)
 	if !ok {
 		return
 	}
@@ -119,7 +108,7 @@ func testMultiAllOrNothing(t *testing.T, e *env) {
 }
 
 func testMultiOneLease(t *testing.T, e *env) {
-	_, m, ok := e.multi(t)
+	_, m, ok := backendAs[driver.MultiLocker](t, e)
 	if !ok {
 		return
 	}

@@ -100,10 +100,7 @@ func (e *env) notifyLockerWaiter(t *testing.T) {
 	key := e.key("notify-locker")
 	holder := e.locker(t, nil)
 	waiter := e.locker(t, func(o *fencedlock.Options) { o.MaxRetryDelay = e.hold })
-	h, err := e.tryAcquire(t, holder, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	h := e.mustTryAcquire(t, holder, key)
 	got := e.acquireAsync(waiter, key)
 	time.Sleep(e.ttl) // let the waiter fail once and start watching
 	released := time.Now()
@@ -178,10 +175,7 @@ func (e *env) waitFree(t *testing.T, b driver.Backend, req driver.AcquireRequest
 // released, and that the waiter's fence is greater.
 func (e *env) waitHeld(t *testing.T, b driver.Backend, holder *fencedlock.Locker, req driver.AcquireRequest) {
 	t.Helper()
-	h, err := e.tryAcquire(t, holder, req.Key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	h := e.mustTryAcquire(t, holder, req.Key)
 	res := make(chan waited, 1)
 	go func() {
 		g, err := b.(driver.WaitAcquirer).AcquireWait(e.ctx, req)

@@ -117,6 +117,19 @@ func implements[I any](t *testing.T, e *env) bool {
 	return true
 }
 
+// backendAs returns a new backend of e and the same backend as an I (an
+// optional interface), or false (logged) if the backends under test do
+// not implement I.
+func backendAs[I any](t *testing.T, e *env) (driver.Backend, I, bool) {
+	t.Helper()
+	if !implements[I](t, e) {
+		var none I
+		return nil, none, false
+	}
+	b := e.backend(t)
+	return b, b.(I), true
+}
+
 // harnessIs returns e's harness as an I (an optional harness capability),
 // and logs that there is nothing to check if it is not one.
 func harnessIs[I any](t *testing.T, e *env) (I, bool) {

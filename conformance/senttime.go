@@ -106,10 +106,7 @@ func (r *sentRun) renewTTL(l *fencedlock.Locker) {
 	t, e := r.t, r.e
 	for attempt, rttl := 0, e.ttl; ; attempt, rttl = attempt+1, 3*e.ttl {
 		key := e.key("sent-renew")
-		ls, err := e.tryAcquire(t, l, key, fencedlock.WithTTL(rttl), fencedlock.WithSafetyMargin(time.Nanosecond), fencedlock.WithManualRenew(true))
-		if err != nil {
-			t.Fatalf("TryAcquire: %v", err)
-		}
+		ls := e.mustTryAcquire(t, l, key, fencedlock.WithTTL(rttl), fencedlock.WithSafetyMargin(time.Nanosecond), fencedlock.WithManualRenew(true))
 		renewSent, dl := time.Now(), ls.Deadline()
 		if err := ls.Renew(e.ctx); err != nil {
 			// Late: the answer came after rttl/2, or the local deadline

@@ -35,10 +35,7 @@ func (e *env) expiry(t *testing.T, requested time.Duration) *inconclusive {
 	key := e.key("expiry")
 	l := e.locker(t, func(o *fencedlock.Options) { o.TTL, o.ManualRenew = requested, true })
 	sentA := time.Now()
-	a, err := e.tryAcquire(t, l, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	a := e.mustTryAcquire(t, l, key)
 	// The lease starts between sentA and gotA: not over before sentA + TTL,
 	// over by gotA + TTL + ExpirySlack.
 	gotA := time.Now()
@@ -184,10 +181,7 @@ func (e *env) watchdogKeeps(t *testing.T, ttl time.Duration) *inconclusive {
 	t.Cleanup(func() { _ = l.Close() })
 	opts := l.Options()
 	sentA := time.Now()
-	ls, err := e.tryAcquire(t, l, key)
-	if err != nil {
-		t.Fatalf("TryAcquire: %v", err)
-	}
+	ls := e.mustTryAcquire(t, l, key)
 	defer ls.Release(e.ctx)
 	ttl = grantTTL(ls.TTL(), ttl)
 	acquired := []renewCall{{sent: sentA, returned: time.Now(), ttl: ttl}}
