@@ -31,15 +31,7 @@ func TestRunSetRedis(t *testing.T) {
 		t.Fatalf("FENCEDLOCK_FENCES = %q, want k1=F k2=F k3=F, one a line", fences)
 	}
 
-	if code, p := bin.Run(t, env, "run", "--try", "k2", "--", "true"); code != exitNotAcquired {
-		t.Errorf("run --try k2 inside the held set: exit %d, want %d; stderr:\n%s", code, exitNotAcquired, p.Stderr)
-	}
-	if code, p := bin.Run(t, env, "run", "--try", "k3", "k4", "--", "true"); code != exitNotAcquired {
-		t.Errorf("run --try k3 k4 overlapping the held set: exit %d, want %d; stderr:\n%s", code, exitNotAcquired, p.Stderr)
-	}
-	if code, p := bin.Run(t, env, "run", "--try", "k4", "--", "true"); code != 0 {
-		t.Errorf("k4 after a refused set k3 k4: exit %d, want 0 (the refused set took k4: a partial grant); stderr:\n%s", code, p.Stderr)
-	}
+	bin.CheckSetHeld(t, env, "k2", "k3", "k4", exitNotAcquired)
 
 	if err := holder.Cmd.Process.Signal(syscall.SIGTERM); err != nil { // forwarded to COMMAND; the set is released
 		t.Fatal(err)

@@ -24,13 +24,5 @@ func TestEtcdRunSet(t *testing.T) {
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "a=") || !strings.HasPrefix(lines[1], "b=") || lines[0][2:] != lines[1][2:] {
 		t.Fatalf("FENCEDLOCK_FENCES = %q, want a=R and b=R (one revision)", lines)
 	}
-	if code, p := bin.Run(t, env, "run", "--try", "a", "--", "true"); code != exitNotAcquired {
-		t.Errorf("run --try a inside the held set: exit %d, want %d; stderr:\n%s", code, exitNotAcquired, p.Stderr)
-	}
-	if code, p := bin.Run(t, env, "run", "--try", "b", "c", "--", "true"); code != exitNotAcquired {
-		t.Errorf("run --try b c overlapping the held set: exit %d, want %d; stderr:\n%s", code, exitNotAcquired, p.Stderr)
-	}
-	if code, p := bin.Run(t, env, "run", "--try", "c", "--", "true"); code != 0 {
-		t.Errorf("c after a refused set b c: exit %d, want 0 (the refused set took c); stderr:\n%s", code, p.Stderr)
-	}
+	bin.CheckSetHeld(t, env, "a", "b", "c", exitNotAcquired)
 }
