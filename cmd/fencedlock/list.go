@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -309,12 +311,7 @@ func listRedis(ctx context.Context, client rueidis.Client, b *redisb.Backend, pr
 	match := redisnames.GlobEscape(lockPrefix) + "*"
 	seen := make(map[listed]bool)
 	nodes := client.Nodes()
-	addrs := make([]string, 0, len(nodes))
-	for addr := range nodes {
-		addrs = append(addrs, addr)
-	}
-	sort.Strings(addrs)
-	for _, addr := range addrs {
+	for _, addr := range slices.Sorted(maps.Keys(nodes)) {
 		node := nodes[addr]
 		var cursor uint64
 		for first := true; first || cursor != 0; first = false {
