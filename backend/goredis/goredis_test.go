@@ -254,6 +254,15 @@ func TestWaitReplicas(t *testing.T) {
 	if n := c.Exists(ctx, b2.LockKey("w2")).Val(); n != 0 {
 		t.Fatal("lock kept after ErrReplication")
 	}
+	// The same owner's next attempt takes the key once enough replicas
+	// acknowledge (see backend/redis's TestWaitReplicas).
+	again := owner()
+	if _, err := b2.Acquire(ctx, driver.AcquireRequest{Key: "w3", Owner: again, TTL: time.Minute}); !errors.Is(err, ErrReplication) {
+		t.Fatalf("acquire waiting for 2 of 1 replicas: %v, want ErrReplication", err)
+	}
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "w3", Owner: again, TTL: time.Minute}); err != nil {
+		t.Fatalf("the same owner's next attempt, with enough replicas: %v, want the key", err)
+	}
 	// Both replies came on one connection: WAIT counted this acquire's write.
 	waits := 0
 	for _, line := range strings.Split(c.Info(ctx, "commandstats").Val(), "\n") {

@@ -716,6 +716,26 @@ func TestWaitReplicas(t *testing.T) {
 	if n := num(t, c, "EXISTS", b.LockKey("k2")); n != 0 {
 		t.Fatal("lock left behind after ErrReplication")
 	}
+	// The same owner tries again (a Locker keeps its owner token across
+	// attempts): once enough replicas acknowledge, it takes the key. The
+	// release of the unconfirmed grant is not the clean-up of an attempt
+	// whose outcome is unknown (its reply came back), which would refuse
+	// the owner's attempts for AbandonTTL.
+	again := owner()
+	if _, err := b2.Acquire(ctx, driver.AcquireRequest{Key: "k3", Owner: again, TTL: 10 * time.Second}); !errors.Is(err, ErrReplication) {
+		t.Fatalf("2 replicas wanted, 1 present: %v, want ErrReplication", err)
+	}
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{Key: "k3", Owner: again, TTL: 10 * time.Second}); err != nil {
+		t.Fatalf("the same owner's next attempt, with enough replicas: %v, want the key", err)
+	}
+	// The same for a set of keys (AcquireMulti).
+	set := driver.MultiRequest{Keys: []string{"{s}a", "{s}b"}, Owner: owner(), TTL: 10 * time.Second}
+	if _, err := b2.AcquireMulti(ctx, set); !errors.Is(err, ErrReplication) {
+		t.Fatalf("a set, 2 replicas wanted, 1 present: %v, want ErrReplication", err)
+	}
+	if _, err := b.AcquireMulti(ctx, set); err != nil {
+		t.Fatalf("the same owner's next attempt at the set, with enough replicas: %v, want the keys", err)
+	}
 	// Renew is confirmed the same way: with the replica it succeeds and
 	// the replica has the new TTL; wanting 2 replicas it fails with
 	// ErrReplication (a transient error, not ErrNotHeld), so the Locker

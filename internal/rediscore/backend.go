@@ -61,8 +61,12 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	c.Args = c.args[:2]
 	n, acked, err := b.eval(ctx, acquireScript, c)
 	if err == nil && n > 0 && b.unconfirmed(acked) {
+		// Granted but not confirmed: the reply came back, nothing of this
+		// attempt is in flight, so the release carries the fence and is
+		// not a clean-up (Fence 0), which would refuse the owner's next
+		// attempts for AbandonTTL.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
-		rerr := b.Release(rctx, driver.Grant{Key: req.Key, Owner: req.Owner})
+		rerr := b.Release(rctx, driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(n)})
 		cancel()
 		return driver.Grant{}, b.opts.NotReplicated(op, req.Key, acked, rerr)
 	}

@@ -104,11 +104,17 @@ func (b *Backend) AcquireMulti(ctx context.Context, req driver.MultiRequest) (dr
 	granted := func(w Waited) bool { return len(w.Vals) == n+1 && w.Vals[0] == 1 }
 	w, unconfirmed, err := b.evalSet(ctx, op, name, multiAcquireScript, &Call{Keys: keys, Args: []string{req.Owner, ttl.S}}, granted)
 	if unconfirmed {
-		// Taken on the primary but not confirmed: released again (a
-		// MultiGrant without Fences, as the Locker's clean-up), so that
-		// no key of the set stays held.
+		// Taken on the primary but not confirmed: released again, so that
+		// no key of the set stays held. The reply came back, nothing of
+		// this attempt is in flight: the release carries the fences and
+		// is not a clean-up (a MultiGrant without Fences), which would
+		// refuse the owner's next attempts for AbandonTTL.
+		fences := make([]fencing.Token, n)
+		for i := range fences {
+			fences[i] = fencing.Token(w.Vals[i+1])
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
-		if rerr := b.ReleaseMulti(rctx, driver.MultiGrant{Keys: req.Keys, Owner: req.Owner}); rerr != nil {
+		if rerr := b.ReleaseMulti(rctx, driver.MultiGrant{Keys: req.Keys, Owner: req.Owner, Fences: fences}); rerr != nil {
 			err = fmt.Errorf("%w; releasing it again failed: %w", err, rerr)
 		}
 		cancel()
