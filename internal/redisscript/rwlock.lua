@@ -41,16 +41,20 @@ end
 local now = now_ms()
 
 -- Expired readers (with their fences) and intents go first. A key of the
--- wrong type fails here with WRONGTYPE, before anything was written.
+-- wrong type fails here with WRONGTYPE, before anything was written: the
+-- writer, the readers' fences (read whatever the step, or a writer would
+-- be granted beside a corrupt one) and the readers are read, then the
+-- intents are pruned, the first write.
 local writer = redis.call('GET', KEYS[1])
+local mine = redis.call('HGET', KEYS[3], owner)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 for _, o in ipairs(gone) do
   redis.call('HDEL', KEYS[3], o)
 end
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 
 -- cover stretches the TTL of key to at least ms: the sets live as long
 -- as their longest entry.
@@ -113,7 +117,8 @@ if op == 'acquire' and mode == 'w' then
 end
 
 if op == 'acquire' then
-  local mine = redis.call('HGET', KEYS[3], owner)
+  -- mine was read before the expired readers went: only a live reader's
+  -- (ZSCORE) is its fence.
   if mine and redis.call('ZSCORE', KEYS[2], owner) then
     -- A retried request: the reader keeps its fence.
     redis.call('ZADD', KEYS[2], now + ttl, owner)
