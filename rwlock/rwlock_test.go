@@ -48,6 +48,10 @@ func TestMemoryCancelledWriterLeavesNothing(t *testing.T) {
 	rwlocktest.CancelledWriterLeavesNothing(t, memorySetup(t))
 }
 
+func TestMemoryCancelledWriterWakesReaders(t *testing.T) {
+	rwlocktest.CancelledWriterWakesReaders(t, memorySetup(t))
+}
+
 func TestMemoryCrashedWriterIntentExpires(t *testing.T) {
 	rwlocktest.CrashedWriterIntentExpires(t, memorySetup(t))
 }
@@ -113,6 +117,7 @@ func TestRedis(t *testing.T) {
 		{"WriterNotStarved", rwlocktest.WriterNotStarved},
 		{"PausedWriterRefused", rwlocktest.PausedWriterRefused},
 		{"CancelledWriterLeavesNothing", rwlocktest.CancelledWriterLeavesNothing},
+		{"CancelledWriterWakesReaders", rwlocktest.CancelledWriterWakesReaders},
 		{"CrashedWriterIntentExpires", rwlocktest.CrashedWriterIntentExpires},
 		{"Inspect", rwlocktest.Inspect},
 	}

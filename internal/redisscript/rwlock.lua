@@ -171,10 +171,12 @@ if op ~= 'release' then
 end
 
 -- A release also ends the owner's intent (the clean-up of a writer whose
--- wait ended). The message first: a script is not rolled back, so a
--- PUBLISH refused must fail before the write. It is sent when the name
--- may have become free for a waiter: the writer left, or the last reader.
-redis.call('ZREM', KEYS[5], owner)
+-- wait ended). The message before the lease goes: a script is not rolled
+-- back, so a PUBLISH refused must fail before the lease is deleted. It is
+-- sent when the name may have become free for a waiter: the writer left,
+-- the last reader, or the last intent while no writer holds (readers
+-- refused for it may come in).
+local dropped = redis.call('ZREM', KEYS[5], owner)
 -- A clean-up after an acquire whose outcome is unknown: the owner is
 -- remembered, so that its acquire, if it arrives later, takes nothing.
 -- Recorded even when it holds nothing now: its request may still come.
@@ -188,15 +190,21 @@ if mode == 'w' then
 else
   held = redis.call('ZSCORE', KEYS[2], owner) ~= false
 end
-if not held then
-  return 0
+local wake
+if held then
+  wake = mode == 'w' or redis.call('ZCARD', KEYS[2]) == 1
+else
+  wake = dropped == 1 and not writer and redis.call('ZCARD', KEYS[5]) == 0
 end
-if mode == 'w' or redis.call('ZCARD', KEYS[2]) == 1 then
+if wake then
   local publish = 'PUBLISH'
   if ARGV[7] == 'sharded' then
     publish = 'SPUBLISH'
   end
   redis.call(publish, ARGV[6], 'released')
+end
+if not held then
+  return 0
 end
 if mode == 'w' then
   redis.call('DEL', KEYS[1])

@@ -26,6 +26,7 @@ func TestRWLock(t *testing.T) {
 		{"WriterNotStarved", rwlocktest.WriterNotStarved},
 		{"PausedWriterRefused", rwlocktest.PausedWriterRefused},
 		{"CancelledWriterLeavesNothing", rwlocktest.CancelledWriterLeavesNothing},
+		{"CancelledWriterWakesReaders", rwlocktest.CancelledWriterWakesReaders},
 		{"CrashedWriterIntentExpires", rwlocktest.CrashedWriterIntentExpires},
 		{"Inspect", rwlocktest.Inspect},
 	}
