@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,10 @@ type RWLock struct {
 	rw     driver.RWLocker
 	intent time.Duration
 	seq    atomic.Uint64 // makes the readers' Locker keys distinct
+
+	mu       sync.Mutex
+	closed   bool
+	cleanups sync.WaitGroup // the Locks under way, whose removal of their intents Close waits for
 }
 
 // New returns an RWLock on b, with a Locker per mode made with opts (the
@@ -68,8 +73,18 @@ func New(b driver.Backend, opts fencedlock.Options) (*RWLock, error) {
 // readers out of the name for at most this long.
 func (r *RWLock) Intent() time.Duration { return r.intent }
 
-// Close releases every lease the RWLock holds and closes its Lockers.
-func (r *RWLock) Close() error { return errors.Join(r.rd.Close(), r.wr.Close()) }
+// Close releases every lease the RWLock holds, ends its waiting RLock and
+// Lock calls and closes its Lockers. It returns once a Lock it ended has
+// removed its intent (bounded by the Options' ReleaseTimeout), so that
+// the caller may then close the backend.
+func (r *RWLock) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	err := errors.Join(r.rd.Close(), r.wr.Close())
+	r.cleanups.Wait()
+	return err
+}
 
 // Lease is a read or write lease of a name, held by the caller of RLock,
 // Lock, TryRLock or TryLock. It is a [fencedlock.Lease] (Fence, Holder,
@@ -177,6 +192,14 @@ func (r *RWLock) acquire(ctx context.Context, name string, m Mode, wait bool, op
 // bounded by the Locker's ReleaseTimeout, detached from ctx's end); an
 // intent whose removal failed expires within Intent.
 func (r *RWLock) lock(ctx context.Context, name string, opts []fencedlock.LeaseOption) (*fencedlock.Lease, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("fencedlock: acquire %q: %w", name, fencedlock.ErrClosed)
+	}
+	r.cleanups.Add(1) // before Close's Wait: Close sets closed first
+	r.mu.Unlock()
+	defer r.cleanups.Done()
 	o := &owners{}
 	ls, err := r.wr.Acquire(context.WithValue(ctx, ownerKey{}, o), name, opts...)
 	if err == nil {
