@@ -142,7 +142,8 @@ func (r *RWLock) RLock(ctx context.Context, name string, opts ...fencedlock.Leas
 
 // Lock blocks until the caller holds the write lease of name, or ctx is
 // done. While it waits it keeps an intent on the server that refuses new
-// readers; once it gives up the intent expires within [RWLock.Intent].
+// readers; once it gives up it removes the intent, which otherwise
+// (the removal failed) expires within [RWLock.Intent].
 // Its fence is greater than the fence of every lease of name, read or
 // write, granted before it.
 func (r *RWLock) Lock(ctx context.Context, name string, opts ...fencedlock.LeaseOption) (*Lease, error) {
