@@ -75,16 +75,33 @@ func (r *RWLock) Intent() time.Duration { return r.intent }
 
 // Close releases every lease the RWLock holds, ends its waiting RLock and
 // Lock calls and closes its Lockers. It returns once a Lock it ended has
-// removed its intent (bounded by the Options' ReleaseTimeout), so that
-// the caller may then close the backend.
+// removed its intent, so that the caller may then close the backend; it
+// waits for that at most the Options' ReleaseTimeout and closeGrace (a
+// Lock's attempt on its caller's context may not end with Close).
 func (r *RWLock) Close() error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
 	err := errors.Join(r.rd.Close(), r.wr.Close())
-	r.cleanups.Wait()
+	done := make(chan struct{})
+	go func() {
+		r.cleanups.Wait()
+		close(done)
+	}()
+	bound := r.wr.Options().ReleaseTimeout + closeGrace
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		err = errors.Join(err, fmt.Errorf("rwlock: close: a Lock still running %v after its Locker closed", bound))
+	}
 	return err
 }
+
+// closeGrace is how long Close waits, beyond ReleaseTimeout, for the Locks
+// it ended to remove their intents.
+const closeGrace = time.Second
 
 // Lease is a read or write lease of a name, held by the caller of RLock,
 // Lock, TryRLock or TryLock. It is a [fencedlock.Lease] (Fence, Holder,
