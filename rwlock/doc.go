@@ -1,6 +1,7 @@
 // Package rwlock is a fenced read-write lock on any backend that
 // implements [driver.RWLocker] (backend/memory, backend/redis,
-// backend/goredis): many readers or one writer hold a name at once.
+// backend/goredis, backend/etcd): many readers or one writer hold a name
+// at once.
 //
 //   - [RWLock.RLock] and [RWLock.Lock] return a [Lease] that is a
 //     [fencedlock.Lease]: each mode is run by a Locker of its own over a
@@ -19,9 +20,10 @@
 //   - Writer preference: a writer that is refused registers an intent on
 //     the server, refreshed by each of its attempts; while an intent is
 //     live no new reader is granted, so readers cannot starve a writer.
-//     A writer that gives up leaves its intent to expire: new readers are
-//     kept out for at most [RWLock.Intent] longer. Readers can wait
-//     behind a stream of writers.
+//     A writer that gives up removes its intent; if that fails (the
+//     server unreachable, the process dead) the intent expires: new
+//     readers are kept out for at most [RWLock.Intent] longer. Readers
+//     can wait behind a stream of writers.
 //
 // See docs/rwlock.md for the design and each backend's implementation.
 package rwlock

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,10 @@ type RWLock struct {
 	rw     driver.RWLocker
 	intent time.Duration
 	seq    atomic.Uint64 // makes the readers' Locker keys distinct
+
+	mu       sync.Mutex
+	closed   bool
+	cleanups sync.WaitGroup // the Locks under way, whose removal of their intents Close waits for
 }
 
 // New returns an RWLock on b, with a Locker per mode made with opts (the
@@ -68,8 +73,35 @@ func New(b driver.Backend, opts fencedlock.Options) (*RWLock, error) {
 // readers out of the name for at most this long.
 func (r *RWLock) Intent() time.Duration { return r.intent }
 
-// Close releases every lease the RWLock holds and closes its Lockers.
-func (r *RWLock) Close() error { return errors.Join(r.rd.Close(), r.wr.Close()) }
+// Close releases every lease the RWLock holds, ends its waiting RLock and
+// Lock calls and closes its Lockers. It returns once a Lock it ended has
+// removed its intent, so that the caller may then close the backend; it
+// waits for that at most the Options' ReleaseTimeout and closeGrace (a
+// Lock's attempt on its caller's context may not end with Close).
+func (r *RWLock) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	err := errors.Join(r.rd.Close(), r.wr.Close())
+	done := make(chan struct{})
+	go func() {
+		r.cleanups.Wait()
+		close(done)
+	}()
+	bound := r.wr.Options().ReleaseTimeout + closeGrace
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		err = errors.Join(err, fmt.Errorf("rwlock: close: a Lock still running %v after its Locker closed", bound))
+	}
+	return err
+}
+
+// closeGrace is how long Close waits, beyond ReleaseTimeout, for the Locks
+// it ended to remove their intents.
+const closeGrace = time.Second
 
 // Lease is a read or write lease of a name, held by the caller of RLock,
 // Lock, TryRLock or TryLock. It is a [fencedlock.Lease] (Fence, Holder,
@@ -127,7 +159,8 @@ func (r *RWLock) RLock(ctx context.Context, name string, opts ...fencedlock.Leas
 
 // Lock blocks until the caller holds the write lease of name, or ctx is
 // done. While it waits it keeps an intent on the server that refuses new
-// readers; once it gives up the intent expires within [RWLock.Intent].
+// readers; once it gives up it removes the intent, which otherwise
+// (the removal failed) expires within [RWLock.Intent].
 // Its fence is greater than the fence of every lease of name, read or
 // write, granted before it.
 func (r *RWLock) Lock(ctx context.Context, name string, opts ...fencedlock.LeaseOption) (*Lease, error) {
@@ -177,6 +210,14 @@ func (r *RWLock) acquire(ctx context.Context, name string, m Mode, wait bool, op
 // bounded by the Locker's ReleaseTimeout, detached from ctx's end); an
 // intent whose removal failed expires within Intent.
 func (r *RWLock) lock(ctx context.Context, name string, opts []fencedlock.LeaseOption) (*fencedlock.Lease, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("fencedlock: acquire %q: %w", name, fencedlock.ErrClosed)
+	}
+	r.cleanups.Add(1) // before Close's Wait: Close sets closed first
+	r.mu.Unlock()
+	defer r.cleanups.Done()
 	o := &owners{}
 	ls, err := r.wr.Acquire(context.WithValue(ctx, ownerKey{}, o), name, opts...)
 	if err == nil {

@@ -48,6 +48,10 @@ func TestMemoryCancelledWriterLeavesNothing(t *testing.T) {
 	rwlocktest.CancelledWriterLeavesNothing(t, memorySetup(t))
 }
 
+func TestMemoryCancelledWriterWakesReaders(t *testing.T) {
+	rwlocktest.CancelledWriterWakesReaders(t, memorySetup(t))
+}
+
 func TestMemoryCrashedWriterIntentExpires(t *testing.T) {
 	rwlocktest.CrashedWriterIntentExpires(t, memorySetup(t))
 }
@@ -134,13 +138,19 @@ func TestRedis(t *testing.T) {
 func TestRedisWrongType(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	c := srv.Client(t, nil)
-	for i, suffix := range []string{":rw:writer", ":rw:readers", ":rw:intents", ":rw:fence"} {
+	// A hash where a hash is expected (the readers' fences) would be no
+	// error: a string there, and in the abandoned set.
+	for i, suffix := range []string{":rw:writer", ":rw:readers", ":rw:intents", ":rw:fence", ":rw:fences", ":rw:abandoned"} {
 		for _, cl := range backendtest.RedisClients {
 			b, _ := cl.Open(t, srv)
 			r := locktest.Open(t, b, fencedlock.Options{}, rwlock.New)
 			name := "wrongtype" + string(rune('a'+i)) + cl.Name
 			key := "fencedlock:{" + name + "}" + suffix
-			if err := c.Do(t.Context(), c.B().Hset().Key(key).FieldValue().FieldValue("f", "v").Build()).Error(); err != nil {
+			cmd := c.B().Hset().Key(key).FieldValue().FieldValue("f", "v").Build()
+			if suffix == ":rw:fences" || suffix == ":rw:abandoned" {
+				cmd = c.B().Set().Key(key).Value("v").Build()
+			}
+			if err := c.Do(t.Context(), cmd).Error(); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -152,7 +162,7 @@ func TestRedisWrongType(t *testing.T) {
 					_, err = r.Lock(ctx, name)
 				}
 				if !errors.Is(err, fencedlock.ErrPermanent) || ctx.Err() != nil || !strings.Contains(err.Error(), "WRONGTYPE") {
-					t.Errorf("%s: %v lock with a hash at %s: %v, want a permanent WRONGTYPE error at once", cl.Name, m, suffix, err)
+					t.Errorf("%s: %v lock with a value of another type at %s: %v, want a permanent WRONGTYPE error at once", cl.Name, m, suffix, err)
 				}
 			}
 			cancel()

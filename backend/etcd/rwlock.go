@@ -22,8 +22,9 @@ import (
 // exists under "w/" and "i/", a writer only if none exists under "r/" and
 // "w/" (compares on a prefix). The fence is the revision of the granting
 // Txn: etcd's revisions increase over the whole store, so every later
-// grant of the name, read or write, has a greater one. Releases announce
-// nothing: waiters of a read-write lock poll with the Locker's backoff.
+// grant of the name, read or write, has a greater one. Waiters are woken
+// by the deletion of any key of the name (a release, an expiry, an intent
+// removed) through the Backend's Watch (notify.go).
 
 var _ driver.RWLocker = (*Backend)(nil)
 

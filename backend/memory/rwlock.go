@@ -134,7 +134,9 @@ func (b *Backend) RenewRW(ctx context.Context, g driver.Grant, m driver.RWMode, 
 	return ttl, nil
 }
 
-// ReleaseRW implements [driver.RWLocker]. It wakes the name's watchers.
+// ReleaseRW implements [driver.RWLocker]. It wakes the name's watchers
+// when the name may have become free: a lease released, or the last
+// intent removed while no writer holds.
 func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode) error {
 	if err := b.usable(ctx); err != nil {
 		return err
@@ -143,8 +145,12 @@ func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.rwState(g.Key, time.Now())
+	_, intent := n.intents[g.Owner]
 	delete(n.intents, g.Owner)
 	if g.Owner == "" || !n.held(g.Owner, m) {
+		if intent && n.writer.owner == "" && len(n.intents) == 0 {
+			s.wake(g.Key) // readers refused for the last intent may come in
+		}
 		return fmt.Errorf("memory: %v release %q: %w", m, g.Key, driver.ErrNotHeld)
 	}
 	if m == driver.Write {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/redisnames"
 	"github.com/fencedlock/fencedlock/internal/redisscript"
 )
@@ -66,8 +67,12 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.RWRequest) (driver.G
 	intent := strconv.FormatInt(int64((max(req.Intent, 0)+time.Millisecond-1)/time.Millisecond), 10)
 	n, err := b.evalRW(ctx, op, req.Key, b.rwCall(req.Key, "acquire", req.Mode, req.Owner, ttl.S, intent))
 	if err != nil && n > 0 {
+		// Granted but not confirmed: the reply came back, nothing of this
+		// attempt is in flight, so the release carries the fence and is
+		// not a clean-up, which would refuse the owner's next attempts.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), driver.DefaultReleaseTimeout)
-		err = errors.Join(err, b.ReleaseRW(rctx, driver.Grant{Key: req.Key, Owner: req.Owner}, req.Mode))
+		g := driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(n)}
+		err = errors.Join(err, b.ReleaseRW(rctx, g, req.Mode))
 		cancel()
 	}
 	if err != nil {

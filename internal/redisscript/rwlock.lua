@@ -41,16 +41,20 @@ end
 local now = now_ms()
 
 -- Expired readers (with their fences) and intents go first. A key of the
--- wrong type fails here with WRONGTYPE, before anything was written.
+-- wrong type fails here with WRONGTYPE, before anything was written: the
+-- writer, the readers' fences (read whatever the step, or a writer would
+-- be granted beside a corrupt one) and the readers are read, then the
+-- intents are pruned, the first write.
 local writer = redis.call('GET', KEYS[1])
+local mine = redis.call('HGET', KEYS[3], owner)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 for _, o in ipairs(gone) do
   redis.call('HDEL', KEYS[3], o)
 end
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 
 -- cover stretches the TTL of key to at least ms: the sets live as long
 -- as their longest entry.
@@ -113,7 +117,8 @@ if op == 'acquire' and mode == 'w' then
 end
 
 if op == 'acquire' then
-  local mine = redis.call('HGET', KEYS[3], owner)
+  -- mine was read before the expired readers went: only a live reader's
+  -- (ZSCORE) is its fence.
   if mine and redis.call('ZSCORE', KEYS[2], owner) then
     -- A retried request: the reader keeps its fence.
     redis.call('ZADD', KEYS[2], now + ttl, owner)
@@ -166,10 +171,12 @@ if op ~= 'release' then
 end
 
 -- A release also ends the owner's intent (the clean-up of a writer whose
--- wait ended). The message first: a script is not rolled back, so a
--- PUBLISH refused must fail before the write. It is sent when the name
--- may have become free for a waiter: the writer left, or the last reader.
-redis.call('ZREM', KEYS[5], owner)
+-- wait ended). The message before the lease goes: a script is not rolled
+-- back, so a PUBLISH refused must fail before the lease is deleted. It is
+-- sent when the name may have become free for a waiter: the writer left,
+-- the last reader, or the last intent while no writer holds (readers
+-- refused for it may come in).
+local dropped = redis.call('ZREM', KEYS[5], owner)
 -- A clean-up after an acquire whose outcome is unknown: the owner is
 -- remembered, so that its acquire, if it arrives later, takes nothing.
 -- Recorded even when it holds nothing now: its request may still come.
@@ -183,15 +190,21 @@ if mode == 'w' then
 else
   held = redis.call('ZSCORE', KEYS[2], owner) ~= false
 end
-if not held then
-  return 0
+local wake
+if held then
+  wake = mode == 'w' or redis.call('ZCARD', KEYS[2]) == 1
+else
+  wake = dropped == 1 and not writer and redis.call('ZCARD', KEYS[5]) == 0
 end
-if mode == 'w' or redis.call('ZCARD', KEYS[2]) == 1 then
+if wake then
   local publish = 'PUBLISH'
   if ARGV[7] == 'sharded' then
     publish = 'SPUBLISH'
   end
   redis.call(publish, ARGV[6], 'released')
+end
+if not held then
+  return 0
 end
 if mode == 'w' then
   redis.call('DEL', KEYS[1])

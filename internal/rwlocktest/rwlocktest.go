@@ -51,6 +51,7 @@ func Scenarios(workers, rounds int) []Scenario {
 		{"WriterNotStarved", WriterNotStarved},
 		{"PausedWriterRefused", PausedWriterRefused},
 		{"CancelledWriterLeavesNothing", CancelledWriterLeavesNothing},
+		{"CancelledWriterWakesReaders", CancelledWriterWakesReaders},
 		{"CrashedWriterIntentExpires", CrashedWriterIntentExpires},
 		{"Inspect", Inspect},
 	}
@@ -310,6 +311,53 @@ func CancelledWriterLeavesNothing(t *testing.T, s Setup) {
 		t.Fatalf("TryLock after every reader left: %v", err)
 	}
 	w.Release(ctx)
+}
+
+// CancelledWriterWakesReaders: a reader waiting only behind the intent of
+// a writer whose Lock gives up is woken when that Lock removes the intent,
+// as by a release that frees the name, not left asleep until its next
+// look: with a MaxRetryDelay of 5s (an intent of 10.25s) it is granted
+// within 2s of the end of the writer's Lock, not about 5s later.
+func CancelledWriterWakesReaders(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	slow := fencedlock.Options{MaxRetryDelay: 5 * time.Second}
+	hl, probe, wl, rl := s.New(t, fencedlock.Options{}), s.New(t, fencedlock.Options{}), s.New(t, slow), s.New(t, slow)
+	n := name("wake")
+	h := lock(t, ctx, hl, n, rwlock.Read) // the writer waits behind it
+	defer h.Release(ctx)
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wdone := make(chan error, 1)
+	go func() { _, err := wl.Lock(wctx, n); wdone <- err }()
+	for { // until the writer's intent refuses readers (bounded by ctx)
+		p, err := probe.TryRLock(ctx, n)
+		if err != nil {
+			break
+		}
+		p.Release(ctx)
+		time.Sleep(5 * time.Millisecond)
+	}
+	type result struct {
+		l   *rwlock.Lease
+		err error
+	}
+	rdone := make(chan result, 1)
+	go func() { l, err := rl.RLock(ctx, n); rdone <- result{l, err} }()
+	time.Sleep(300 * time.Millisecond) // the reader is refused and sleeps
+	wcancel()
+	if err := <-wdone; !errors.Is(err, fencedlock.ErrNotAcquired) {
+		t.Fatalf("the cancelled writer: %v, want ErrNotAcquired", err)
+	}
+	select {
+	case res := <-rdone:
+		if res.err != nil {
+			t.Fatalf("the waiting reader: %v", res.err)
+		}
+		res.l.Release(ctx)
+	case <-time.After(2 * time.Second):
+		t.Fatalf("the waiting reader still waits 2s after the cancelled writer removed its intent")
+	}
 }
 
 // CrashedWriterIntentExpires: the intent of a writer that crashed while
