@@ -16,6 +16,8 @@ import (
 type lagMonitor struct {
 	mu      sync.Mutex
 	maxLate time.Duration
+	peak    time.Duration // the largest lateness since startWindow
+	ticks   uint64        // sleeps measured so far
 	quit    chan struct{}
 	done    chan struct{}
 }
@@ -39,6 +41,8 @@ func startLagMonitor() *lagMonitor {
 			late := time.Since(start) - lagTick
 			m.mu.Lock()
 			m.maxLate = max(m.maxLate, late)
+			m.peak = max(m.peak, late)
+			m.ticks++
 			m.mu.Unlock()
 		}
 	}()
@@ -50,6 +54,44 @@ func (m *lagMonitor) max() time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.maxLate
+}
+
+// settled returns the largest lateness measured so far once the monitor
+// has measured two more sleeps (or after bound): a delay that has just
+// held up the caller is then counted, since the monitor, held up as
+// well, measures it when it next wakes. A check that finds a call slower
+// than its bound asks for it before failing.
+func (m *lagMonitor) settled(bound time.Duration) time.Duration {
+	m.mu.Lock()
+	want := m.ticks + 2
+	m.mu.Unlock()
+	deadline := time.Now().Add(bound)
+	for time.Now().Before(deadline) {
+		m.mu.Lock()
+		done := m.ticks >= want
+		m.mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(lagTick)
+	}
+	return m.max()
+}
+
+// startWindow starts a window of measurement: see [lagMonitor.window].
+func (m *lagMonitor) startWindow() {
+	m.mu.Lock()
+	m.peak = 0
+	m.mu.Unlock()
+}
+
+// window returns the largest lateness measured since startWindow, once
+// the monitor has measured two more sleeps (see [lagMonitor.settled]).
+func (m *lagMonitor) window() time.Duration {
+	m.settled(time.Second)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peak
 }
 
 func (m *lagMonitor) stop() {
@@ -75,6 +117,14 @@ func waitDone(done <-chan struct{}, bound time.Duration) bool {
 // twice the largest scheduling lateness measured so far in the property.
 func (e *env) schedAllowance() time.Duration {
 	return max(500*time.Millisecond, e.ttl) + 2*e.lag.max()
+}
+
+// settledAllowance is schedAllowance once the lag monitor has measured a
+// delay that may just have held up the caller (see [lagMonitor.settled]):
+// what a check that found a call too slow compares it with before it
+// fails.
+func (e *env) settledAllowance() time.Duration {
+	return max(500*time.Millisecond, e.ttl) + 2*e.lag.settled(time.Second)
 }
 
 // waitDone waits until done is closed or bound passes, and reports whether

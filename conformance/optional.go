@@ -223,8 +223,16 @@ func (e *env) waitPastTTL(t *testing.T) {
 		g, err := wb.(driver.WaitAcquirer).AcquireWait(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.ttl})
 		res <- waited{g, err, time.Now()}
 	}()
-	wait := 2*e.ttl + e.cfg.ExpirySlack // longer than the waiter's TTL
-	time.Sleep(wait)
+	// Longer than the waiter's TTL, and by more than the allowance below
+	// (twice the lateness measured) beyond it: on a loaded machine the
+	// allowance alone made a lease that ran out look live (lateness 183ms:
+	// a 250ms lease granted 600ms after its request was sent passed).
+	// Bounded by half the holder's lease.
+	wait := 2*e.ttl + e.cfg.ExpirySlack
+	for time.Since(called) < min(wait+2*e.lag.max(), e.hold/2) {
+		time.Sleep(min(wait+2*e.lag.max(), e.hold/2) - time.Since(called))
+	}
+	wait = time.Since(called)
 	if err := hb.Release(e.ctx, h); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
