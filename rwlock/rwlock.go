@@ -111,6 +111,34 @@ type Lease struct {
 	*fencedlock.Lease
 	name string
 	mode Mode
+	r    *RWLock
+	ctx  context.Context // Lease.Context, marked as this lease's (leaseKey)
+}
+
+// leaseKey is the context key of the lease a context comes from.
+type leaseKey struct{}
+
+// Context returns the lease's context ([fencedlock.Lease.Context]: ended
+// with the lease, its cause the reason), marked as this lease's. A lease
+// of the same name from the same RWLock, asked for on it or on a context
+// derived from it, would wait for this lease: a Lock (an upgrade of a read
+// lease, a second write lease) and an RLock while this is the write lease
+// always, and an RLock while this is a read lease whenever a writer waits
+// (writer preference; sync.RWMutex forbids recursive read locking for the
+// same reason). They fail at once with an error wrapping
+// [fencedlock.ErrHeldByLocker] and [fencedlock.ErrNotAcquired], as a
+// Locker's nested Acquire does, and register no intent.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// nested returns the error of an acquire of name in mode m on ctx, which
+// comes from a live lease of name from r, or nil.
+func (r *RWLock) nested(ctx context.Context, name string, m Mode) error {
+	from, _ := ctx.Value(leaseKey{}).(*Lease)
+	if from == nil || from.r != r || from.name != name || from.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("the context comes from this RWLock's %v lease of %q (fence %d), which a %v lease may wait for; release it first (a lease is not upgraded, downgraded or nested): %w (%w)",
+		from.mode, name, from.Fence(), m, fencedlock.ErrHeldByLocker, fencedlock.ErrNotAcquired)
 }
 
 // Key returns the name of the read-write lock.
@@ -184,6 +212,9 @@ func (r *RWLock) acquire(ctx context.Context, name string, m Mode, wait bool, op
 	if err := validate(name); err != nil {
 		return nil, fmt.Errorf("rwlock: %s: %w", op, err)
 	}
+	if err := r.nested(ctx, name, m); err != nil {
+		return nil, fmt.Errorf("rwlock: %s %q: %w", op, name, err)
+	}
 	l, key := r.wr, name
 	if m == Read {
 		l, key = r.rd, name+readSep+strconv.FormatUint(r.seq.Add(1), 10)
@@ -202,7 +233,9 @@ func (r *RWLock) acquire(ctx context.Context, name string, m Mode, wait bool, op
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: %s %q: %w", op, name, err)
 	}
-	return &Lease{Lease: ls, name: name, mode: m}, nil
+	lease := &Lease{Lease: ls, name: name, mode: m, r: r}
+	lease.ctx = context.WithValue(ls.Context(), leaseKey{}, lease)
+	return lease, nil
 }
 
 // lock waits for the write lease of name. If it gives up, it removes the
