@@ -113,7 +113,11 @@ func (f *Faults) Reply(ctx context.Context, ignoreCtx bool) error {
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return nil
+		// After a stall of the process both may be ready, and select
+		// picks either: the reply, d after the request, came after a
+		// context that is already done (seen: a reply 1.125s late for a
+		// context of 125ms reported as on time).
+		return ctx.Err()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
