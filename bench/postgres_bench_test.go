@@ -14,7 +14,8 @@ import (
 // hand-offs of one key among 8 workers, each blocking in its own way
 // (fencedlock's Locker polling with backoff, the Locker woken by
 // LISTEN/NOTIFY, the Locker on Fair's FIFO queue woken by NOTIFY,
-// pg_advisory_lock queued by the server). Fair's polling waiters are left
+// pg_advisory_lock queued by the server, cirello.io/pglock retrying after
+// a lease duration). Fair's polling waiters are left
 // out: a hand-off waits for the head's next poll (611 ms per acquisition
 // in one run of 500), which would make each pass minutes long. Every row reports
 // the statements and round trips per operation (a pgx tracer on the pool).
@@ -22,8 +23,8 @@ import (
 // passes (-pass, as the report's passes: see passOrder); at concurrency 1
 // a paired row also interleaves the two operation by operation (vs-base:
 // pg_advisory_lock's time over fencedlock's, see pgbench.Paired). The bodies are
-// internal/pgbench's, shared with backend/postgres's own benchmarks.
-// cirello.io/pglock is not here: the module proxy refuses it (403).
+// internal/pgbench's, shared with backend/postgres's own benchmarks;
+// cirello.io/pglock's rows are pglock_test.go's.
 func BenchmarkPostgres(b *testing.B) {
 	e := pgbench.Start(b)
 	type row struct {
@@ -35,6 +36,7 @@ func BenchmarkPostgres(b *testing.B) {
 			{"fencedlock", func(b *testing.B) { pgbench.Run(b, e, par, pgbench.FencedlockCycle) }},
 			{"fencedlock-fair", func(b *testing.B) { pgbench.Run(b, e, par, pgbench.FairCycle) }},
 			{"pg_advisory_lock", func(b *testing.B) { pgbench.Run(b, e, par, pgbench.AdvisoryCycle) }},
+			{"cirello.io/pglock", func(b *testing.B) { pgbench.Run(b, e, par, pglockCycle) }},
 		}, *flagPass) {
 			b.Run(fmt.Sprintf("AcquireRelease/conc=%d/%s", par, r.name), r.run)
 		}
@@ -47,6 +49,7 @@ func BenchmarkPostgres(b *testing.B) {
 		{"fencedlock-listen", func(b *testing.B) { pgbench.Contended(b, e, 8, pgbench.ListeningWorker) }},
 		{"fencedlock-fair-listen", func(b *testing.B) { pgbench.Contended(b, e, 8, pgbench.FairListeningWorker) }},
 		{"pg_advisory_lock", func(b *testing.B) { pgbench.Contended(b, e, 8, pgbench.AdvisoryWorker) }},
+		{"cirello.io/pglock", func(b *testing.B) { pgbench.Contended(b, e, 8, pglockWorker) }},
 	}, *flagPass) {
 		b.Run("Contended/workers=8/"+r.name, r.run)
 	}
