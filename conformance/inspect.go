@@ -97,16 +97,11 @@ func testKeepAliver(t *testing.T, e *env) {
 	until := time.Now().Add(2*ttl + e.cfg.ExpirySlack)
 	renewals := 0
 	for time.Now().Before(until) {
-		select {
-		case r, ok := <-ch:
-			renewalOK(t, r, ok, renewals)
-			if r.TTL <= 0 {
-				t.Fatalf("KeepAlive Renewal.TTL = %v", r.TTL)
-			}
-			renewals++
-		case <-time.After(ttl + e.schedAllowance()):
-			t.Fatalf("no KeepAlive renewal within a TTL (%v) after %d renewals", ttl, renewals)
+		r := nextRenewal(t, ch, ttl+e.schedAllowance(), renewals)
+		if r.TTL <= 0 {
+			t.Fatalf("KeepAlive Renewal.TTL = %v", r.TTL)
 		}
+		renewals++
 	}
 	if !e.held(t, key) {
 		t.Fatalf("key free after %v of KeepAlive (%d renewals)", 2*ttl, renewals)

@@ -147,17 +147,12 @@ func (r *sentRun) renewalSent() {
 		}
 	}
 	for renewals := 0; renewals < 2; renewals++ {
-		select {
-		case rn, ok := <-ch:
-			renewalOK(t, rn, ok, renewals)
-			if limit := time.Now().Add(-r.delay + time.Millisecond); rn.Sent.After(limit) {
-				t.Fatalf("Renewal.Sent lies %v after the store could have applied the renewal (responses take %v to come back): it is not the send time",
-					rn.Sent.Sub(limit.Add(-time.Millisecond)).Round(time.Millisecond), r.delay)
-			}
-			later(rn)
-		case <-time.After(ttl + e.schedAllowance()):
-			t.Fatalf("no KeepAlive renewal within %v", ttl+e.schedAllowance())
+		rn := nextRenewal(t, ch, ttl+e.schedAllowance(), renewals)
+		if limit := time.Now().Add(-r.delay + time.Millisecond); rn.Sent.After(limit) {
+			t.Fatalf("Renewal.Sent lies %v after the store could have applied the renewal (responses take %v to come back): it is not the send time",
+				rn.Sent.Sub(limit.Add(-time.Millisecond)).Round(time.Millisecond), r.delay)
 		}
+		later(rn)
 	}
 	cancel()
 	for rn := range ch { // renewals confirmed before it stopped count too
