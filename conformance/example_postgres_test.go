@@ -45,9 +45,17 @@ type pgBackend struct {
 	db    *sql.DB
 	table string // a quoted identifier
 
-	mu     sync.Mutex
-	closed bool
+	mu       sync.Mutex
+	closed   bool
+	inflight map[string]chan struct{} // Acquires cut by their context and still running (inflightKey)
 }
+
+// settleTimeout bounds an Acquire's statement once its caller's context
+// ended: it runs on, on a context of its own, so that the owner's Release
+// can wait for its outcome (see Acquire).
+const settleTimeout = 2 * time.Second
+
+func inflightKey(key, owner string) string { return key + "\x00" + owner }
 
 var (
 	_ driver.Backend   = (*pgBackend)(nil)
@@ -109,11 +117,7 @@ func (b *pgBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (dri
 		UNION ALL
 		SELECT 0, greatest(extract(epoch FROM expires_at - now()), 0)::float8
 			FROM %[1]s WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM taken)`, b.table)
-	var (
-		fence int64
-		left  float64 // seconds
-	)
-	err := b.db.QueryRowContext(ctx, q, []byte(req.Key), ownerHash(req.Owner), req.TTL.Microseconds()).Scan(&fence, &left)
+	fence, left, err := b.settled(ctx, req, q)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		// Another transaction created the row concurrently; we did not see
@@ -125,6 +129,68 @@ func (b *pgBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (dri
 		return driver.Grant{}, &driver.HeldError{Key: req.Key, RetryAfter: time.Duration(left * float64(time.Second))}
 	}
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(fence), TTL: req.TTL}, nil
+}
+
+// settled runs Acquire's statement q on a context that ctx does not cancel
+// and returns its reply, or ctx's error as soon as ctx ends. The statement
+// may then still run and commit: the Locker's clean-up, a Release of the
+// key by the same owner, must not run before it, or the late grant holds
+// the key for its whole TTL. So the cut statement is recorded in
+// b.inflight until it ends, and Release waits for it (awaitSettled).
+func (b *pgBackend) settled(ctx context.Context, req driver.AcquireRequest, q string) (fence int64, left float64, err error) {
+	type reply struct {
+		fence int64
+		left  float64 // seconds
+		err   error
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	done := make(chan reply, 1)
+	go func() {
+		var r reply
+		r.err = b.db.QueryRowContext(qctx, q, []byte(req.Key), ownerHash(req.Owner), req.TTL.Microseconds()).Scan(&r.fence, &r.left)
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		cancel()
+		return r.fence, r.left, r.err
+	case <-ctx.Done():
+	}
+	k, ch := inflightKey(req.Key, req.Owner), make(chan struct{})
+	b.mu.Lock()
+	if b.inflight == nil {
+		b.inflight = map[string]chan struct{}{}
+	}
+	b.inflight[k] = ch
+	b.mu.Unlock()
+	go func() {
+		<-done // its outcome is for no one: the Release that follows waits for it
+		cancel()
+		b.mu.Lock()
+		if b.inflight[k] == ch {
+			delete(b.inflight, k)
+		}
+		b.mu.Unlock()
+		close(ch)
+	}()
+	return 0, 0, ctx.Err()
+}
+
+// awaitSettled waits until no Acquire of key by owner cut by its context
+// is still running on this backend, or ctx is done.
+func (b *pgBackend) awaitSettled(ctx context.Context, key, owner string) error {
+	b.mu.Lock()
+	ch := b.inflight[inflightKey(key, owner)]
+	b.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pgexample: release %q: an Acquire of it is still running: %w", key, ctx.Err())
+	}
 }
 
 // Renew moves the expiry if, and only if, g's owner holds the key.
@@ -148,6 +214,9 @@ func (b *pgBackend) Renew(ctx context.Context, g driver.Grant, ttl time.Duration
 // its fence stay.
 func (b *pgBackend) Release(ctx context.Context, g driver.Grant) error {
 	if err := b.usable(); err != nil {
+		return err
+	}
+	if err := b.awaitSettled(ctx, g.Key, g.Owner); err != nil {
 		return err
 	}
 	q := fmt.Sprintf(`UPDATE %s SET owner_hash = NULL, expires_at = NULL
