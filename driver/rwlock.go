@@ -36,8 +36,12 @@ type RWRequest struct {
 	AcquireRequest
 	Mode RWMode
 	// Intent is, for a writer the name is refused to, how long the server
-	// keeps the writer's intent (refreshed by each attempt): while any
-	// intent is live no new reader is granted. Zero registers none.
+	// keeps the writer's intent past the END of this attempt (each attempt
+	// refreshes it): while any intent is live no new reader is granted. A
+	// backend whose attempt goes on after it wrote the intent (Redis's
+	// WAIT with WaitReplicas, up to WaitTimeout) keeps it that much
+	// longer, so that the intent outlives the pause before the writer's
+	// next attempt. Zero registers none.
 	Intent time.Duration
 }
 
@@ -53,8 +57,9 @@ type RWRequest struct {
 //   - one fence counter shared by readers and writers, incremented by
 //     every grant: a grant's fence is strictly greater than the fence of
 //     every grant before it, reader or writer;
-//   - writer preference: a writer refused registers its intent for
-//     req.Intent (the same owner's intent is replaced, not added), and a
+//   - writer preference: a writer refused registers its intent, kept at
+//     least req.Intent past the end of the attempt (the same owner's
+//     intent is replaced, not added), and a
 //     reader is refused while a live intent exists; a writer's grant, and
 //     its Release (also the clean-up Release of Key and Owner only),
 //     remove its intent.

@@ -22,8 +22,9 @@
 //     live no new reader is granted, so readers cannot starve a writer.
 //     A writer that gives up removes its intent; if that fails (the
 //     server unreachable, the process dead) the intent expires: new
-//     readers are kept out for at most [RWLock.Intent] longer. Readers
-//     can wait behind a stream of writers.
+//     readers are kept out for [RWLock.Intent] after its last attempt
+//     (plus what the backend adds, see there). Readers can wait behind a
+//     stream of writers.
 //
 // See docs/rwlock.md for the design and each backend's implementation.
 package rwlock

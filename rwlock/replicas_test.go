@@ -2,6 +2,7 @@ package rwlock_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,9 +15,34 @@ import (
 	"github.com/fencedlock/fencedlock/backend/goredis"
 	"github.com/fencedlock/fencedlock/backend/redis"
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 	"github.com/fencedlock/fencedlock/internal/testserver"
 	"github.com/fencedlock/fencedlock/rwlock"
 )
+
+// replicaClients open a backend of each Redis client on srv, with
+// WaitReplicas replicas and WaitTimeout timeout (0: the default).
+var replicaClients = []struct {
+	name string
+	open func(t *testing.T, srv *testserver.Redis, replicas int, timeout time.Duration) driver.Backend
+}{
+	{"rueidis", func(t *testing.T, srv *testserver.Redis, replicas int, timeout time.Duration) driver.Backend {
+		b, err := redis.New(srv.Client(t, nil), redis.Options{WaitReplicas: replicas, WaitTimeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}},
+	{"goredis", func(t *testing.T, srv *testserver.Redis, replicas int, timeout time.Duration) driver.Backend {
+		c := goredislib.NewClient(&goredislib.Options{Addr: srv.Addr})
+		t.Cleanup(func() { c.Close() })
+		b, err := goredis.New(c, goredis.Options{WaitReplicas: replicas, WaitTimeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}},
+}
 
 // TestRedisUnconfirmedGrantRetried: with WaitReplicas, a grant that too
 // few replicas acknowledged is released again and the attempt fails with
@@ -28,32 +54,11 @@ import (
 // later attempt of it for five minutes (the wait ran until its context
 // ended, with the replica long in sync).
 func TestRedisUnconfirmedGrantRetried(t *testing.T) {
-	clients := []struct {
-		name string
-		open func(t *testing.T, srv *testserver.Redis) driver.Backend
-	}{
-		{"rueidis", func(t *testing.T, srv *testserver.Redis) driver.Backend {
-			b, err := redis.New(srv.Client(t, nil), redis.Options{WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}},
-		{"goredis", func(t *testing.T, srv *testserver.Redis) driver.Backend {
-			c := goredislib.NewClient(&goredislib.Options{Addr: srv.Addr})
-			t.Cleanup(func() { c.Close() })
-			b, err := goredis.New(c, goredis.Options{WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}},
-	}
-	for _, cl := range clients {
+	for _, cl := range replicaClients {
 		for _, m := range []rwlock.Mode{rwlock.Read, rwlock.Write} {
 			t.Run(cl.name+"/"+m.String(), func(t *testing.T) {
 				primary := testserver.StartRedis(t) // no replica yet: WAIT 1 counts none
-				b := cl.open(t, primary)
+				b := cl.open(t, primary, 1, 100*time.Millisecond)
 				t.Cleanup(func() { b.Close() })
 				failed := make(chan struct{})
 				r, err := rwlock.New(b, fencedlock.Options{
@@ -95,6 +100,75 @@ func TestRedisUnconfirmedGrantRetried(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRedisIntentOutlivesWait: with WaitReplicas, each attempt of a
+// waiting writer is its script followed by WAIT, which the server holds
+// for up to WaitTimeout (DefaultWaitTimeout here) when the replicas do not
+// acknowledge, also for a refused attempt, whose script wrote the intent.
+// The intent must outlive that WAIT and the pause before the next
+// attempt, or a reader slips in between two attempts of a writer that
+// still waits (writer starvation). The writer's MaxRetryDelay of 50ms
+// makes an intent of 350ms; no replica ever acknowledges; the readers
+// wait for no replica (another process's options), so a TryRLock granted
+// while the writer waits is what the server allowed. Before the fix the
+// intent lapsed 350ms after each attempt's script, about 650ms before the
+// next one, and a reader was granted within the first second.
+func TestRedisIntentOutlivesWait(t *testing.T) {
+	for _, cl := range replicaClients {
+		t.Run(cl.name, func(t *testing.T) {
+			srv := testserver.StartRedis(t) // no replica: WAIT 1 waits out its timeout
+			readers := locktest.Open(t, cl.open(t, srv, 0, 0), fencedlock.Options{}, rwlock.New)
+			writer := locktest.Open(t, cl.open(t, srv, 1, 0), fencedlock.Options{
+				MinRetryDelay: time.Millisecond, MaxRetryDelay: 50 * time.Millisecond,
+			}, rwlock.New)
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			const n = "intent-wait"
+			h, err := readers.RLock(ctx, n) // the writer waits behind it throughout
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Release(ctx)
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			wdone := make(chan error, 1)
+			go func() {
+				w, err := writer.Lock(wctx, n)
+				if err == nil {
+					w.Release(ctx)
+					err = errors.New("granted beside a reader")
+				}
+				wdone <- err
+			}()
+			for { // until the writer's first intent refuses readers (bounded by ctx)
+				p, err := readers.TryRLock(ctx, n)
+				if err != nil {
+					break
+				}
+				p.Release(ctx)
+				time.Sleep(5 * time.Millisecond)
+			}
+			start := time.Now()
+			probes := 0
+			for time.Since(start) < 3*redis.DefaultWaitTimeout { // three attempts' WAITs
+				probes++
+				if p, err := readers.TryRLock(ctx, n); err == nil {
+					p.Release(ctx)
+					t.Fatalf("a reader was granted %v after the writer's intent first refused one, while the writer still waits "+
+						"(intent %v, WaitTimeout %v): the intent lapsed between two attempts", time.Since(start), writer.Intent(), redis.DefaultWaitTimeout)
+				} else if !errors.Is(err, fencedlock.ErrNotAcquired) {
+					t.Fatalf("TryRLock: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			wcancel()
+			if err := <-wdone; !errors.Is(err, fencedlock.ErrNotAcquired) {
+				t.Fatalf("the waiting writer: %v, want ErrNotAcquired when its context ends", err)
+			}
+			t.Logf("%d readers refused over %v while the writer waited", probes, time.Since(start))
+		})
 	}
 }
 

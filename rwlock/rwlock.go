@@ -28,8 +28,10 @@ const (
 )
 
 // intentSlack is added to twice the Locker's MaxRetryDelay to make a
-// waiting writer's intent: it outlives the longest pause between two
-// attempts of the writer (each refreshes it), with room for a round trip.
+// waiting writer's intent: it outlives the longest pause between the end
+// of one attempt of the writer and the next (each refreshes it), with
+// room for a round trip. What the backend's attempt spends after writing
+// the intent (Redis's WAIT) the backend adds (see driver.RWRequest.Intent).
 const intentSlack = 250 * time.Millisecond
 
 // RWLock grants read and write leases of read-write locks on one backend.
@@ -68,9 +70,15 @@ func New(b driver.Backend, opts fencedlock.Options) (*RWLock, error) {
 	return &RWLock{rd: rd, wr: wr, rw: rw, intent: intent}, nil
 }
 
-// Intent returns how long a waiting writer's intent outlives its last
-// attempt: a writer whose Lock gave up (its context ended) still keeps new
-// readers out of the name for at most this long.
+// Intent returns how long a waiting writer's intent outlives the end of
+// its last attempt (each attempt refreshes it). A writer whose Lock gave
+// up (its context ended) removes its intent; only if that removal failed
+// or its process died does the intent keep new readers out of the name
+// for this long after its last attempt, plus what the backend adds: with
+// Redis's WaitReplicas the intent runs Intent + WaitTimeout from the
+// attempt's script, so a WAIT that returned early leaves it up to
+// WaitTimeout longer; etcd rounds it up to whole seconds and expires it up
+// to about a second late.
 func (r *RWLock) Intent() time.Duration { return r.intent }
 
 // Close releases every lease the RWLock holds, ends its waiting RLock and
@@ -188,7 +196,7 @@ func (r *RWLock) RLock(ctx context.Context, name string, opts ...fencedlock.Leas
 // Lock blocks until the caller holds the write lease of name, or ctx is
 // done. While it waits it keeps an intent on the server that refuses new
 // readers; once it gives up it removes the intent, which otherwise
-// (the removal failed) expires within [RWLock.Intent].
+// (the removal failed) expires as [RWLock.Intent] says.
 // Its fence is greater than the fence of every lease of name, read or
 // write, granted before it.
 func (r *RWLock) Lock(ctx context.Context, name string, opts ...fencedlock.LeaseOption) (*Lease, error) {
@@ -241,7 +249,7 @@ func (r *RWLock) acquire(ctx context.Context, name string, m Mode, wait bool, op
 // lock waits for the write lease of name. If it gives up, it removes the
 // intents its attempts registered (a release of each attempt's owner,
 // bounded by the Locker's ReleaseTimeout, detached from ctx's end); an
-// intent whose removal failed expires within Intent.
+// intent whose removal failed expires as Intent says.
 func (r *RWLock) lock(ctx context.Context, name string, opts []fencedlock.LeaseOption) (*fencedlock.Lease, error) {
 	r.mu.Lock()
 	if r.closed {

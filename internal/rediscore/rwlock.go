@@ -55,17 +55,37 @@ func (b *Backend) evalRW(ctx context.Context, op, name string, c *Call) (int64, 
 	return n, nil
 }
 
+// intentArg is a writer's intent as rwlock.lua takes it (whole
+// milliseconds, rounded up; "0" for none), lengthened by WaitTimeout with
+// WaitReplicas. The script writes the intent, and the WAIT that follows it
+// (on every attempt, a refused one too: it is sent with the script, and
+// the script wrote the intent) holds the reply for up to WaitTimeout. The
+// intent must last intent past the END of the attempt, or it lapses before
+// a writer that still waits can refresh it (with the default options a
+// 2.25s intent, a 1s WAIT and a 1s pause left 250ms; a WaitTimeout above
+// about 1.25s let readers in between two attempts).
+func (b *Backend) intentArg(intent time.Duration) string {
+	if intent <= 0 {
+		return "0"
+	}
+	if b.opts.WaitReplicas > 0 {
+		intent += b.opts.WaitTimeout
+	}
+	return strconv.FormatInt(int64((intent+time.Millisecond-1)/time.Millisecond), 10)
+}
+
 // AcquireRW makes one attempt to take req.Key in req.Mode (rwlock.lua),
 // followed by WAIT with WaitReplicas; a grant not confirmed by enough
-// replicas is released again.
+// replicas is released again. A refused writer's intent is kept req.Intent
+// past the end of the attempt: req.Intent plus WaitTimeout after the
+// script with WaitReplicas (see intentArg).
 func (b *Backend) AcquireRW(ctx context.Context, req driver.RWRequest) (driver.Grant, error) {
 	op := req.Mode.String() + " acquire"
 	if b.c.Closed() {
 		return driver.Grant{}, redisscript.ErrClosed(op, req.Key)
 	}
 	ttl := b.ttl.Get(req.TTL)
-	intent := strconv.FormatInt(int64((max(req.Intent, 0)+time.Millisecond-1)/time.Millisecond), 10)
-	n, err := b.evalRW(ctx, op, req.Key, b.rwCall(req.Key, "acquire", req.Mode, req.Owner, ttl.S, intent))
+	n, err := b.evalRW(ctx, op, req.Key, b.rwCall(req.Key, "acquire", req.Mode, req.Owner, ttl.S, b.intentArg(req.Intent)))
 	if err != nil && n > 0 {
 		// Granted but not confirmed: the reply came back, nothing of this
 		// attempt is in flight, so the release carries the fence and is
