@@ -58,7 +58,7 @@ func New(b driver.Backend, opts fencedlock.Options) (*RWLock, error) {
 	if !ok {
 		return nil, fmt.Errorf("rwlock: backend %T does not implement driver.RWLocker: %w", b, errors.ErrUnsupported)
 	}
-	rd, err := fencedlock.New(newView(b, rw, Read, 0), opts)
+	rd, err := fencedlock.New(newView(b, rw, Read, 0), readOptions(opts))
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: %w", err)
 	}
@@ -239,7 +239,7 @@ func (r *RWLock) acquire(ctx context.Context, name string, m Mode, wait bool, op
 		ls, err = l.TryAcquire(context.WithValue(ctx, tryKey{}, true), key, opts...)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("rwlock: %s %q: %w", op, name, err)
+		return nil, fmt.Errorf("rwlock: %s %q: %w", op, name, nameErr(err, key))
 	}
 	lease := &Lease{Lease: ls, name: name, mode: m, r: r}
 	lease.ctx = context.WithValue(ls.Context(), leaseKey{}, lease)

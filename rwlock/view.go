@@ -65,8 +65,7 @@ type view struct {
 
 // Acquire makes one attempt in the view's mode.
 func (v *view) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	key := req.Key
-	req.Key = nameOf(key)
+	req.Key = nameOf(req.Key)
 	intent := v.intent
 	if ctx.Value(tryKey{}) != nil {
 		intent = 0 // a TryLock gives up at once: its intent would block readers for nothing
@@ -74,9 +73,11 @@ func (v *view) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.G
 	if o, ok := ctx.Value(ownerKey{}).(*owners); ok && intent > 0 {
 		o.add(req.Owner)
 	}
-	g, err := v.rw.AcquireRW(ctx, driver.RWRequest{AcquireRequest: req, Mode: v.mode, Intent: intent})
-	g.Key = key // the Locker's key, which Renew and Release get back
-	return g, err
+	// The grant keeps the name: the Locker's lease of it (its Key, its
+	// loss's cause, the errors of its Renew and Release, its log lines and
+	// trace events) names the name, not the read key. Renew, Release and
+	// the Locker's clean-up of an attempt get back a name or a read key.
+	return v.rw.AcquireRW(ctx, driver.RWRequest{AcquireRequest: req, Mode: v.mode, Intent: intent})
 }
 
 // Renew renews g in the view's mode.
