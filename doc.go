@@ -42,10 +42,11 @@
 // (and [Lease.Done]) ends such a lease at its first tick after the
 // resume, which comes when the next renewal falls due (or, for a lease
 // renewed by hand, at its deadline as Go's clock counts it), unless Err
-// or [Lease.Deadline] saw it first. Err reads CLOCK_BOOTTIME only when
-// the wall clock moved against Go's monotonic clock (a suspend moves it);
-// the watchdog reads it at every tick, so a suspend hidden from Err by a
-// wall-clock step back is still seen at the next tick.
+// or [Lease.Deadline] saw it first. Err and a grant's hand-out read
+// CLOCK_BOOTTIME only when the wall clock moved against Go's monotonic
+// clock (a suspend moves it); the watchdog reads it at every tick, so a
+// suspend hidden from them by a wall-clock step back of the same length
+// is still seen at the next tick, which ends the lease unrenewed.
 //
 // Elsewhere no clock that counts suspended time is read, and the local
 // deadline is only as good as Go's monotonic clock. Go's time package
