@@ -62,10 +62,10 @@ func (p *progress) acquired(l *fencedlock.Lease) {
 		return
 	}
 	if p.log != nil {
-		p.log.Info("acquired", "key", p.key, "lock", leaseKey(l), "fence", uint64(l.Fence()), "holder", l.Holder(), "ttl_ms", l.TTL().Milliseconds())
+		p.log.Info("acquired", "key", p.key, "lock", l.Key(), "fence", uint64(l.Fence()), "holder", l.Holder(), "ttl_ms", l.TTL().Milliseconds())
 		return
 	}
-	p.printf("acquired %q: fence %v, holder %s, lease %v", leaseKey(l), l.Fence(), l.Holder(), human.Duration(l.TTL()))
+	p.printf("acquired %q: fence %v, holder %s, lease %v", l.Key(), l.Fence(), l.Holder(), human.Duration(l.TTL()))
 }
 
 // waiting reports who holds the key and for how long.

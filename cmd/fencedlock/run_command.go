@@ -213,7 +213,7 @@ func (r *supervisorReport) note(m supervisorMsg) {
 // (systems without /proc) the lock is not released: it expires on its
 // own. It returns run's exit code, 76 in every case.
 func (e *env) afterSupervisorDied(lease *fencedlock.Lease, f *runFlags, ps *os.ProcessState, argv []string, pgid int, ws *syscall.WaitStatus, sigs <-chan os.Signal, p *progress) int {
-	key := leaseKey(lease)
+	key := lease.Key()
 	if pgid != 0 && ws == nil {
 		// The supervisor did not reap COMMAND: its zombie (ours now)
 		// keeps the group's number from reuse.
@@ -280,7 +280,7 @@ func reapChildren() {
 // commandEnded releases the lock once the whole tree is gone and returns
 // run's exit code.
 func (e *env) commandEnded(lease *fencedlock.Lease, f *runFlags, argv []string, ws *syscall.WaitStatus, startErr, selfTerm string, p *progress) int {
-	key := leaseKey(lease)
+	key := lease.Key()
 	if ws == nil {
 		e.release(lease, p)
 		if startErr == "" {

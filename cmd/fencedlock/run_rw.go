@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"strings"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
@@ -104,12 +103,4 @@ func (f rwFlags) messagesBackend(b driver.Backend) driver.Backend {
 		return noInspect{b}
 	}
 	return b
-}
-
-// leaseKey returns the key to print for lease: a read lease's Locker key
-// is the name, a NUL byte and a number (package rwlock); the name is
-// printed.
-func leaseKey(lease *fencedlock.Lease) string {
-	name, _, _ := strings.Cut(lease.Key(), "\x00")
-	return name
 }
