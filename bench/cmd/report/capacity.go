@@ -170,15 +170,30 @@ func floorTargets(r *runData) []target {
 	ok = ok && ratio.n > 0
 	ts = append(ts, target{issue: 36, what: "fencedlock/redis acquire+release capacity, concurrency 64, each library timed alone, >= 0.8x baseline",
 		value: fmtSpread(ratio, ok), met: ok && ratio.med >= 0.8, known: ok})
+	g, interleaved := r.gapFloor()
 	lib := fairLib(r)
+	if interleaved {
+		lib = gapLib
+	}
 	who := strings.Trim(display[lib], "*")
 	for _, c := range []struct {
 		what string
 		cmp  floorComparison
+		fig  func(gapFloor) gapFigure
 	}{
-		{"Contended longest free-lock gap <= 1.2x the longest round trip of a bare pub/sub ping-pong between 2 processes", floorComparisons[2]},
-		{"Contended hand-off p50 <= 1.2x the ping-pong's round-trip p50", floorComparisons[0]},
+		{"Contended longest free-lock gap <= 1.2x the longest round trip of a bare pub/sub ping-pong between 2 processes", floorComparisons[2],
+			func(g gapFloor) gapFigure { return g.gap }},
+		{"Contended hand-off p50 <= 1.2x the ping-pong's round-trip p50", floorComparisons[0],
+			func(g gapFloor) gapFigure { return g.p50 }},
 	} {
+		if interleaved {
+			// The ratio within each repetition of GapFloor, not of
+			// medians from runs minutes apart.
+			f := c.fig(g)
+			value := fmtDur(f.lock.med) + " / " + fmtDur(f.ping.med) + ", per repetition " + fmtSpread(f.ratio, true) + ", " + plural(f.ratio.n, "repetition")
+			ts = append(ts, target{issue: 36, what: who + " " + c.what, value: value, met: f.ratio.med <= 1.2, known: true})
+			continue
+		}
 		mine, base, v, ok := vsFloor(r, lib, c.cmp, c.cmp.floor)
 		value := "–"
 		if ok {
@@ -187,6 +202,84 @@ func floorTargets(r *runData) []target {
 		ts = append(ts, target{issue: 36, what: who + " " + c.what, value: value, met: ok && v <= 1.2, known: ok})
 	}
 	return ts
+}
+
+// gapFloorScenario is the prefix of BenchmarkGapFloor's results, followed
+// by the side (gapSideLock, gapSidePing).
+const gapFloorScenario = "GapFloor/side="
+
+// GapFloor's sides, as BenchmarkGapFloor names them, and its lock side's
+// contender (the fair, one-waiter hand-off path).
+const (
+	gapSideLock = "lock"
+	gapSidePing = "pingpong"
+	gapLib      = "fencedlock-redis-fair"
+)
+
+// gapFigure is one figure of GapFloor over the repetitions that measured
+// both sides: the lock side's, the ping-pong's, and the lock's over the
+// ping-pong's within each repetition; each the median and range.
+type gapFigure struct{ lock, ping, ratio spread }
+
+// gapFloor is BenchmarkGapFloor summarised: the longest gap (free lock /
+// round trip) and the median (hand-off / round trip).
+type gapFloor struct{ gap, p50 gapFigure }
+
+// gapFloor summarises the run's GapFloor results, pairing the two sides by
+// their rep metric (a repetition whose ping-pong lost a ping, and so has
+// no sample of it, is left out). False if no repetition has both sides.
+func (r *runData) gapFloor() (gapFloor, bool) {
+	perRep := func(side, unit string) map[float64]float64 {
+		m := map[float64]float64{}
+		for _, s := range r.samples[gapFloorScenario+side] {
+			v, ok1 := s.vals[unit]
+			rep, ok2 := s.vals["rep"]
+			if ok1 && ok2 && v > 0 {
+				m[rep] = v
+			}
+		}
+		return m
+	}
+	figure := func(unit string) gapFigure {
+		floor := perRep(gapSidePing, unit)
+		var ls, ps, rs []float64
+		for rep, l := range perRep(gapSideLock, unit) {
+			if p, ok := floor[rep]; ok {
+				ls, ps, rs = append(ls, l), append(ps, p), append(rs, l/p)
+			}
+		}
+		return gapFigure{lock: spreadOf(ls), ping: spreadOf(ps), ratio: spreadOf(rs)}
+	}
+	g := gapFloor{gap: figure("gap-ns"), p50: figure("p50-ns")}
+	return g, g.gap.ratio.n > 0 && g.p50.ratio.n > 0
+}
+
+// fmtDurSpread is a duration's median with its range.
+func fmtDurSpread(s spread) string {
+	if s.n < 2 {
+		return fmtDur(s.med)
+	}
+	return fmtDur(s.med) + " (" + fmtDur(s.lo) + "–" + fmtDur(s.hi) + ")"
+}
+
+// gapFloorTable renders GapFloor: each side's figure and their ratio
+// within a repetition.
+func gapFloorTable(r *runData) string {
+	t := &table{head: []string{"figure (" + display[gapLib] + ")", "repetitions", "fencedlock (range)", "ping-pong, 2 processes (range)",
+		"ratio within a repetition (range)"}}
+	if g, ok := r.gapFloor(); ok {
+		for _, row := range []struct {
+			what string
+			f    gapFigure
+		}{
+			{"Contended longest free-lock gap / longest round trip", g.gap},
+			{"Contended hand-off p50 / round trip p50", g.p50},
+		} {
+			t.rows = append(t.rows, []string{row.what, strconv.Itoa(row.f.ratio.n), fmtDurSpread(row.f.lock), fmtDurSpread(row.f.ping),
+				fmtSpread(row.f.ratio, true)})
+		}
+	}
+	return t.markdown()
 }
 
 // capacitySection is the report's section on Capacity.
@@ -209,5 +302,10 @@ func floorSection(r *runData) string {
 		"Contended's and Handoff's workers share one process (a client each), so the 1-process variant is the like-for-like floor of those figures; the 2-process one is what the hand-off between two processes of an application costs at least.\n\n" +
 		pingPongTable(r) + "\n" +
 		"fencedlock's fair-path hand-off (the one-waiter hand-off) beside it: Contended against the ping-pong without pause, Handoff (the holder keeps the lock 5 ms) against the ping-pong with a 5 ms pause, so both sides go idle between rounds alike.\n\n" +
-		floorTable(r)
+		floorTable(r) + "\n" +
+		"The longest free-lock gap and the longest round trip are each the longest gap of a `-duration` window on a shared machine: the scheduler's worst stall, very noisy. " +
+		"In the tables above they come from separate runs (Contended and PingPong, minutes apart, each the median of its runs), so the machine's load between those runs can decide their ratio more than the library does. " +
+		"`BenchmarkGapFloor` measures both in interleaved repetitions: in each of `-gap-reps` repetitions, Contended's fair path (16 workers, one key, after the same warm-up) and the 2-process ping-pong without pause run in turn for `-duration` each, every other repetition in reverse order (ABBA); " +
+		"the ratio is taken within each repetition, and the table gives its median and range beside each side's median and range over the same repetitions. Issue 36's two targets on the floor use it when the run has it.\n\n" +
+		gapFloorTable(r)
 }

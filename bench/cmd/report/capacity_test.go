@@ -61,3 +61,57 @@ func TestCapacity(t *testing.T) {
 		t.Logf("report:\n%s", md)
 	}
 }
+
+// gapFloorSample is capacitySample with a GapFloor run of four
+// repetitions (the second in reverse order); the ping-pong of the fourth
+// lost a ping and has no sample, so its lock side pairs with nothing.
+const gapFloorSample = capacitySample + `# report gap floor
+BenchmarkGapFloor/side=lock-2             1 100000 ns/op 4000000 gap-ns 300000 p50-ns 0 rep
+BenchmarkGapFloor/side=pingpong-2         1 200000 ns/op 5000000 gap-ns 260000 p50-ns 0 rep
+BenchmarkGapFloor/side=pingpong#01-2      1 200000 ns/op 2000000 gap-ns 200000 p50-ns 1 rep
+BenchmarkGapFloor/side=lock#01-2          1 100000 ns/op 2000000 gap-ns 300000 p50-ns 1 rep
+BenchmarkGapFloor/side=lock#02-2          1 100000 ns/op 6000000 gap-ns 240000 p50-ns 2 rep
+BenchmarkGapFloor/side=pingpong#02-2      1 200000 ns/op 4000000 gap-ns 240000 p50-ns 2 rep
+BenchmarkGapFloor/side=lock#03-2          1 100000 ns/op 20000000 gap-ns 900000 p50-ns 3 rep
+`
+
+// TestGapFloor: with a GapFloor run, issue 36's two floor targets take
+// the lock's figure over the ping-pong's within each repetition (median
+// and range over the repetitions with both sides), not the ratio of
+// Contended's and PingPong's medians, and the ping-pong section shows
+// the interleaved table; without one (TestCapacity's run), the targets
+// keep the separate runs' ratio and the table is not run.
+func TestGapFloor(t *testing.T) {
+	r, err := parse([]byte(gapFloorSample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Gap ratios per repetition 0.8, 1.0, 1.5; p50 ratios 1.15, 1.5, 1.0.
+	g, ok := r.gapFloor()
+	if !ok || g.gap.ratio.n != 3 || g.gap.ratio.med != 1 || g.p50.lock.med != 300000 || g.p50.ping.med != 240000 {
+		t.Errorf("gapFloor = %+v, %v; want 3 repetitions, gap ratio 1.00, p50 300 µs / 240 µs", g, ok)
+	}
+	md := render(r, nil)
+	reportHas(t, md,
+		"| #36 | fencedlock/redis, FairBackend Contended longest free-lock gap <= 1.2x the longest round trip of a bare pub/sub ping-pong between 2 processes | 4.0 ms / 4.0 ms, per repetition 1.00x (0.80–1.50), 3 repetitions | yes |\n",
+		"| #36 | fencedlock/redis, FairBackend Contended hand-off p50 <= 1.2x the ping-pong's round-trip p50 | 300 µs / 240 µs, per repetition 1.15x (1.00–1.50), 3 repetitions | yes |\n",
+		"| Contended longest free-lock gap / longest round trip | 3 | 4.0 ms (2.0 ms–6.0 ms) | 4.0 ms (2.0 ms–5.0 ms) | 1.00x (0.80–1.50) |\n",
+		"| Contended hand-off p50 / round trip p50 | 3 | 300 µs (240 µs–300 µs) | 240 µs (200 µs–260 µs) | 1.15x (1.00–1.50) |\n",
+		// The separate runs' table stays as it is.
+		"| Contended longest free-lock gap / longest round trip | 6.0 ms | 5.0 ms | 1.20x | 3.0 ms | 2.00x |\n",
+		"`BenchmarkGapFloor` measures both in interleaved repetitions")
+
+	// Without GapFloor: the separate runs' ratio, and no table.
+	r, err = parse([]byte(capacitySample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.gapFloor(); ok {
+		t.Errorf("gapFloor of a run without GapFloor")
+	}
+	md = render(r, nil)
+	reportHas(t, md, "= 1.20x | yes |\n", "gives its median and range beside each side's median and range over the same repetitions. Issue 36's two targets on the floor use it when the run has it.\n\n_not run_\n")
+	if strings.Contains(md, ", per repetition ") {
+		t.Errorf("report of a run without GapFloor has a per-repetition ratio:\n%s", md)
+	}
+}

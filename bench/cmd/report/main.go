@@ -5,7 +5,7 @@
 // bench/results/latest.txt (benchstat reads it), and the headline table on
 // standard output for the repository's README.
 //
-//	go run ./cmd/report                 # run everything (about 28 minutes), write the files
+//	go run ./cmd/report                 # run everything (about 29 minutes), write the files
 //	go run ./cmd/report -short          # scaled-down run, to try it out
 //	go run ./cmd/report -benchtime 300ms -leases 2000 -leases-scale 1000,10000 -hold 3s -capacity-duration 1s
 //	                                    # shortened for a shared machine
@@ -37,7 +37,7 @@ const (
 // options are the command's flags.
 type options struct {
 	in, readme, svg, save, benchtime, bench, scale string
-	count, countFix, leases, capReps               int
+	count, countFix, leases, capReps, gapReps      int
 	short                                          bool
 	duration, scaleTTL, hold, capDuration          time.Duration
 }
@@ -60,6 +60,7 @@ func main() {
 	flag.DurationVar(&o.hold, "hold", 10*time.Second, "hold time in ManyLeases")
 	flag.DurationVar(&o.capDuration, "capacity-duration", 2*time.Second, "how long Capacity times each library alone in each repetition")
 	flag.IntVar(&o.capReps, "capacity-reps", 5, "Capacity repetitions (every library once in each, odd ones in reverse order)")
+	flag.IntVar(&o.gapReps, "gap-reps", 7, "GapFloor repetitions (the fair path's Contended and the 2-process ping-pong once in each, odd ones in reverse order)")
 	flag.Parse()
 
 	var raw []byte
@@ -112,7 +113,8 @@ func runBenchmarks(o options) (raw []byte, failed bool) {
 			args = append(args, "-short")
 		}
 		args = append(args, ".", "-args", "-duration", o.duration.String(), "-leases", strconv.Itoa(o.leases), "-leases-scale", o.scale, "-scale-ttl", o.scaleTTL.String(), "-hold", o.hold.String(),
-			"-capacity-duration", o.capDuration.String(), "-capacity-reps", strconv.Itoa(o.capReps), "-pass", strconv.Itoa(pass))
+			"-capacity-duration", o.capDuration.String(), "-capacity-reps", strconv.Itoa(o.capReps),
+			"-gap-reps", strconv.Itoa(o.gapReps), "-pass", strconv.Itoa(pass))
 		logf("go %s", strings.Join(args, " "))
 		cmd := exec.Command("go", args...)
 		cmd.Stdout = io.MultiWriter(&buf, os.Stderr)
@@ -141,6 +143,15 @@ func runBenchmarks(o options) (raw []byte, failed bool) {
 			// length); the report pairs them by their rep metric.
 			fmt.Fprintf(&buf, "# report capacity\n")
 			runErr = runGo("^BenchmarkCapacity$", "1x", 1, -1)
+		}
+		if runErr == nil {
+			// The fair path's longest free-lock gap and the ping-pong's
+			// longest round trip in turn, in each repetition (ABBA),
+			// so that the report takes their ratio within a
+			// repetition (the rep metric), not between runs minutes
+			// apart.
+			fmt.Fprintf(&buf, "# report gap floor\n")
+			runErr = runGo("^BenchmarkGapFloor$", "1x", 1, -1)
 		}
 		if runErr == nil {
 			fmt.Fprintf(&buf, "# report fixed-duration scenarios\n")

@@ -41,6 +41,7 @@ var (
 	_ = flag.Int("pass", -1, "")
 	_ = flag.Duration("capacity-duration", 0, "")
 	_ = flag.Int("capacity-reps", 0, "")
+	_ = flag.Int("gap-reps", 0, "")
 )
 
 func BenchmarkAcquireRelease(b *testing.B) {
