@@ -21,7 +21,7 @@ import (
 var (
 	flagCapacityDuration = flag.Duration("capacity-duration", 2*time.Second,
 		"how long Capacity times each library alone in each repetition; -short uses 200ms")
-	flagCapacityReps = flag.Int("capacity-reps", 5,
+	flagCapacityReps = flag.Int("capacity-reps", 9,
 		"Capacity repetitions: each times every library once, odd ones in reverse order (ABBA); -short uses 2")
 )
 
