@@ -59,6 +59,13 @@ func (m *Locker) Close() error { return m.l.Close() }
 // When ctx ends first the error wraps [fencedlock.ErrNotAcquired] and no
 // key is left taken: an attempt whose outcome is unknown is followed by
 // an owner-checked release of the whole set, as for a single key.
+//
+// A Locker is not reentrant: on a context that comes from a lease of this
+// Locker that still holds a key of keys ([Lease.Context], the context Do
+// passed to fn, or one derived from either), Acquire, TryAcquire and Do
+// fail at once with an error wrapping [fencedlock.ErrHeldByLocker] and
+// [fencedlock.ErrNotAcquired], whether the set is the same or only shares
+// a key: such an acquire would wait for itself.
 func (m *Locker) Acquire(ctx context.Context, keys []string, opts ...fencedlock.LeaseOption) (*Lease, error) {
 	return m.acquire(ctx, keys, opts, true)
 }
@@ -73,6 +80,9 @@ func (m *Locker) TryAcquire(ctx context.Context, keys []string, opts ...fencedlo
 func (m *Locker) acquire(ctx context.Context, keys []string, opts []fencedlock.LeaseOption, wait bool) (*Lease, error) {
 	sorted, err := Normalize(keys)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.reentry(ctx, sorted); err != nil { // reentry.go
 		return nil, err
 	}
 	sink := &fenceSink{}
@@ -92,19 +102,23 @@ func (m *Locker) acquire(ctx context.Context, keys []string, opts []fencedlock.L
 		_ = ls.Release(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("multilock: acquire %q: the grant carried no fences", sorted)
 	}
-	return &Lease{ls: ls, keys: sorted, fences: *fences}, nil
+	l := &Lease{m: m, ls: ls, keys: sorted, fences: *fences}
+	l.ctx = withHeld(ls.Context(), l)
+	return l, nil
 }
 
 // Do acquires keys (waiting as Acquire does), runs fn while holding them
 // and releases them. fn's context ends when ctx is done or the set's
 // lease ends early; if the lease was lost before the release, Do's error
-// wraps [fencedlock.ErrLeaseLost] (see [fencedlock.Locker.Do]).
+// wraps [fencedlock.ErrLeaseLost] (see [fencedlock.Locker.Do]). fn's
+// context comes from the lease: a nested acquire on it of a set with a key
+// in common fails at once (see Acquire).
 func (m *Locker) Do(ctx context.Context, keys []string, fn func(context.Context, *Lease) error, opts ...fencedlock.LeaseOption) error {
 	ls, err := m.Acquire(ctx, keys, opts...)
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(withHeld(ctx, ls))
 	defer cancel(nil)
 	stop := context.AfterFunc(ls.Context(), func() { cancel(context.Cause(ls.Context())) })
 	defer stop()
@@ -150,15 +164,17 @@ func Normalize(keys []string) ([]string, error) {
 // [fencedlock.ErrLeaseLost] and a *[driver.LostKeyError] naming the key.
 // Printing a Lease shows its keys and fences, never its owner token.
 type Lease struct {
+	m      *Locker
 	ls     *fencedlock.Lease
+	ctx    context.Context // ls.Context(), marked as this lease's (reentry.go)
 	keys   []string
 	fences []fencing.Token
 }
 
 // Lease returns the set's lease as the [fencedlock.Locker] underneath
 // holds it, for code built on fencedlock.Lease (the CLI's supervisor): the
-// same lease, whose Context, Deadline, Err, Renew and Release are this
-// Lease's. Its Key is the set encoded as one name (for logs) and its
+// same lease, whose Deadline, Err, Renew and Release are this Lease's and
+// whose Context ends with this Lease's Context. Its Key is the set encoded as one name (for logs) and its
 // Fence the fence of the first key of Keys: guard another key's resource
 // with [Lease.Fence] of that key.
 func (l *Lease) Lease() *fencedlock.Lease { return l.ls }
@@ -188,8 +204,9 @@ func (l *Lease) Holder() string { return l.ls.Holder() }
 func (l *Lease) TTL() time.Duration { return l.ls.TTL() }
 
 // Context returns a context that ends when the lease ends (released or
-// lost), before the local deadline.
-func (l *Lease) Context() context.Context { return l.ls.Context() }
+// lost), before the local deadline. An acquire on it of a set with a key
+// in common with this one fails at once (see [Locker.Acquire]).
+func (l *Lease) Context() context.Context { return l.ctx }
 
 // Done is Context().Done().
 func (l *Lease) Done() <-chan struct{} { return l.ls.Done() }

@@ -269,6 +269,7 @@ func UnknownOutcomeLeavesNothing(t *testing.T, s Setup) {
 func Run(t *testing.T, s Setup) {
 	t.Run("PartialNeverVisible", func(t *testing.T) { PartialNeverVisible(t, s) })
 	t.Run("KeyLostEndsLease", func(t *testing.T) { KeyLostEndsLease(t, s) })
+	t.Run("NestedRefused", func(t *testing.T) { NestedRefused(t, s) })
 	t.Run("CorruptKeyTakesNothing", func(t *testing.T) { CorruptKeyTakesNothing(t, s) })
 	t.Run("UnknownOutcomeLeavesNothing", func(t *testing.T) { UnknownOutcomeLeavesNothing(t, s) })
 	if isNotifier(t, s) {
