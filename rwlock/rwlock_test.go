@@ -58,6 +58,16 @@ func TestMemoryCrashedWriterIntentExpires(t *testing.T) {
 
 func TestMemoryInspect(t *testing.T) { rwlocktest.Inspect(t, memorySetup(t)) }
 
+func TestMemoryTryLockLeavesNoIntent(t *testing.T) {
+	rwlocktest.TryLockLeavesNoIntent(t, memorySetup(t))
+}
+
+func TestMemoryPausedReaderLost(t *testing.T) { rwlocktest.PausedReaderLost(t, memorySetup(t)) }
+
+func TestMemoryCloseReleasesLeases(t *testing.T) {
+	rwlocktest.CloseReleasesLeases(t, memorySetup(t))
+}
+
 // A backend without read-write locks is refused with ErrUnsupported.
 type plain struct{ driver.Backend }
 

@@ -54,6 +54,9 @@ func Scenarios(workers, rounds int) []Scenario {
 		{"CancelledWriterWakesReaders", CancelledWriterWakesReaders},
 		{"CrashedWriterIntentExpires", CrashedWriterIntentExpires},
 		{"Inspect", Inspect},
+		{"TryLockLeavesNoIntent", TryLockLeavesNoIntent},
+		{"PausedReaderLost", PausedReaderLost},
+		{"CloseReleasesLeases", CloseReleasesLeases},
 	}
 }
 
@@ -191,57 +194,6 @@ func NeverReaderAndWriter(t *testing.T, s Setup, workers, rounds int) {
 		t.Fatal(v)
 	}
 	t.Logf("%d workers x %d rounds; at most %d readers at once", workers, rounds, maxReaders.Load())
-}
-
-// WriterNotStarved: readers that overlap so that the name is never free
-// of readers (each takes its next read lease while the others hold) do
-// not keep a writer out: the writer's intent stops new readers, the held
-// ones release, and the writer gets the name. The readers' loop is
-// bounded: a starved writer fails the test instead of hanging.
-func WriterNotStarved(t *testing.T, s Setup) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	n := name("starve")
-	rl, wl := s.New(t, retrying), s.New(t, retrying)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	var reads atomic.Int64
-	for i := range 4 {
-		wg.Go(func() {
-			time.Sleep(time.Duration(i) * 5 * time.Millisecond) // staggered: the readers overlap
-			for range 2000 {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-				l, err := rl.RLock(rctx, n)
-				rcancel()
-				if err != nil {
-					continue // a writer holds or waits: try again
-				}
-				reads.Add(1)
-				time.Sleep(20 * time.Millisecond)
-				l.Release(ctx)
-			}
-		})
-	}
-	for reads.Load() < 8 { // the readers are in
-		time.Sleep(5 * time.Millisecond)
-	}
-	start := time.Now()
-	w, err := wl.Lock(ctx, n)
-	took, before := time.Since(start), reads.Load()
-	close(done)
-	if err == nil {
-		w.Release(ctx) // the readers waiting behind it get in, see done and stop
-	}
-	wg.Wait()
-	if err != nil {
-		t.Fatalf("writer starved by overlapping readers: %v", err)
-	}
-	t.Logf("the writer got %q %v after it asked, after %d reads", n, took, before)
 }
 
 // PausedWriterRefused: a writer paused past its TTL (it never renews)

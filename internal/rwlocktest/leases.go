@@ -1,0 +1,114 @@
+package rwlocktest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencedlock/fencedlock"
+	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/rwlock"
+)
+
+// TryLockLeavesNoIntent: a TryLock refused by a reader gives up at once
+// and registers no intent: another RWLock's reader is granted right after
+// it, and a backend that is a driver.RWInspector counts no intent.
+func TryLockLeavesNoIntent(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	a, b, c := s.New(t, fencedlock.Options{}), s.New(t, fencedlock.Options{}), s.New(t, fencedlock.Options{})
+	n := name("trylock")
+	r := lock(t, ctx, a, n, rwlock.Read)
+	defer r.Release(ctx)
+	for i := range 3 {
+		w, err := b.TryLock(ctx, n)
+		wantRefused(t, w, err, "TryLock while a reader holds")
+		r2, err := c.TryRLock(ctx, n)
+		if err != nil {
+			t.Fatalf("TryRLock right after a refused TryLock (round %d): %v, want no intent left", i, err)
+		}
+		r2.Release(ctx)
+	}
+	if in, ok := s.Backend(t).(driver.RWInspector); ok {
+		info, err := in.InspectRW(ctx, n)
+		if err != nil || info.Intents != 0 {
+			t.Fatalf("after refused TryLocks: %+v, %v; want no intent", info, err)
+		}
+	}
+}
+
+// PausedReaderLost: a reader paused past its TTL (it never renews) loses
+// the name: a waiting writer is granted once the server expired it, not
+// before. The reader's Err reports the loss; its late Renew and Release
+// fail with ErrNotHeld and change nothing: the writer still holds alone
+// (no reader, no other writer gets in, its renewal succeeds), with a fence
+// above the reader's.
+func PausedReaderLost(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	paused := s.New(t, fencedlock.Options{TTL: s.TTL, ManualRenew: true})
+	other, probe := s.New(t, retrying), s.New(t, fencedlock.Options{})
+	n := name("pausedreader")
+	start := time.Now()
+	r := lock(t, ctx, paused, n, rwlock.Read)
+	w := lock(t, ctx, other, n, rwlock.Write) // waits until r expired on the server
+	defer w.Release(ctx)
+	if waited := time.Since(start); waited < s.TTL {
+		t.Fatalf("a writer came in %v after the reader, within its TTL of %v", waited, s.TTL)
+	}
+	if !errors.Is(r.Err(), fencedlock.ErrLeaseLost) {
+		t.Fatalf("paused reader's Err = %v, want ErrLeaseLost", r.Err())
+	}
+	if err := r.Renew(ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("paused reader's late Renew = %v, want ErrNotHeld", err)
+	}
+	if err := r.Release(ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
+		t.Fatalf("paused reader's late Release = %v, want ErrNotHeld", err)
+	}
+	if w.Fence() <= r.Fence() {
+		t.Fatalf("writer's fence %v not above the lost reader's %v", w.Fence(), r.Fence())
+	}
+	pr, err := probe.TryRLock(ctx, n)
+	wantRefused(t, pr, err, "TryRLock while the writer holds, after the lost reader's Renew and Release")
+	pw, err := probe.TryLock(ctx, n)
+	wantRefused(t, pw, err, "TryLock while the writer holds, after the lost reader's Renew and Release")
+	if err := w.Renew(ctx); err != nil || w.Err() != nil {
+		t.Fatalf("the writer's renewal after the lost reader's Renew and Release: %v (Err %v)", err, w.Err())
+	}
+}
+
+// CloseReleasesLeases: Close releases every lease the RWLock holds, read
+// and write, on several names: each closed lease reports ErrReleased, and
+// another RWLock takes each name in the other mode at once after.
+func CloseReleasesLeases(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	closing, other := s.New(t, fencedlock.Options{}), s.New(t, fencedlock.Options{})
+	rn, wn := name("closeread"), name("closewrite")
+	held := []*rwlock.Lease{lock(t, ctx, closing, rn, rwlock.Read), lock(t, ctx, closing, rn, rwlock.Read), lock(t, ctx, closing, wn, rwlock.Write)}
+	if err := closing.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for _, l := range held {
+		if !errors.Is(l.Err(), fencedlock.ErrReleased) {
+			t.Fatalf("%v lease of %q after Close: Err %v, want ErrReleased", l.Mode(), l.Key(), l.Err())
+		}
+	}
+	w, err := other.TryLock(ctx, rn)
+	if err != nil {
+		t.Fatalf("TryLock of %q after the readers' RWLock closed: %v", rn, err)
+	}
+	w.Release(ctx)
+	r, err := other.TryRLock(ctx, wn)
+	if err != nil {
+		t.Fatalf("TryRLock of %q after the writer's RWLock closed: %v", wn, err)
+	}
+	r.Release(ctx)
+	if _, err := closing.TryRLock(ctx, rn); !errors.Is(err, fencedlock.ErrClosed) {
+		t.Fatalf("TryRLock on the closed RWLock: %v, want ErrClosed", err)
+	}
+	if _, err := closing.Lock(ctx, wn); !errors.Is(err, fencedlock.ErrClosed) {
+		t.Fatalf("Lock on the closed RWLock: %v, want ErrClosed", err)
+	}
+}
