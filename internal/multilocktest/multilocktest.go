@@ -270,6 +270,10 @@ func Run(t *testing.T, s Setup) {
 	t.Run("PartialNeverVisible", func(t *testing.T) { PartialNeverVisible(t, s) })
 	t.Run("KeyLostEndsLease", func(t *testing.T) { KeyLostEndsLease(t, s) })
 	t.Run("NestedRefused", func(t *testing.T) { NestedRefused(t, s) })
+	t.Run("CancelledLeavesNothing", func(t *testing.T) { CancelledLeavesNothing(t, s) })
+	t.Run("CloseReleasesAndEndsWaiters", func(t *testing.T) { CloseReleasesAndEndsWaiters(t, s) })
+	t.Run("DoLostKey", func(t *testing.T) { DoLostKey(t, s) })
+	t.Run("OddNamesAndMaxKeys", func(t *testing.T) { OddNamesAndMaxKeys(t, s) })
 	t.Run("CorruptKeyTakesNothing", func(t *testing.T) { CorruptKeyTakesNothing(t, s) })
 	t.Run("UnknownOutcomeLeavesNothing", func(t *testing.T) { UnknownOutcomeLeavesNothing(t, s) })
 	if isNotifier(t, s) {
