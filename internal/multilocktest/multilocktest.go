@@ -274,6 +274,7 @@ func Run(t *testing.T, s Setup) {
 	t.Run("CloseReleasesAndEndsWaiters", func(t *testing.T) { CloseReleasesAndEndsWaiters(t, s) })
 	t.Run("DoLostKey", func(t *testing.T) { DoLostKey(t, s) })
 	t.Run("OddNamesAndMaxKeys", func(t *testing.T) { OddNamesAndMaxKeys(t, s) })
+	t.Run("MixedContention", func(t *testing.T) { MixedContention(t, s) })
 	t.Run("CorruptKeyTakesNothing", func(t *testing.T) { CorruptKeyTakesNothing(t, s) })
 	t.Run("UnknownOutcomeLeavesNothing", func(t *testing.T) { UnknownOutcomeLeavesNothing(t, s) })
 	if isNotifier(t, s) {
