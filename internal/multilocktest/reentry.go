@@ -20,8 +20,8 @@ import (
 // alike; a set sharing no key is taken.
 func NestedRefused(t *testing.T, s Setup) {
 	m := newLocker(t, s.New(t))
-	ks := keys(t, 4)
-	outer, overlap, disjoint := ks[:2], []string{ks[2], ks[1]}, ks[2:]
+	ks := keys(t, 5)
+	outer, overlap, disjoint := ks[:2], []string{ks[2], ks[1]}, ks[2:4]
 	const wait = 5 * time.Second // far above a refusal made at once
 	nested := func(t *testing.T, ctx context.Context, how string) {
 		t.Helper()
@@ -46,7 +46,16 @@ func NestedRefused(t *testing.T, s Setup) {
 		}
 		cctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
-		if err := m.Do(cctx, disjoint, func(context.Context, *multilock.Lease) error { return nil }); err != nil {
+		// Nested twice: the outer lease still counts.
+		err := m.Do(cctx, disjoint, func(ctx context.Context, _ *multilock.Lease) error {
+			start := time.Now()
+			_, err := m.Acquire(ctx, []string{ks[4], outer[0]})
+			if !errors.Is(err, fencedlock.ErrHeldByLocker) {
+				t.Errorf("%s, then Do of %q: Acquire of a set sharing %q with the outer lease: %v after %v, want ErrHeldByLocker at once", how, disjoint, outer[0], err, time.Since(start).Round(time.Millisecond))
+			}
+			return nil
+		})
+		if err != nil {
 			t.Errorf("%s: Do of %q, no key in common with %q: %v", how, disjoint, outer, err)
 		}
 	}
