@@ -3,6 +3,8 @@ package rwlocktest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +112,40 @@ func CloseReleasesLeases(t *testing.T, s Setup) {
 	}
 	if _, err := closing.Lock(ctx, wn); !errors.Is(err, fencedlock.ErrClosed) {
 		t.Fatalf("Lock on the closed RWLock: %v, want ErrClosed", err)
+	}
+}
+
+// ReservedNames: names with the characters backends escape or give a
+// meaning to (hash tags, path separators, percent signs, glob characters,
+// invalid UTF-8), names that are prefixes of each other, and a name of
+// the greatest length RWLock accepts (driver.MaxKeyLen - 21 bytes) each
+// name a lock of their own: a writer of one keeps no reader of another
+// out, and its own readers out.
+func ReservedNames(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	a, b := s.New(t, fencedlock.Options{}), s.New(t, fencedlock.Options{})
+	base := name("reserved")
+	long := base + strings.Repeat("{/%}", (driver.MaxKeyLen-21-len(base))/4)
+	long += strings.Repeat("x", driver.MaxKeyLen-21-len(long))
+	names := []string{base, base + "/", base + "/r", base + "/w/", base + "}", "{" + base + "}", base + "%2F",
+		base + ":rw:writer", base + "*?[", base + "\xff\xfe", base + " ", long}
+	writers := make([]*rwlock.Lease, len(names))
+	for i, n := range names {
+		writers[i] = lock(t, ctx, a, n, rwlock.Write)
+	}
+	for i, n := range names {
+		r, err := b.TryRLock(ctx, n)
+		wantRefused(t, r, err, fmt.Sprintf("TryRLock of %q while its writer holds", n))
+		if err := writers[i].Release(ctx); err != nil {
+			t.Fatalf("writer of %q: %v", n, err)
+		}
+		if i+1 < len(names) { // the writers of the other names still hold
+			r = lock(t, ctx, b, n, rwlock.Read)
+			r.Release(ctx)
+		}
+	}
+	if len(long) != driver.MaxKeyLen-21 {
+		t.Fatalf("long name of %d bytes", len(long))
 	}
 }

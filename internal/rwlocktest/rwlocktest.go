@@ -57,6 +57,7 @@ func Scenarios(workers, rounds int) []Scenario {
 		{"TryLockLeavesNoIntent", TryLockLeavesNoIntent},
 		{"PausedReaderLost", PausedReaderLost},
 		{"CloseReleasesLeases", CloseReleasesLeases},
+		{"ReservedNames", ReservedNames},
 	}
 }
 
