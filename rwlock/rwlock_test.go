@@ -64,6 +64,8 @@ func TestMemoryTryLockLeavesNoIntent(t *testing.T) {
 
 func TestMemoryPausedReaderLost(t *testing.T) { rwlocktest.PausedReaderLost(t, memorySetup(t)) }
 
+func TestMemoryCloseUnderLoad(t *testing.T) { rwlocktest.CloseUnderLoad(t, memorySetup(t)) }
+
 func TestMemoryReservedNames(t *testing.T) { rwlocktest.ReservedNames(t, memorySetup(t)) }
 
 func TestMemoryCloseReleasesLeases(t *testing.T) {

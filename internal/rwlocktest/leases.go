@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,4 +149,68 @@ func ReservedNames(t *testing.T, s Setup) {
 	if len(long) != driver.MaxKeyLen-21 {
 		t.Fatalf("long name of %d bytes", len(long))
 	}
+}
+
+// CloseUnderLoad: Close while goroutines sharing the RWLock hold, wait
+// for and try read and write leases of two names: every call returns
+// (ErrClosed once it is closed), Close reports no error, and nothing is
+// left on the backend: another RWLock takes both names for writing at
+// once, and a backend that is a driver.RWInspector shows no lease and no
+// intent.
+func CloseUnderLoad(t *testing.T, s Setup) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	r := s.New(t, retrying)
+	names := []string{name("closea"), name("closeb")}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			for j := 0; j < 1000 && ctx.Err() == nil; j++ { // until closed (bounded)
+				l, err := anyLease(ctx, r, names[(i+j)%2], (i+j)%4)
+				if errors.Is(err, fencedlock.ErrClosed) {
+					return
+				}
+				if err == nil {
+					time.Sleep(time.Millisecond)
+					l.Release(ctx)
+				}
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close under load: %v", err)
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("the RWLock's callers ran until the scenario's timeout: %v", ctx.Err())
+	}
+	other := s.New(t, fencedlock.Options{})
+	in, _ := s.Backend(t).(driver.RWInspector)
+	for _, n := range names {
+		if in != nil {
+			if info, err := in.InspectRW(ctx, n); err != nil || info.Held() || info.Intents != 0 {
+				t.Fatalf("%q after Close: %+v, %v; want nothing held, no intent", n, info, err)
+			}
+		}
+		w, err := other.TryLock(ctx, n)
+		if err != nil {
+			t.Fatalf("TryLock of %q after Close: %v", n, err)
+		}
+		w.Release(ctx)
+	}
+}
+
+// anyLease takes a lease of n with r: Lock, RLock, TryLock or TryRLock
+// for how 0 to 3.
+func anyLease(ctx context.Context, r *rwlock.RWLock, n string, how int) (*rwlock.Lease, error) {
+	switch how {
+	case 0:
+		return r.Lock(ctx, n)
+	case 1:
+		return r.RLock(ctx, n)
+	case 2:
+		return r.TryLock(ctx, n)
+	}
+	return r.TryRLock(ctx, n)
 }

@@ -58,6 +58,7 @@ func Scenarios(workers, rounds int) []Scenario {
 		{"PausedReaderLost", PausedReaderLost},
 		{"CloseReleasesLeases", CloseReleasesLeases},
 		{"ReservedNames", ReservedNames},
+		{"CloseUnderLoad", CloseUnderLoad},
 	}
 }
 
