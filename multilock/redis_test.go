@@ -105,13 +105,3 @@ func TestRedisCorruptCounterTakesNothing(t *testing.T) {
 		}
 	}
 }
-
-// TestLostKeyRenewExtendsNone runs multilocktest.LostKeyRenewExtendsNone
-// (a renewal that finds a key gone extends no other key) on memory and
-// both Redis clients.
-func TestLostKeyRenewExtendsNone(t *testing.T) {
-	t.Run("memory", func(t *testing.T) { multilocktest.LostKeyRenewExtendsNone(t, memorySetup()) })
-	for _, client := range []string{"rueidis", "goredis"} {
-		t.Run(client, func(t *testing.T) { multilocktest.LostKeyRenewExtendsNone(t, redisSetup(t, client)) })
-	}
-}

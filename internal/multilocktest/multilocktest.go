@@ -269,6 +269,7 @@ func UnknownOutcomeLeavesNothing(t *testing.T, s Setup) {
 func Run(t *testing.T, s Setup) {
 	t.Run("PartialNeverVisible", func(t *testing.T) { PartialNeverVisible(t, s) })
 	t.Run("KeyLostEndsLease", func(t *testing.T) { KeyLostEndsLease(t, s) })
+	t.Run("LostKeyRenewExtendsNone", func(t *testing.T) { LostKeyRenewExtendsNone(t, s) })
 	t.Run("NestedRefused", func(t *testing.T) { NestedRefused(t, s) })
 	t.Run("CancelledLeavesNothing", func(t *testing.T) { CancelledLeavesNothing(t, s) })
 	t.Run("CloseReleasesAndEndsWaiters", func(t *testing.T) { CloseReleasesAndEndsWaiters(t, s) })
