@@ -70,7 +70,9 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.RWRequest) (driver.G
 	var intent clientv3.LeaseID
 	if req.Mode == driver.Write {
 		conflict[1] = dir + "r/"
-		then = append(then, clientv3.OpDelete(dir+"i/"+hid))
+		// The Get reads the intent of this owner's attempt before, whose
+		// lease the Delete leaves empty (revoked below).
+		then = append(then, clientv3.OpGet(dir+"i/"+hid), clientv3.OpDelete(dir+"i/"+hid))
 		if req.Intent > 0 {
 			il, err := b.c.Grant(ctx, ttlSeconds(req.Intent))
 			if err != nil {
@@ -78,7 +80,8 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.RWRequest) (driver.G
 				return driver.Grant{}, b.ctxErr(ctx, errorf("%s %q: intent lease grant: %w", op, req.Key, err))
 			}
 			intent = il.ID
-			orElse = append(orElse, clientv3.OpPut(dir+"i/"+hid, "", clientv3.WithLease(intent)))
+			// Likewise, when the Put moves it to this attempt's lease.
+			orElse = append(orElse, clientv3.OpGet(dir+"i/"+hid), clientv3.OpPut(dir+"i/"+hid, "", clientv3.WithLease(intent)))
 		}
 	}
 	resp, err := b.c.Txn(ctx).
@@ -96,11 +99,33 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.RWRequest) (driver.G
 	}
 	if !resp.Succeeded {
 		b.revokeAsync(lg.ID)
+		if intent != 0 {
+			b.revokeEarlierIntent(resp, 0, intent)
+		}
 		return driver.Grant{}, errorf("%s: %w", op, &driver.HeldError{Key: req.Key})
+	}
+	if req.Mode == driver.Write {
+		b.revokeEarlierIntent(resp, 1, intent)
 	}
 	rev := resp.Header.Revision
 	d := &rwGrant{name: name, lease: lg.ID, rev: rev}
 	return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: fencing.Token(rev), TTL: time.Duration(lg.TTL) * time.Second, Data: d}, nil
+}
+
+// revokeEarlierIntent revokes the lease of the intent a writer's Txn
+// (resp, whose i-th response read it) moved onto this attempt's intent
+// lease (refused) or deleted (granted): a waiting writer attempts again at
+// every release of a reader, and each attempt's lease would otherwise
+// stay, empty, until its TTL.
+func (b *Backend) revokeEarlierIntent(resp *clientv3.TxnResponse, i int, intent clientv3.LeaseID) {
+	if len(resp.Responses) <= i {
+		return
+	}
+	if kvs := resp.Responses[i].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		if prev := clientv3.LeaseID(kvs[0].Lease); prev != 0 && prev != intent {
+			b.revokeAsync(prev)
+		}
+	}
 }
 
 // rwGrantOf returns g's private data if it is a lease of mode m, or, for
