@@ -238,7 +238,7 @@ func TestKillSwitchUndrainedStderr(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			var fig switchFigures
 			for i := 0; i < *switchRuns && !t.Failed(); i++ {
-				key := fmt.Sprintf("stderr-%s-%d", strings.Fields(mode)[1], i)
+				key := treeKey("stderr-%s-%d", strings.Fields(mode)[1], i)
 				dir := t.TempDir()
 				w := watchTree(t, key)
 				run := startSwitchRun(t, []string{"FENCEDLOCK_REDIS=" + rig.url}, true,
@@ -283,7 +283,7 @@ func TestKillSwitchSupervisorKilled(t *testing.T) {
 	rig := newSwitchRig(t)
 	var fig switchFigures
 	for i := 0; i < *switchRuns && !t.Failed(); i++ {
-		key := fmt.Sprintf("supkill-setsid-%d", i)
+		key := treeKey("supkill-setsid-%d", i)
 		dir := t.TempDir()
 		w := watchTree(t, key)
 		run := startSwitchRun(t, []string{"FENCEDLOCK_REDIS=" + rig.url}, false,
@@ -350,7 +350,7 @@ func TestKillSwitchUnsignallable(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			var fig switchFigures
 			for i := 0; i < *switchRuns && !t.Failed(); i++ {
-				key := fmt.Sprintf("eperm-%s-%d", strings.Fields(mode)[1], i)
+				key := treeKey("eperm-%s-%d", strings.Fields(mode)[1], i)
 				dir, err := os.MkdirTemp(pub, "run")
 				if err != nil {
 					t.Fatal(err)

@@ -54,6 +54,16 @@ type treeWatch struct {
 	deadAt    time.Time         // first look at which none was alive, after lastAlive
 }
 
+// treeKey is fmt.Sprintf(format, args...) made unique to this test
+// process. watchTree finds a tree by its key in the environment, and kills
+// what it finds when the test ends: two test binaries running at once (two
+// make test on one machine) with the same key watched, and killed, each
+// other's trees (TestRunTreeNeverOutlivesLease then saw "5 processes of
+// the first tree still alive" long after the supervisor had killed its own).
+func treeKey(format string, args ...any) string {
+	return fmt.Sprintf(format, args...) + "-" + strconv.Itoa(os.Getpid())
+}
+
 func watchTree(t *testing.T, key string) *treeWatch {
 	w := &treeWatch{
 		marker:   []byte("FENCEDLOCK_KEY=" + key + "\x00"),
@@ -290,7 +300,7 @@ func TestRunTreeNeverOutlivesLease(t *testing.T) {
 // dead relative to the deadline (normal exit: relative to COMMAND's exit).
 func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode string, i int, ttl, grace time.Duration) (after, death time.Duration) {
 	t.Helper()
-	key := fmt.Sprintf("tree-%s-%d", strings.ReplaceAll(mode, " ", "-"), i)
+	key := treeKey("tree-%s-%d", strings.ReplaceAll(mode, " ", "-"), i)
 	dir := t.TempDir()
 	script := treeScripts(t, dir, mode == "normal exit")
 	w := watchTree(t, key)
@@ -417,8 +427,9 @@ func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode strin
 func TestRunSupervisorKilled(t *testing.T) {
 	_, url := redisServer(t)
 	dir := t.TempDir()
-	w := watchTree(t, "supkill")
-	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "5s", "supkill", "--", "/bin/sh", "-c",
+	key := treeKey("supkill")
+	w := watchTree(t, key)
+	p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "5s", key, "--", "/bin/sh", "-c",
 		`echo $$ > `+dir+`/pid; sleep 30 & wait`)
 	t.Cleanup(w.killAll)
 	pid, err := strconv.Atoi(strings.TrimSpace(clitest.WaitFile(t, dir+"/pid", 10*time.Second)))
@@ -466,7 +477,7 @@ func TestRunSupervisorKilledUnread(t *testing.T) {
 	_, url := redisServer(t)
 	for round := range 6 {
 		dir := t.TempDir()
-		key := fmt.Sprintf("supkill-unread-%d", round)
+		key := treeKey("supkill-unread-%d", round)
 		w := watchTree(t, key)
 		p := bin.Start(t, []string{"FENCEDLOCK_REDIS=" + url}, "run", "--ttl", "5s", key, "--", "/bin/sh", "-c",
 			`echo $$ > `+dir+`/pid; sleep 30 & wait`)
