@@ -437,11 +437,15 @@ func TestIssue13Usage(t *testing.T) {
 func TestIssue13LeaseLostMessage(t *testing.T) {
 	store := memory.NewStore()
 	e, _, errb := memEnv(store, nil)
+	started := filepath.Join(t.TempDir(), "started")
 	done := make(chan int, 1)
 	go func() {
-		done <- e.main(context.Background(), append([]string{"run", "--ttl", "300ms", "--grace", "1s", "k"}, shell(`exec sleep 30`)...))
+		done <- e.main(context.Background(), append([]string{"run", "--ttl", "300ms", "--grace", "1s", "k"}, shell(`echo started > `+started+`; exec sleep 30`)...))
 	}()
-	waitHeld(t, store, "k")
+	// The loss must come while the command runs: taken away as soon as
+	// the key was held, at load 20 it came before the command started,
+	// run waited again, took the key anew and ran the command for its 30s.
+	clitest.WaitFile(t, started, 10*time.Second)
 	store.Invalidate("k")
 	select {
 	case <-done:
