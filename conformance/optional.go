@@ -348,6 +348,9 @@ type raceRound struct {
 	cancel context.CancelFunc
 	res    chan error
 	g      driver.Grant
+	// released is when the holder's Release of key was sent: no grant
+	// to the waiter began before it.
+	released time.Time
 }
 
 // releaseRacingCancels releases every round's key on hb at about the
@@ -363,8 +366,10 @@ func (e *env) releaseRacingCancels(t *testing.T, hb driver.Backend, rs []*raceRo
 			if i%4 != 3 {
 				r.cancel()
 				time.Sleep(gap)
+				r.released = time.Now()
 				relErrs[i] = hb.Release(e.ctx, r.h)
 			} else {
+				r.released = time.Now()
 				relErrs[i] = hb.Release(e.ctx, r.h)
 				time.Sleep(gap)
 				r.cancel()
@@ -389,7 +394,17 @@ func (e *env) raceOutcome(t *testing.T, i int, r *raceRound, name string) bool {
 		t.Fatalf("round %d: %s still waiting %v after its context was cancelled", i+1, name, e.ttl+e.schedAllowance())
 	}
 	if err == nil {
-		if err := r.w.Release(e.ctx, r.g); err != nil {
+		sent := time.Now()
+		err := r.w.Release(e.ctx, r.g)
+		// A lease granted no earlier than the holder's release may have
+		// run out by the time a late machine gets to release it (a stall
+		// of 3.7 s at load 21 outlasted a 5 s lease over 24 rounds): not
+		// held is then the backend's right answer.
+		if lease := max(e.hold, r.g.TTL); errors.Is(err, driver.ErrNotHeld) && sent.Sub(r.released) >= lease {
+			t.Logf("round %d: the granted waiter's lease (%v) ran out before this check released it, %v after the holder's release: the machine was late", i+1, lease, sent.Sub(r.released))
+			return true
+		}
+		if err != nil {
 			t.Fatalf("round %d: Release of the granted waiter: %v", i+1, err)
 		}
 		return true
