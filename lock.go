@@ -68,7 +68,7 @@ func New(b driver.Backend, opts Options) (*Locker, error) {
 	l.policy = waitPolicy{max: o.MaxRetryDelay, notifier: l.notify != nil, jitter: jitter}
 	if o.Trace != nil { // observe: events carry the backend's name
 		tr := *o.Trace
-		l.tr, l.backend = &tr, backendName(b)
+		l.tr, l.backend = &tr, driver.Name(b)
 	}
 	return l, nil
 }

@@ -3,8 +3,6 @@ package fencedlock
 import (
 	"context"
 	"errors"
-	"path"
-	"reflect"
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
@@ -15,21 +13,11 @@ import (
 // locktrace). Every hook checks its field first: without a Trace, or
 // without the field, it returns at once and allocates nothing.
 
-// BackendName returns the name events carry for the Locker's backend: the
-// last element of its package path ("redis", "goredis", "etcd",
-// "memory").
-func (l *Locker) BackendName() string { return backendName(l.b) }
-
-func backendName(b driver.Backend) string {
-	t := reflect.TypeOf(b)
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if p := t.PkgPath(); p != "" {
-		return path.Base(p)
-	}
-	return t.String()
-}
+// BackendName returns the name events carry for the Locker's backend
+// ([driver.Name]): the last element of its package path ("redis",
+// "goredis", "etcd", "memory"), or, for a view of another backend (the
+// Lockers of packages rwlock, semaphore and multilock), that backend's.
+func (l *Locker) BackendName() string { return driver.Name(l.b) }
 
 // acquireKey is the context key of an observed Acquire's state.
 type acquireKey struct{}

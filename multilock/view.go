@@ -83,6 +83,10 @@ type view struct{ m driver.MultiLocker }
 
 var _ driver.Backend = view{}
 
+// BackendName names the backend the view runs on in trace events (see
+// [driver.Namer]), not this package.
+func (v view) BackendName() string { return driver.Name(v.m) }
+
 // grantOf returns the MultiGrant of g: the one Acquire made, or, for a
 // Grant of Key and Owner only (the root Locker's clean-up), one of Keys
 // and Owner.

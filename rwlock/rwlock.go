@@ -58,7 +58,6 @@ func New(b driver.Backend, opts fencedlock.Options) (*RWLock, error) {
 	if !ok {
 		return nil, fmt.Errorf("rwlock: backend %T does not implement driver.RWLocker: %w", b, errors.ErrUnsupported)
 	}
-	opts = traceOptions(opts, b) // events name b, not the views (trace.go)
 	rd, err := fencedlock.New(newView(b, rw, Read, 0), readOptions(opts))
 	if err != nil {
 		return nil, fmt.Errorf("rwlock: %w", err)

@@ -63,6 +63,10 @@ type view struct {
 	intent time.Duration // a waiting writer's intent; 0 for readers
 }
 
+// BackendName names the backend the view runs on in trace events (see
+// [driver.Namer]), not this package.
+func (v *view) BackendName() string { return driver.Name(v.rw) }
+
 // Acquire makes one attempt in the view's mode.
 func (v *view) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	req.Key = nameOf(req.Key)

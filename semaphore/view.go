@@ -63,6 +63,10 @@ type view struct {
 	sa driver.SlotAcquirer
 }
 
+// BackendName names the backend the view runs on in trace events (see
+// [driver.Namer]), not this package.
+func (v *view) BackendName() string { return driver.Name(v.b) }
+
 // Acquire takes the first free slot of the view key req.Key.
 func (v *view) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	name, limit, ok := parseViewKey(req.Key)
