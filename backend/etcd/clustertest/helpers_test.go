@@ -155,7 +155,9 @@ func (e *env) leases() int {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if tr.TTL > 0 && len(tr.Keys) > 0 {
+		// TTL is whole seconds left, -1 if the lease is gone: 0 is a
+		// lease with less than a second left, which still counts.
+		if tr.TTL >= 0 && len(tr.Keys) > 0 {
 			n++
 		}
 	}
