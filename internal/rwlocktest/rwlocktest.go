@@ -147,18 +147,22 @@ func ModesExclude(t *testing.T, s Setup) {
 
 // NeverReaderAndWriter: goroutines of several RWLocks take read and write
 // leases of one name in a bounded loop; a writer never holds with anyone
-// else, checked while each lease is valid.
+// else, checked while each lease is valid. A round whose lease was lost
+// (its renewals late on a loaded machine: seen on etcd at load 20, with
+// the cluster's heartbeats a second late) proves nothing either way, since
+// others may rightly hold then: it is void and run again, at most rounds
+// more times per worker, so that the check keeps its substance.
 func NeverReaderAndWriter(t *testing.T, s Setup, workers, rounds int) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	n := name("exclusive")
-	var readers, writers, maxReaders atomic.Int64
+	var readers, writers, maxReaders, voids atomic.Int64
 	var bad atomic.Value
 	var wg sync.WaitGroup
 	for i := range workers {
 		r := s.New(t, retrying)
 		wg.Go(func() {
-			for j := range rounds {
+			for j, void := 0, 0; j < rounds; j++ {
 				m := rwlock.Read
 				if (i+j)%4 == 0 {
 					m = rwlock.Write
@@ -168,26 +172,22 @@ func NeverReaderAndWriter(t *testing.T, s Setup, workers, rounds int) {
 					bad.CompareAndSwap(nil, "lock: "+err.Error())
 					return
 				}
-				if m == rwlock.Write {
-					if w := writers.Add(1); w != 1 || readers.Load() != 0 {
-						bad.CompareAndSwap(nil, "a writer held with others")
-					}
-				} else if readers.Add(1); writers.Load() != 0 {
-					bad.CompareAndSwap(nil, "a reader held with a writer")
-				}
-				if m == rwlock.Read {
-					maxReaders.Store(max(maxReaders.Load(), readers.Load()))
-				}
-				time.Sleep(time.Millisecond)
-				valid := l.Err() == nil
-				if m == rwlock.Write {
-					writers.Add(-1)
+				overlap := exclusionRound(m, &readers, &writers, &maxReaders)
+				if err := l.Release(ctx); err == nil && overlap == "" {
+					continue
+				} else if lost := l.Err(); errors.Is(lost, fencedlock.ErrLeaseLost) && void < rounds {
+					// Lost before the check ended: the overlap, if
+					// any, may be a rightful holder's. Again.
+					void++
+					voids.Add(1)
+					j--
+					continue
+				} else if overlap != "" {
+					bad.CompareAndSwap(nil, overlap)
 				} else {
-					readers.Add(-1)
+					bad.CompareAndSwap(nil, fmt.Sprintf("release: %v (lease: %v; %d rounds void already)", err, lost, void))
 				}
-				if err := l.Release(ctx); err != nil || !valid {
-					bad.CompareAndSwap(nil, "a lease was lost: the check is void")
-				}
+				return
 			}
 		})
 	}
@@ -195,7 +195,31 @@ func NeverReaderAndWriter(t *testing.T, s Setup, workers, rounds int) {
 	if v := bad.Load(); v != nil {
 		t.Fatal(v)
 	}
-	t.Logf("%d workers x %d rounds; at most %d readers at once", workers, rounds, maxReaders.Load())
+	t.Logf("%d workers x %d rounds; at most %d readers at once; %d rounds void (a lease lost) and run again", workers, rounds, maxReaders.Load(), voids.Load())
+}
+
+// exclusionRound is one round of NeverReaderAndWriter while its lease of
+// mode m is held: it counts the holder in, checks that a writer holds
+// alone, holds 1ms and counts it out. It returns what overlapped, if
+// anything.
+func exclusionRound(m rwlock.Mode, readers, writers, maxReaders *atomic.Int64) (overlap string) {
+	if m == rwlock.Write {
+		if w := writers.Add(1); w != 1 || readers.Load() != 0 {
+			overlap = "a writer held with others"
+		}
+	} else if readers.Add(1); writers.Load() != 0 {
+		overlap = "a reader held with a writer"
+	}
+	if m == rwlock.Read {
+		maxReaders.Store(max(maxReaders.Load(), readers.Load()))
+	}
+	time.Sleep(time.Millisecond)
+	if m == rwlock.Write {
+		writers.Add(-1)
+	} else {
+		readers.Add(-1)
+	}
+	return overlap
 }
 
 // PausedWriterRefused: a writer paused past its TTL (it never renews)
