@@ -22,7 +22,11 @@ import (
 func ReleaseWakesWaiter(t *testing.T, s Setup) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	o := fencedlock.Options{TTL: 30 * time.Second, MinRetryDelay: 20 * time.Second, MaxRetryDelay: 20 * time.Second}
+	// ReleaseTimeout: a release may take as long as the waiter is given
+	// to wake after it begins (10s), not only the default 5s: an etcd
+	// cluster stalled at load 20 took 4.9s to commit one, and the test is
+	// about the wake-up, not the release's latency.
+	o := fencedlock.Options{TTL: 30 * time.Second, MinRetryDelay: 20 * time.Second, MaxRetryDelay: 20 * time.Second, ReleaseTimeout: 10 * time.Second}
 	holder := closed[*fencedlock.Locker](t)(fencedlock.New(s.New(t), o))
 	waiter := closed[*multilock.Locker](t)(multilock.New(s.New(t), o))
 	ks := keys(t, 3)
