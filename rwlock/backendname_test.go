@@ -1,52 +1,16 @@
 package rwlock_test
 
 import (
-	"context"
-	"sync"
 	"testing"
 
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/backend/memory"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/internal/backendtest"
+	"github.com/fencedlock/fencedlock/internal/locktest"
 	"github.com/fencedlock/fencedlock/internal/testserver"
-	"github.com/fencedlock/fencedlock/locktrace"
 	"github.com/fencedlock/fencedlock/rwlock"
 )
-
-// backends records the Backend of every trace event.
-type backends struct {
-	mu  sync.Mutex
-	got map[string]string // event kind -> a Backend it carried
-	bad []string          // "kind: Backend" of events that did not carry want
-}
-
-func (b *backends) add(kind, backend, want string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.got[kind] = backend
-	if backend != want {
-		b.bad = append(b.bad, kind+": "+backend)
-	}
-}
-
-func (b *backends) trace(want string) *locktrace.Trace {
-	return &locktrace.Trace{
-		AcquireStart: func(ctx context.Context, e locktrace.AcquireStartEvent) context.Context {
-			b.add("AcquireStart", e.Backend, want)
-			return ctx
-		},
-		AcquireWait: func(_ context.Context, e locktrace.AcquireWaitEvent) { b.add("AcquireWait", e.Backend, want) },
-		AcquireEnd:  func(_ context.Context, e locktrace.AcquireEndEvent) { b.add("AcquireEnd", e.Backend, want) },
-		Renewed:     func(_ context.Context, e locktrace.RenewEvent) { b.add("Renewed", e.Backend, want) },
-		LeaseEnd:    func(e locktrace.LeaseEndEvent) { b.add("LeaseEnd", e.Backend, want) },
-		ReleaseStart: func(ctx context.Context, e locktrace.LeaseInfo) context.Context {
-			b.add("ReleaseStart", e.Backend, want)
-			return ctx
-		},
-		ReleaseEnd: func(_ context.Context, e locktrace.ReleaseEndEvent) { b.add("ReleaseEnd", e.Backend, want) },
-	}
-}
 
 // TestTraceNamesTheBackend: the trace events of an RWLock's leases carry
 // the name of the backend it runs on, as a Locker's do (Locker.BackendName:
@@ -77,8 +41,8 @@ func TestTraceNamesTheBackend(t *testing.T) {
 			}
 			want := plain.BackendName()
 			plain.Close()
-			ev := &backends{got: map[string]string{}}
-			r, err := rwlock.New(b, fencedlock.Options{Trace: ev.trace(want)})
+			ev := locktest.NewTraceNames(want)
+			r, err := rwlock.New(b, fencedlock.Options{Trace: ev.Trace()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,11 +68,7 @@ func TestTraceNamesTheBackend(t *testing.T) {
 			if err := wl.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			ev.mu.Lock()
-			defer ev.mu.Unlock()
-			if len(ev.got) < 6 || len(ev.bad) > 0 {
-				t.Fatalf("trace events of an RWLock on %s: %d kinds seen (%v); carrying another backend than %q: %q", be.name, len(ev.got), ev.got, want, ev.bad)
-			}
+			ev.Check(t, 6, "an RWLock on "+be.name)
 		})
 	}
 }
