@@ -1,6 +1,9 @@
 package election_test
 
 import (
+	"context"
+	"crypto/rand"
+	"errors"
 	"testing"
 	"time"
 
@@ -65,5 +68,93 @@ func redisSetup(t *testing.T, open func(*testing.T, *testserver.Redis) (driver.B
 			}
 			return 0
 		},
+	}
+}
+
+// TestRedisRestartedCounterReportsNoStaleLeader: a fence counter that
+// starts again (retired with RetireFence once the name was unused, or set
+// back by hand) gives a later lease the fence of an ended term whose
+// leader record is still there. Until that lease's Campaign stores its
+// value, Leader and Observe report no leader: never the ended term's
+// value and holder as the new lease's; once it stores its value, that
+// value. Both clients.
+func TestRedisRestartedCounterReportsNoStaleLeader(t *testing.T) {
+	restarts := []struct {
+		name    string
+		restart func(t *testing.T, srv *testserver.Redis, b driver.Backend, key string)
+	}{
+		{"retired", func(t *testing.T, _ *testserver.Redis, b driver.Backend, key string) {
+			if _, err := b.(interface {
+				RetireFence(context.Context, string) (fencing.Token, error)
+			}).RetireFence(t.Context(), key); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"set back by hand", func(t *testing.T, srv *testserver.Redis, b driver.Backend, key string) {
+			fk := b.(interface{ FenceKey(string) string }).FenceKey(key)
+			if out, err := srv.CLI(t, "DECR", fk); err != nil {
+				t.Fatal(out, err)
+			}
+		}},
+	}
+	for _, cl := range backendtest.RedisClients {
+		for _, rs := range restarts {
+			t.Run(cl.Name+"/"+rs.name, func(t *testing.T) {
+				srv := testserver.StartRedis(t)
+				b, _ := cl.Open(t, srv)
+				t.Cleanup(func() { b.Close() })
+				e := locktest.Open(t, b, fencedlock.Options{TTL: 10 * time.Second}, election.New)
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				const key = "restarted"
+				old, err := e.Campaign(ctx, key, []byte("old"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := old.Resign(ctx); err != nil {
+					t.Fatal(err)
+				}
+				rs.restart(t, srv, b, key)
+				events, err := e.Observe(ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A lease granted, its value not stored yet (a Campaign
+				// between its grant and its Proclaim), with the ended
+				// term's fence.
+				g, err := b.Acquire(ctx, driver.AcquireRequest{Key: key, Owner: "the-new-lease-" + rand.Text(), TTL: 10 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g.Fence != old.Fence() {
+					t.Fatalf("the new lease has fence %v, want the ended term's %v (the counter started again)", g.Fence, old.Fence())
+				}
+				if l, err := e.Leader(ctx, key); !errors.Is(err, election.ErrNoLeader) {
+					t.Errorf("a lease granted, its value not stored: Leader = %+v, %v; want ErrNoLeader, not the ended term's value and holder %s (the lease's holder is %s)",
+						l, err, old.Holder(), driver.HolderID(g.Owner))
+				}
+				// The watch reads the state at a wake-up: one by hand, and
+				// time to read before the new lease's Proclaim wakes it.
+				if out, err := srv.CLI(t, "PUBLISH", b.(interface{ Channel(string) string }).Channel(key), "by hand"); err != nil {
+					t.Fatal(out, err)
+				}
+				time.Sleep(300 * time.Millisecond)
+				el := b.(driver.Elector)
+				if err := el.Proclaim(ctx, key, g.Fence, driver.HolderID(g.Owner), []byte("new")); err != nil {
+					t.Fatal(err)
+				}
+				for ev := range events {
+					if ev.Held && string(ev.Value) != "new" {
+						t.Fatalf("Observe delivered %+v: the ended term's value for the new lease", ev)
+					}
+					if ev.Held {
+						break
+					}
+				}
+				if l, err := e.Leader(ctx, key); err != nil || string(l.Value) != "new" || l.Holder != driver.HolderID(g.Owner) {
+					t.Fatalf("after the new lease's Proclaim: Leader = %+v, %v; want its value and holder %s", l, err, driver.HolderID(g.Owner))
+				}
+			})
+		}
 	}
 }

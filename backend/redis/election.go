@@ -10,7 +10,8 @@ import (
 // Elections (package election) on Redis: a term is a lease of the
 // election's lock, its fence the lock's fence; the leader's value is a
 // hash beside the lock (lock key + ":leader", same hash slot) that
-// outlives its term and is reported only with it. Written once in
+// outlives its term and is reported only with it (its fence and its
+// owner's, as the record stores the SHA-1 of the owner token). Written once in
 // internal/rediscore for both clients.
 var _ driver.Elector = (*Backend)(nil)
 

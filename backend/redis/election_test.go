@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,7 +19,7 @@ import (
 // for tokens whose padding falls on each side of a 64-byte block boundary
 // and for bytes above 0x7f and zero: the holder's Proclaim is accepted, a
 // holder id one character off is refused, and the leader record holds the
-// holder id and value, never the token.
+// holder id, value and the token's SHA-1, never the token.
 func TestProclaimHolderIDs(t *testing.T) {
 	b, c := startBackend(t)
 	ctx := context.Background()
@@ -53,8 +55,8 @@ func TestProclaimHolderIDs(t *testing.T) {
 				t.Fatalf("the leader record's field %s holds the owner token", f)
 			}
 		}
-		if len(vals) != 3 || vals["holder"] != hid || vals["fence"] != fmt.Sprint(g.Fence) {
-			t.Fatalf("leader record = %q, want fence %v, holder %s and value", vals, g.Fence, hid)
+		if sum := sha1.Sum([]byte(tok)); len(vals) != 4 || vals["holder"] != hid || vals["fence"] != fmt.Sprint(g.Fence) || vals["owner"] != hex.EncodeToString(sum[:]) {
+			t.Fatalf("leader record = %q, want fence %v, holder %s, value and the SHA-1 of the owner token", vals, g.Fence, hid)
 		}
 	}
 }

@@ -204,7 +204,7 @@ var scripts = []Script{
 		Keys: []Param{
 			{"lock key", "the lock (the election's key); watchers listen on the channel KEYS[1] .. \"" + consts.ReleasedSuffix + "\""},
 			{"fence key", "the fence counter (same hash slot as KEYS[1]): while the lock is held, the holder's fence"},
-			{"leader key", "the leader record (lock key .. \"" + consts.LeaderSuffix + "\"; same hash slot): a hash of fence, holder and value; it has no TTL and outlives its term"},
+			{"leader key", "the leader record (lock key .. \"" + consts.LeaderSuffix + "\"; same hash slot): a hash of fence, holder, value and owner (the SHA-1 of the owner token, in hex); it has no TTL and outlives its term"},
 		},
 		Args: []Param{
 			{"fence", "the term's fence, in decimal"},
@@ -227,6 +227,7 @@ var scripts = []Script{
 		},
 		Returns: []string{
 			"{PTTL of the lock key, fence counter or nil, record fence or nil, record holder or nil, record value or nil}",
+			"       the record's fields are nil if the lock is held by an owner other than the record's",
 			"A term is live when the PTTL is positive and the record's fence is the counter (the holder's fence).",
 		},
 	},

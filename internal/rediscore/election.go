@@ -15,11 +15,14 @@ import (
 
 // Elections ([driver.Elector]): a term is a lease of the election's lock,
 // its fence the lock's fence. The leader's value lives in a record of its
-// own beside the lock (lock key + LeaderSuffix: a hash of fence, holder
-// and value), written by proclaim.lua only while the lock holds the lease
-// of that fence and holder id. The record has no TTL and outlives its
-// term; it is reported only while the fence counter, which is the
-// holder's fence while the lock is held, is the record's fence.
+// own beside the lock (lock key + LeaderSuffix: a hash of fence, holder,
+// value and the SHA-1 of the owner token), written by proclaim.lua only
+// while the lock holds the lease of that fence and holder id. The record
+// has no TTL and outlives its term; it is reported only while the fence
+// counter, which is the holder's fence while the lock is held, is the
+// record's fence and the lock's owner is the record's (leader.lua: a
+// counter that starts again, retired or set back by hand, gives a later
+// lease the fence of an ended term).
 
 // leaderResync bounds the time a watch of a leader goes without reading
 // the state: a wake-up lost while the subscription connection reconnects

@@ -8,6 +8,7 @@
 -- ARGV: none
 -- Returns:
 --   {PTTL of the lock key, fence counter or nil, record fence or nil, record holder or nil, record value or nil}
+--          the record's fields are nil if the lock is held by an owner other than the record's
 --   A term is live when the PTTL is positive and the record's fence is the counter (the holder's fence).
 -- Input comes only through KEYS and ARGV.
 
@@ -16,5 +17,19 @@
 -- counter that is not a string, HMGET for a record that is not a hash.
 local pttl = redis.call('PTTL', KEYS[1])
 local fence = redis.call('GET', KEYS[2])
-local rec = redis.call('HMGET', KEYS[3], 'fence', 'holder', 'value')
+local rec = redis.call('HMGET', KEYS[3], 'fence', 'holder', 'value', 'owner')
+
+-- A record is the held lock's term only if the lock's owner wrote it: the
+-- counter alone does not tell, since one that starts again (retired, or
+-- set back by hand) gives a later lease the fence of an ended term whose
+-- record is still there. Another owner's record is not returned: the
+-- lease's term has not begun. A record without the field (written before
+-- proclaim.lua stored it) is judged by its fence alone. GET fails with
+-- WRONGTYPE if the lock key is not a string.
+if pttl ~= -2 and rec[4] then
+  local owner = redis.call('GET', KEYS[1])
+  if owner and redis.sha1hex(owner) ~= rec[4] then
+    return {pttl, fence, false, false, false}
+  end
+end
 return {pttl, fence, rec[1], rec[2], rec[3]}

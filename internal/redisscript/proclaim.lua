@@ -4,7 +4,7 @@
 --
 -- KEYS[1]: lock key: the lock (the election's key); watchers listen on the channel KEYS[1] .. ":released"
 -- KEYS[2]: fence key: the fence counter (same hash slot as KEYS[1]): while the lock is held, the holder's fence
--- KEYS[3]: leader key: the leader record (lock key .. ":leader"; same hash slot): a hash of fence, holder and value; it has no TTL and outlives its term
+-- KEYS[3]: leader key: the leader record (lock key .. ":leader"; same hash slot): a hash of fence, holder, value and owner (the SHA-1 of the owner token, in hex); it has no TTL and outlives its term
 -- ARGV[1]: fence: the term's fence, in decimal
 -- ARGV[2]: holder: the holder id of the term's owner: the first 8 bytes of SHA-256 of its owner token, in hex (driver.HolderID; never the token)
 -- ARGV[3]: value: the leader's value
@@ -79,5 +79,9 @@ if ARGV[4] == 'sharded' then
   publish = 'SPUBLISH'
 end
 redis.call(publish, KEYS[1] .. ':released', 'proclaimed ' .. ARGV[1])
-redis.call('HSET', KEYS[3], 'fence', ARGV[1], 'holder', ARGV[2], 'value', ARGV[3])
+-- owner: the SHA-1 of the owner token (as the abandoned sets and the
+-- hand-off messages carry it), so that leader.lua reports the record only
+-- while this lease holds the lock: a counter that starts again (retired,
+-- or set back by hand) gives a later lease this fence.
+redis.call('HSET', KEYS[3], 'fence', ARGV[1], 'holder', ARGV[2], 'value', ARGV[3], 'owner', redis.sha1hex(owner))
 return 1
