@@ -65,9 +65,10 @@ func (t *Term) Resign(ctx context.Context) error { return t.Release(ctx) }
 // value with the new term and returns it. If ctx ends first it returns an
 // error wrapping ctx's error (and [fencedlock.ErrNotAcquired]), leaving no
 // trace: a lease granted meanwhile is released. If the lease is lost
-// before the value is stored, it returns an error wrapping
-// [fencedlock.ErrLeaseLost] (not context.Canceled). opts apply to the
-// term's lease.
+// before the value is stored (the watchdog saw the loss, or the backend
+// refused the value because the lease no longer holds the key), it
+// returns an error wrapping [fencedlock.ErrLeaseLost] (not
+// context.Canceled). opts apply to the term's lease.
 func (e *Election) Campaign(ctx context.Context, name string, value []byte, opts ...fencedlock.LeaseOption) (*Term, error) {
 	ls, err := e.l.Acquire(ctx, name, opts...)
 	if err != nil {
@@ -81,10 +82,15 @@ func (e *Election) Campaign(ctx context.Context, name string, value []byte, opts
 	stop()
 	cancel()
 	if err != nil {
-		if ctx.Err() == nil && ls.Context().Err() != nil && errors.Is(err, context.Canceled) {
+		switch {
+		case ctx.Err() == nil && ls.Context().Err() != nil && errors.Is(err, context.Canceled):
 			// pctx was cancelled by the lease's end, not by the caller:
 			// report the loss, not a cancellation the caller never asked for.
 			err = fmt.Errorf("the term's lease ended before its value was stored: %w", context.Cause(ls.Context()))
+		case errors.Is(err, driver.ErrNotHeld):
+			// The server no longer holds the lease (its key evicted,
+			// deleted, lost in a failover) before the watchdog saw it.
+			err = fmt.Errorf("the term's lease was lost before its value was stored: %w", errors.Join(fencedlock.ErrLeaseLost, err))
 		}
 		_ = ls.Release(ctx) // detached from ctx's cancellation; the term never began
 		if ctx.Err() != nil {

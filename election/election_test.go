@@ -127,3 +127,53 @@ func TestCampaignLeaseLostWhileProclaiming(t *testing.T) {
 		t.Fatalf("Campaign whose lease was lost while proclaiming = %v, want ErrLeaseLost and not context.Canceled", err)
 	}
 }
+
+// lostBeforeProclaim is an Elector whose lock key is deleted behind the
+// holder's back (drop: evicted, deleted by hand, lost in a failover)
+// between a Campaign's grant and its Proclaim.
+type lostBeforeProclaim struct {
+	driver.Backend
+	el   driver.Elector
+	drop func(t *testing.T, key string)
+	t    *testing.T
+}
+
+func (b lostBeforeProclaim) Proclaim(ctx context.Context, key string, fence fencing.Token, holder string, value []byte) error {
+	b.drop(b.t, key)
+	return b.el.Proclaim(ctx, key, fence, holder, value)
+}
+
+func (b lostBeforeProclaim) Leader(ctx context.Context, key string) (driver.LeaderInfo, error) {
+	return b.el.Leader(ctx, key)
+}
+
+func (b lostBeforeProclaim) WatchLeader(ctx context.Context, key string) (<-chan driver.LeaderEvent, func(), error) {
+	return b.el.WatchLeader(ctx, key)
+}
+
+// campaignLostBeforeProclaim runs a Campaign on b whose lock key drop
+// deletes before its value is stored: the backend refuses the Proclaim
+// (ErrNotHeld), and Campaign reports the loss, ErrLeaseLost, as it does
+// when the watchdog sees it first (TestCampaignLeaseLostWhileProclaiming),
+// leaving no leader.
+func campaignLostBeforeProclaim(t *testing.T, b driver.Backend, drop func(t *testing.T, key string)) {
+	lb := lostBeforeProclaim{Backend: b, el: b.(driver.Elector), drop: drop, t: t}
+	e := locktest.Open(t, lb, fencedlock.Options{TTL: 10 * time.Second}, election.New)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	term, err := e.Campaign(ctx, "dropped", []byte("v"))
+	if term != nil || !errors.Is(err, fencedlock.ErrLeaseLost) || errors.Is(err, context.Canceled) {
+		t.Fatalf("Campaign whose lock key was deleted before its Proclaim = %v, %v; want no term, ErrLeaseLost", term, err)
+	}
+	if l, err := e.Leader(ctx, "dropped"); !errors.Is(err, election.ErrNoLeader) {
+		t.Fatalf("Leader = %+v, %v; want ErrNoLeader", l, err)
+	}
+}
+
+// TestCampaignLostBeforeProclaim: on backend/memory (Store.Invalidate).
+func TestCampaignLostBeforeProclaim(t *testing.T) {
+	s := memory.NewStore()
+	b := s.Backend()
+	t.Cleanup(func() { b.Close() })
+	campaignLostBeforeProclaim(t, b, func(_ *testing.T, key string) { s.Invalidate(key) })
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,5 +157,22 @@ func TestRedisRestartedCounterReportsNoStaleLeader(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRedisCampaignLostBeforeProclaim: campaignLostBeforeProclaim on a
+// real redis-server with each client, the lock key deleted by hand.
+func TestRedisCampaignLostBeforeProclaim(t *testing.T) {
+	for _, cl := range backendtest.RedisClients {
+		t.Run(cl.Name, func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			b, _ := cl.Open(t, srv)
+			t.Cleanup(func() { b.Close() })
+			campaignLostBeforeProclaim(t, b, func(t *testing.T, key string) {
+				if out, err := srv.CLI(t, "DEL", b.(interface{ LockKey(string) string }).LockKey(key)); err != nil || strings.TrimSpace(out) != "1" {
+					t.Errorf("DEL of the lock key: %q, %v", out, err)
+				}
+			})
+		})
 	}
 }
