@@ -68,6 +68,8 @@ func TestMemoryCloseUnderLoad(t *testing.T) { rwlocktest.CloseUnderLoad(t, memor
 
 func TestMemoryReservedNames(t *testing.T) { rwlocktest.ReservedNames(t, memorySetup(t)) }
 
+func TestMemoryRetriedAcquire(t *testing.T) { rwlocktest.RetriedAcquire(t, memorySetup(t)) }
+
 func TestMemoryCloseReleasesLeases(t *testing.T) {
 	rwlocktest.CloseReleasesLeases(t, memorySetup(t))
 }
@@ -143,6 +145,24 @@ func TestRedis(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// TestRedisRetriedAcquire runs rwlocktest.RetriedAcquire on a real
+// redis-server with each client: rwlock.lua's answer to a retried
+// acquire, which backend/memory gives too. It is not among the Scenarios
+// because backend/etcd answers otherwise (a write retry refused, a read
+// retry a second lease with a new fence).
+func TestRedisRetriedAcquire(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	for _, cl := range backendtest.RedisClients {
+		t.Run(cl.Name, func(t *testing.T) {
+			rwlocktest.RetriedAcquire(t, rwlocktest.Setup{Backend: func(t *testing.T) driver.RWLocker {
+				b, _ := cl.Open(t, srv)
+				t.Cleanup(func() { b.Close() })
+				return b.(driver.RWLocker)
+			}})
+		})
 	}
 }
 

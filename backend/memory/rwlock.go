@@ -65,6 +65,13 @@ func (b *Backend) AcquireRW(ctx context.Context, req driver.RWRequest) (driver.G
 	defer s.mu.Unlock()
 	now := time.Now()
 	n := s.rwState(req.Key, now)
+	// A retried request (its reply lost) of an owner that holds the name
+	// in this mode gets its own lease again, with its fence, reset to the
+	// TTL, whoever waits, as rwlock.lua answers: refused, the owner would
+	// wait for itself (a writer with its intent keeping readers out).
+	if e, ok := n.extend(req.Owner, req.Mode, now.Add(req.TTL)); ok {
+		return driver.Grant{Key: req.Key, Owner: req.Owner, Fence: e.fence, TTL: req.TTL}, nil
+	}
 	if wait := n.refuse(req, now); wait > 0 {
 		return driver.Grant{}, &driver.HeldError{Key: req.Key, RetryAfter: wait}
 	}
@@ -101,14 +108,33 @@ func (n *rwName) refuse(req driver.RWRequest, now time.Time) time.Duration {
 	return wait
 }
 
-// held returns the live entry of g.Owner in mode m, if any. s.mu must be
+// held reports whether owner holds a live lease of mode m. s.mu must be
 // held.
 func (n *rwName) held(owner string, m driver.RWMode) bool {
+	if owner == "" {
+		return false
+	}
 	if m == driver.Write {
 		return n.writer.owner == owner
 	}
 	_, ok := n.readers[owner]
 	return ok
+}
+
+// extend moves the expiry of owner's live lease of mode m to until and
+// returns the lease; false if owner holds none. s.mu must be held.
+func (n *rwName) extend(owner string, m driver.RWMode, until time.Time) (entry, bool) {
+	if !n.held(owner, m) {
+		return entry{}, false
+	}
+	if m == driver.Write {
+		n.writer.expires = until
+		return n.writer, true
+	}
+	e := n.readers[owner]
+	e.expires = until
+	n.readers[owner] = e
+	return e, true
 }
 
 // RenewRW implements [driver.RWLocker].
@@ -121,15 +147,8 @@ func (b *Backend) RenewRW(ctx context.Context, g driver.Grant, m driver.RWMode, 
 	defer s.mu.Unlock()
 	now := time.Now()
 	n := s.rwState(g.Key, now)
-	if g.Owner == "" || !n.held(g.Owner, m) {
+	if _, ok := n.extend(g.Owner, m, now.Add(ttl)); !ok {
 		return 0, fmt.Errorf("memory: %v renew %q: %w", m, g.Key, driver.ErrNotHeld)
-	}
-	if m == driver.Write {
-		n.writer.expires = now.Add(ttl)
-	} else {
-		e := n.readers[g.Owner]
-		e.expires = now.Add(ttl)
-		n.readers[g.Owner] = e
 	}
 	return ttl, nil
 }
@@ -147,7 +166,7 @@ func (b *Backend) ReleaseRW(ctx context.Context, g driver.Grant, m driver.RWMode
 	n := s.rwState(g.Key, time.Now())
 	_, intent := n.intents[g.Owner]
 	delete(n.intents, g.Owner)
-	if g.Owner == "" || !n.held(g.Owner, m) {
+	if !n.held(g.Owner, m) {
 		if intent && n.writer.owner == "" && len(n.intents) == 0 {
 			s.wake(g.Key) // readers refused for the last intent may come in
 		}

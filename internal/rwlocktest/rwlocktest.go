@@ -43,7 +43,9 @@ type Scenario struct {
 }
 
 // Scenarios returns every scenario, for a backend's table of subtests;
-// NeverReaderAndWriter runs with workers and rounds.
+// NeverReaderAndWriter runs with workers and rounds. RetriedAcquire is not
+// among them: backend/etcd answers a retried acquire otherwise (see
+// docs/rwlock.md), memory and Redis run it by name.
 func Scenarios(workers, rounds int) []Scenario {
 	return []Scenario{
 		{"ModesExclude", ModesExclude},
