@@ -269,18 +269,27 @@ func TestRunLeaseLostTerminatesCommand(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			store := memory.NewStore()
 			e, _, errb := memEnv(store, nil)
+			started := filepath.Join(t.TempDir(), "started")
 			done := make(chan int, 1)
+			// TTL 1s: in a loaded CI run (stop 48) the command started
+			// up to 245ms after the grant, and with --ttl 300ms that left
+			// less than the 105ms the kill switch needs, so run gave the
+			// key back and waited again, five times in 10s. 1s needs
+			// 350ms ahead and leaves 650ms for the start.
 			go func() {
-				done <- e.main(context.Background(), append([]string{"run", "--ttl", "300ms", "--grace", tc.grace.String(), "k"}, shell(tc.script)...))
+				done <- e.main(context.Background(), append([]string{"run", "--ttl", "1s", "--grace", tc.grace.String(), "k"}, shell(`echo started > `+started+`; `+tc.script)...))
 			}()
-			waitHeld(t, store, "k")
+			// The loss must come while the command runs (taken away as
+			// soon as the key was held, it came before the start and
+			// run rightly waited again).
+			clitest.WaitFile(t, started, 10*time.Second)
 			lostAt := time.Now()
 			if !store.Invalidate("k") {
 				t.Fatal("key was not held")
 			}
 			select {
 			case code := <-done:
-				t.Logf("command ended %v after the key was deleted (TTL 300ms, grace %v)", time.Since(lostAt), tc.grace)
+				t.Logf("command ended %v after the key was deleted (TTL 1s, grace %v)", time.Since(lostAt), tc.grace)
 				if code != exitLeaseLost {
 					t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitLeaseLost, errb)
 				}
@@ -440,7 +449,8 @@ func TestIssue13LeaseLostMessage(t *testing.T) {
 	started := filepath.Join(t.TempDir(), "started")
 	done := make(chan int, 1)
 	go func() {
-		done <- e.main(context.Background(), append([]string{"run", "--ttl", "300ms", "--grace", "1s", "k"}, shell(`echo started > `+started+`; exec sleep 30`)...))
+		// TTL 1s, not 300ms: see TestRunLeaseLostTerminatesCommand.
+		done <- e.main(context.Background(), append([]string{"run", "--ttl", "1s", "--grace", "1s", "k"}, shell(`echo started > `+started+`; exec sleep 30`)...))
 	}()
 	// The loss must come while the command runs: taken away as soon as
 	// the key was held, at load 20 it came before the command started,
