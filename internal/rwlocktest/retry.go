@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencedlock/fencedlock/driver"
+	"github.com/fencedlock/fencedlock/fencing"
 )
 
 // RetriedAcquire: an owner's acquire of a name it already holds in that
@@ -68,20 +69,7 @@ func RetriedAcquire(t *testing.T, s Setup) {
 				intents = 1 // the other's, a writer's
 			}
 			if in != nil {
-				info := inspect("after the retry")
-				leases := info.Readers
-				if m == driver.Write && info.Writer != nil {
-					leases = append(leases, *info.Writer)
-				}
-				if len(leases) != 1 || (m == driver.Write) != (info.Writer != nil) || info.Intents != intents ||
-					(info.Fence != 0 && info.Fence != g.Fence) {
-					t.Fatalf("after the holder's retried %v acquire: %+v; want its one %v lease, %d intent(s), last fence %v",
-						m, info, m, intents, g.Fence)
-				}
-				if l := leases[0]; l.Holder != driver.HolderID(owner) || l.Fence != g.Fence || l.TTL <= first {
-					t.Fatalf("after the holder's retried %v acquire: lease %+v; want holder %s, fence %v, TTL reset to %v (over %v)",
-						m, l, driver.HolderID(owner), g.Fence, retry, first)
-				}
+				checkRetried(t, inspect("after the retry"), m, owner, g.Fence, intents, first, retry)
 			}
 			if err := b.ReleaseRW(ctx, g2, m); err != nil {
 				t.Fatalf("release of the retried %v lease: %v", m, err)
@@ -102,6 +90,26 @@ func RetriedAcquire(t *testing.T, s Setup) {
 				t.Fatalf("release of the %v lease: %v", flip(m), err)
 			}
 		})
+	}
+}
+
+// checkRetried checks what InspectRW shows after the owner's retried m
+// acquire: its one lease (no second one), with its fence and the TTL reset
+// to the retry's (over first), intents intents, the last fence its own.
+func checkRetried(t *testing.T, info driver.RWInfo, m driver.RWMode, owner string, fence fencing.Token, intents int, first, retry time.Duration) {
+	t.Helper()
+	leases := info.Readers
+	if m == driver.Write && info.Writer != nil {
+		leases = append(leases, *info.Writer)
+	}
+	if len(leases) != 1 || (m == driver.Write) != (info.Writer != nil) || info.Intents != intents ||
+		(info.Fence != 0 && info.Fence != fence) {
+		t.Fatalf("after the holder's retried %v acquire: %+v; want its one %v lease, %d intent(s), last fence %v",
+			m, info, m, intents, fence)
+	}
+	if l := leases[0]; l.Holder != driver.HolderID(owner) || l.Fence != fence || l.TTL <= first {
+		t.Fatalf("after the holder's retried %v acquire: lease %+v; want holder %s, fence %v, TTL reset to %v (over %v)",
+			m, l, driver.HolderID(owner), fence, retry, first)
 	}
 }
 
