@@ -16,6 +16,7 @@ import (
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
 	"github.com/fencedlock/fencedlock/internal/locktest"
+	"github.com/fencedlock/fencedlock/internal/schedlag"
 )
 
 // Defaults used for the zero fields of [Config].
@@ -224,11 +225,11 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 					name, 10*time.Second, cfg.Timeout, buf[:n]))
 			})
 			defer watchdog.Stop()
-			lag := startLagMonitor()
+			lag := schedlag.Start()
 			e := &env{h: h, cfg: cfg, ttl: cfg.MinTTL, hold: min(20*cfg.MinTTL, fencedlock.MaxTTL), ctx: ctx, prefix: "conformance/" + p.name + "/" + randHex(6) + "/", lag: lag}
 			defer func() {
-				lag.stop()
-				t.Logf("scheduling lateness: max %v", lag.max().Round(time.Millisecond))
+				lag.Stop()
+				t.Logf("scheduling lateness: max %v", lag.Max().Round(time.Millisecond))
 			}()
 			p.fn(t, e)
 		})
@@ -244,7 +245,7 @@ type env struct {
 	ctx    context.Context
 	prefix string // unique per run
 	n      int
-	lag    *lagMonitor
+	lag    *schedlag.Monitor // the scheduling delay measured while the property runs (lag.go)
 }
 
 func randHex(n int) string {

@@ -303,7 +303,7 @@ func checkHeldRepeats(t *testing.T, e *env, b driver.Backend, fc FenceCorrupter,
 	// TTL has passed (acquire.lua once set the lease to the TTL asked, then
 	// answered "held" for a record of "0").
 	if len(refused) > 0 {
-		time.Sleep(e.ttl + e.cfg.ExpirySlack + 2*e.lag.max())
+		time.Sleep(e.ttl + e.cfg.ExpirySlack + 2*e.lag.Max())
 		for _, h := range refused {
 			if _, err := b.Renew(e.ctx, h, e.hold); err != nil {
 				t.Fatalf("the holder's repeated Acquire of %s asking a TTL of %v was refused, yet %v later the holder can no longer renew its key: %v (the refusal changed its lease)", quote(h.Key), e.ttl, e.ttl+e.cfg.ExpirySlack, err)

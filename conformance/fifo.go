@@ -42,13 +42,13 @@ func (e *env) inOrder(t *testing.T, after, want string, round func(delay time.Du
 	delay := e.cfg.QueueDelay
 	lateRounds := 0
 	for attempt := 1; ; attempt++ {
-		e.lag.startWindow()
+		e.lag.StartWindow()
 		order := round(delay)
 		if slices.IsSorted(order) {
 			t.Logf("%s%d waiters granted in FIFO order %v (started %v apart)", after, len(order), order, delay)
 			return
 		}
-		if late := e.lag.window(); late >= delay/2 && lateRounds < maxLateRounds {
+		if late := e.lag.Window(); late >= delay/2 && lateRounds < maxLateRounds {
 			lateRounds++
 			attempt--
 			t.Logf("%swaiters granted in order %v with starts %v apart, while the suite was %v late: trying again with %v", after, order, delay, late.Round(time.Millisecond), max(delay, 4*late))

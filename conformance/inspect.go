@@ -299,7 +299,7 @@ func (e *env) forceLockerLease(t *testing.T, fr driver.ForceReleaser, key string
 	const rounds = 3
 	for round := 1; !e.forceLockerRound(t, fr, key); round++ {
 		if round == rounds {
-			t.Fatalf("ForceRelease of a Locker's lease: %d rounds in which the holder's lease ran out before ForceRelease returned (scheduling lateness up to %v): the machine is too loaded to judge", rounds, e.lag.max())
+			t.Fatalf("ForceRelease of a Locker's lease: %d rounds in which the holder's lease ran out before ForceRelease returned (scheduling lateness up to %v): the machine is too loaded to judge", rounds, e.lag.Max())
 		}
 		key = e.key(fmt.Sprintf("force-locker-%d", round))
 	}

@@ -229,8 +229,8 @@ func (e *env) waitPastTTL(t *testing.T) {
 	// a 250ms lease granted 600ms after its request was sent passed).
 	// Bounded by half the holder's lease.
 	wait := 2*e.ttl + e.cfg.ExpirySlack
-	for time.Since(called) < min(wait+2*e.lag.max(), e.hold/2) {
-		time.Sleep(min(wait+2*e.lag.max(), e.hold/2) - time.Since(called))
+	for time.Since(called) < min(wait+2*e.lag.Max(), e.hold/2) {
+		time.Sleep(min(wait+2*e.lag.Max(), e.hold/2) - time.Since(called))
 	}
 	wait = time.Since(called)
 	if err := hb.Release(e.ctx, h); err != nil {
@@ -253,7 +253,7 @@ func (e *env) waitPastTTL(t *testing.T) {
 	// A lease whose own send time and TTL ended before the grant came back
 	// may have expired on the store (allowing for the scheduling lateness
 	// measured, which may have delayed the backend's renewals).
-	if end := sent.Add(ttl); end.Add(2 * e.lag.max()).Before(r.at) {
+	if end := sent.Add(ttl); end.Add(2 * e.lag.Max()).Before(r.at) {
 		t.Fatalf("AcquireWait granted a lease that had run out %v before it returned (Grant.Sent %v after the call, TTL %v): a waiter whose lease expired while it waited was granted the key",
 			r.at.Sub(end).Round(time.Millisecond), sent.Sub(called).Round(time.Millisecond), ttl)
 	}
@@ -269,15 +269,15 @@ func (e *env) waitPastTTL(t *testing.T) {
 		// machine, it may simply have run out since (seen at load 20: the
 		// check 250ms after the send of a 250ms lease); that case is
 		// judged by the check of Sent and TTL above.
-		if age := checked.Sub(sent); age < ttl-2*e.lag.max() {
+		if age := checked.Sub(sent); age < ttl-2*e.lag.Max() {
 			t.Fatalf("key free %v after the request that AcquireWait granted to a waiter that waited %v was sent (its TTL %v): its lease expired while it waited", age.Round(time.Millisecond), wait, ttl)
 		}
-		t.Logf("key free when checked %v after the grant's request was sent (TTL %v, lateness up to %v): ran out since; judged by Sent and TTL only", checked.Sub(sent).Round(time.Millisecond), ttl, e.lag.max())
+		t.Logf("key free when checked %v after the grant's request was sent (TTL %v, lateness up to %v): ran out since; judged by Sent and TTL only", checked.Sub(sent).Round(time.Millisecond), ttl, e.lag.Max())
 		return
 	}
 	renewed := time.Now()
 	if _, err := wb.Renew(e.ctx, r.g, e.ttl); err != nil {
-		if age := renewed.Sub(sent); age < ttl-2*e.lag.max() || !errors.Is(err, driver.ErrNotHeld) {
+		if age := renewed.Sub(sent); age < ttl-2*e.lag.Max() || !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("the waiter granted after %v (its TTL %v) cannot renew %v after the grant's request was sent: %v", wait, e.ttl, age.Round(time.Millisecond), err)
 		}
 		t.Logf("the waiter's renewal %v after the grant's request was sent (TTL %v) came too late to judge: %v", renewed.Sub(sent).Round(time.Millisecond), ttl, err)

@@ -154,7 +154,7 @@ func (e *env) retryTimed(t *testing.T, ttl time.Duration, check func(ttl time.Du
 		}
 		longer := min(max(3*ttl, 8*inc.late).Round(time.Millisecond), fencedlock.MaxTTL)
 		t.Logf("inconclusive with TTL %v: %s (the suite's requests were %v late; scheduling lateness max %v); not a violation: retrying with TTL %v",
-			ttl, inc.why, inc.late.Round(time.Millisecond), e.lag.max().Round(time.Millisecond), longer)
+			ttl, inc.why, inc.late.Round(time.Millisecond), e.lag.Max().Round(time.Millisecond), longer)
 		ttl = longer
 		inc = check(ttl)
 	}
@@ -191,7 +191,7 @@ func (e *env) watchdogKeeps(t *testing.T, ttl time.Duration) *inconclusive {
 	// sent, and that of the one it should have sent by now.
 	late := func(now time.Time) time.Duration {
 		if rec == nil {
-			return e.lag.max()
+			return e.lag.Max()
 		}
 		calls := rec.record()
 		last := sentA
@@ -249,10 +249,10 @@ func (e *env) judgeLoss(t *testing.T, err error, rec *renewRecorder, acquired []
 	if rec == nil {
 		// A KeepAliver: its renewals cannot be seen. A loss is the
 		// backend's unless the machine was slow enough to explain it.
-		if lag := e.lag.max(); lag < opts.TTL-opts.SafetyMargin-opts.RenewInterval {
+		if lag := e.lag.Max(); lag < opts.TTL-opts.SafetyMargin-opts.RenewInterval {
 			t.Fatalf("lease lost after %d checks although kept alive (scheduling lateness max %v): %v", checks, lag, err)
 		}
-		return &inconclusive{why: fmt.Sprintf("lease lost after %d checks: %v", checks, err), late: e.lag.max()}
+		return &inconclusive{why: fmt.Sprintf("lease lost after %d checks: %v", checks, err), late: e.lag.Max()}
 	}
 	calls := rec.record()
 	late := lateness(sentA, calls, opts.RenewInterval)

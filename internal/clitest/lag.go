@@ -3,56 +3,24 @@ package clitest
 import (
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencedlock/fencedlock/internal/schedlag"
 )
 
-// Lag measures how late the test process is scheduled while it runs: a
-// goroutine sleeps lagTick in a loop and records the largest oversleep.
-// On a loaded machine the binary under test is delayed alike; a test that
-// a late binary makes inconclusive sizes its retry by what Lag measured.
-type Lag struct {
-	mu   sync.Mutex
-	max  time.Duration
-	stop chan struct{}
-	done chan struct{}
-}
-
-const lagTick = 5 * time.Millisecond
+// Lag measures how late the test process is scheduled while it runs
+// (a [schedlag.Monitor]: the largest oversleep of a goroutine that sleeps
+// schedlag.Tick in a loop, read with Max). On a loaded machine the binary
+// under test is delayed alike; a test that a late binary makes
+// inconclusive sizes its retry by what Lag measured.
+type Lag = schedlag.Monitor
 
 // StartLag starts measuring; the measurement stops when the test ends.
 func StartLag(t *testing.T) *Lag {
-	l := &Lag{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		t := time.NewTimer(lagTick)
-		defer t.Stop()
-		for last := time.Now(); ; {
-			select {
-			case <-l.stop:
-				return
-			case <-t.C:
-				// Read the clock when this goroutine runs, not the
-				// timer's own time: the delay is the one to running.
-				now := time.Now()
-				l.mu.Lock()
-				l.max = max(l.max, now.Sub(last)-lagTick)
-				l.mu.Unlock()
-				last = now
-				t.Reset(lagTick)
-			}
-		}
-	}()
-	t.Cleanup(func() { close(l.stop); <-l.done })
+	l := schedlag.Start()
+	t.Cleanup(l.Stop)
 	return l
-}
-
-// Max returns the largest scheduling delay measured so far.
-func (l *Lag) Max() time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.max
 }
 
 // switchMsg is what fencedlock run's supervisor writes when it fires its
