@@ -37,7 +37,7 @@ type Locker struct {
 	clk      *clock       // the clocks of validity (clock.go)
 
 	tr      *locktrace.Trace // a copy of Options.Trace; nil: nothing traced (trace.go)
-	backend string           // the backend's name in events (set with tr only)
+	backend string           // the backend's name: BackendName, and in events
 
 	mu      sync.Mutex
 	closed  bool
@@ -66,9 +66,10 @@ func New(b driver.Backend, opts Options) (*Locker, error) {
 	l.keeper, _ = b.(driver.KeepAliver)
 	l.relClock.timeout = o.ReleaseTimeout
 	l.policy = waitPolicy{max: o.MaxRetryDelay, notifier: l.notify != nil, jitter: jitter}
-	if o.Trace != nil { // observe: events carry the backend's name
+	l.backend = driver.Name(b) // once: BackendName and every event read it
+	if o.Trace != nil {
 		tr := *o.Trace
-		l.tr, l.backend = &tr, driver.Name(b)
+		l.tr = &tr
 	}
 	return l, nil
 }

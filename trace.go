@@ -17,7 +17,8 @@ import (
 // ([driver.Name]): the last element of its package path ("redis",
 // "goredis", "etcd", "memory"), or, for a view of another backend (the
 // Lockers of packages rwlock, semaphore and multilock), that backend's.
-func (l *Locker) BackendName() string { return driver.Name(l.b) }
+// The name is computed once, by New.
+func (l *Locker) BackendName() string { return l.backend }
 
 // acquireKey is the context key of an observed Acquire's state.
 type acquireKey struct{}
