@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/fencedlock/fencedlock/internal/leasectx"
 )
 
 // Reentrancy. A Locker is not reentrant: a Lease is the handle to a held
@@ -45,13 +47,11 @@ func (e *heldByLockerError) Error() string {
 
 func (e *heldByLockerError) Unwrap() []error { return []error{ErrHeldByLocker, ErrNotAcquired} }
 
-// leaseKey is the context key of the lease a context comes from.
-type leaseKey struct{}
-
 // withLease returns ctx marked as coming from ls (Lease.Context, Do's fn
 // context), so that an acquire of ls's key on it is known to be nested.
+// The key is internal/leasectx's, which rwlock reads too.
 func withLease(ctx context.Context, ls *Lease) context.Context {
-	return context.WithValue(ctx, leaseKey{}, ls)
+	return context.WithValue(ctx, leasectx.Key{}, ls)
 }
 
 // reentry refuses an acquire of key that can never succeed because this
@@ -66,7 +66,7 @@ func (l *Locker) reentry(ctx context.Context, key string, wait bool) error {
 		return nil
 	}
 	if wait {
-		from, _ := ctx.Value(leaseKey{}).(*Lease)
+		from, _ := ctx.Value(leasectx.Key{}).(*Lease)
 		if from == nil || from.l != l || from.grant.Key != key {
 			return nil // another goroutine's turn, or a lease on another key
 		}

@@ -40,25 +40,37 @@ func TestNestedLockRefused(t *testing.T) {
 		{rwlock.Write, "RLock", (*rwlock.RWLock).RLock},
 		{rwlock.Write, "TryRLock", (*rwlock.RWLock).TryRLock},
 	} {
-		t.Run(c.held.String()+"/"+c.name, func(t *testing.T) {
-			outer := lease(t, r, c.held, "cfg")
-			ctx, cancel := context.WithTimeout(outer.Context(), 2*time.Second)
-			defer cancel()
-			start := time.Now()
-			l, err := c.inner(r, ctx, "cfg")
-			if !errors.Is(err, fencedlock.ErrHeldByLocker) || !errors.Is(err, fencedlock.ErrNotAcquired) {
-				t.Fatalf("%s of %q on the context of its %v lease: %v, %v after %v; want ErrHeldByLocker at once",
-					c.name, "cfg", c.held, l, err, time.Since(start).Round(time.Millisecond))
-			}
-			t.Logf("%v", err)
-			if c.held == rwlock.Read { // no intent left: another reader gets in
-				rl, err := other.TryRLock(t.Context(), "cfg")
-				if err != nil {
-					t.Fatalf("another RWLock's TryRLock after the refused %s: %v", c.name, err)
+		// The lease's Context, and that of the fencedlock.Lease it
+		// embeds (an RLock on a write lease's lease.Lease.Context() and a
+		// Lock on a read lease's waited for it until their context ended:
+		// only the first was recognised).
+		for _, from := range []struct {
+			name string
+			ctx  func(*rwlock.Lease) context.Context
+		}{
+			{"Context", (*rwlock.Lease).Context},
+			{"Lease.Context", func(l *rwlock.Lease) context.Context { return l.Lease.Context() }},
+		} {
+			t.Run(c.held.String()+"/"+c.name+"/"+from.name, func(t *testing.T) {
+				outer := lease(t, r, c.held, "cfg")
+				ctx, cancel := context.WithTimeout(from.ctx(outer), 2*time.Second)
+				defer cancel()
+				start := time.Now()
+				l, err := c.inner(r, ctx, "cfg")
+				if !errors.Is(err, fencedlock.ErrHeldByLocker) || !errors.Is(err, fencedlock.ErrNotAcquired) {
+					t.Fatalf("%s of %q on the %s of its %v lease: %v, %v after %v; want ErrHeldByLocker at once",
+						c.name, "cfg", from.name, c.held, l, err, time.Since(start).Round(time.Millisecond))
 				}
-				_ = rl.Release(t.Context())
-			}
-		})
+				t.Logf("%v", err)
+				if c.held == rwlock.Read { // no intent left: another reader gets in
+					rl, err := other.TryRLock(t.Context(), "cfg")
+					if err != nil {
+						t.Fatalf("another RWLock's TryRLock after the refused %s: %v", c.name, err)
+					}
+					_ = rl.Release(t.Context())
+				}
+			})
+		}
 	}
 	t.Run("not refused", func(t *testing.T) {
 		outer := lease(t, r, rwlock.Read, "cfg")
@@ -75,11 +87,27 @@ func TestNestedLockRefused(t *testing.T) {
 			_ = l.Release(t.Context())
 		}
 		mine := lease(t, other, rwlock.Read, "shared")
-		ctx, cancel := context.WithTimeout(mine.Context(), 100*time.Millisecond)
-		defer cancel()
-		if _, err := r.Lock(ctx, "shared"); errors.Is(err, fencedlock.ErrHeldByLocker) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Lock on the context of another RWLock's read lease: %v, want it to wait (context deadline exceeded)", err)
+		for _, from := range []context.Context{mine.Context(), mine.Lease.Context()} {
+			ctx, cancel := context.WithTimeout(from, 100*time.Millisecond)
+			_, err := r.Lock(ctx, "shared")
+			cancel()
+			if errors.Is(err, fencedlock.ErrHeldByLocker) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Lock on the context of another RWLock's read lease: %v, want it to wait (context deadline exceeded)", err)
+			}
 		}
+		// A released lease's context is no longer its: a Lock on it is
+		// granted.
+		gone := lease(t, r, rwlock.Read, "released")
+		if err := gone.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(gone.Lease.Context()), 2*time.Second)
+		defer cancel()
+		l, err := r.Lock(ctx, "released")
+		if err != nil {
+			t.Fatalf("Lock on the context of a released read lease: %v, want granted", err)
+		}
+		_ = l.Release(t.Context())
 	})
 }
 

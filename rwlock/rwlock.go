@@ -15,6 +15,7 @@ import (
 	"github.com/fencedlock/fencedlock"
 	"github.com/fencedlock/fencedlock/driver"
 	"github.com/fencedlock/fencedlock/fencing"
+	"github.com/fencedlock/fencedlock/internal/leasectx"
 	"github.com/fencedlock/fencedlock/internal/redact"
 )
 
@@ -41,6 +42,11 @@ type RWLock struct {
 	rw     driver.RWLocker
 	intent time.Duration
 	seq    atomic.Uint64 // makes the readers' Locker keys distinct
+	// leases maps the live leases' *fencedlock.Lease to their *Lease:
+	// nested finds by it the lease a context comes from (the root marks
+	// its leases' contexts, internal/leasectx). An entry goes when its
+	// lease's context ends (released or lost).
+	leases sync.Map
 
 	mu       sync.Mutex
 	closed   bool
@@ -120,29 +126,31 @@ type Lease struct {
 	name string
 	mode Mode
 	r    *RWLock
-	ctx  context.Context // Lease.Context, marked as this lease's (leaseKey)
 }
 
-// leaseKey is the context key of the lease a context comes from.
-type leaseKey struct{}
-
 // Context returns the lease's context ([fencedlock.Lease.Context]: ended
-// with the lease, its cause the reason), marked as this lease's. A lease
-// of the same name from the same RWLock, asked for on it or on a context
-// derived from it, would wait for this lease: a Lock (an upgrade of a read
+// with the lease, its cause the reason), the same as that of the
+// fencedlock.Lease it embeds. A lease of the same name from the same
+// RWLock, asked for on either or on a context derived from them, would
+// wait for this lease: a Lock (an upgrade of a read
 // lease, a second write lease) and an RLock while this is the write lease
 // always, and an RLock while this is a read lease whenever a writer waits
 // (writer preference; sync.RWMutex forbids recursive read locking for the
 // same reason). They fail at once with an error wrapping
 // [fencedlock.ErrHeldByLocker] and [fencedlock.ErrNotAcquired], as a
 // Locker's nested Acquire does, and register no intent.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context { return l.Lease.Context() }
 
 // nested returns the error of an acquire of name in mode m on ctx, which
 // comes from a live lease of name from r, or nil.
 func (r *RWLock) nested(ctx context.Context, name string, m Mode) error {
-	from, _ := ctx.Value(leaseKey{}).(*Lease)
-	if from == nil || from.r != r || from.name != name || from.Err() != nil {
+	ls, _ := ctx.Value(leasectx.Key{}).(*fencedlock.Lease)
+	if ls == nil {
+		return nil
+	}
+	v, _ := r.leases.Load(ls)
+	from, _ := v.(*Lease)
+	if from == nil || from.name != name || from.Err() != nil {
 		return nil
 	}
 	return fmt.Errorf("the context comes from this RWLock's %v lease of %q (fence %d), which a %v lease may wait for; release it first (a lease is not upgraded, downgraded or nested): %w (%w)",
@@ -242,7 +250,8 @@ func (r *RWLock) acquire(ctx context.Context, name string, m Mode, wait bool, op
 		return nil, fmt.Errorf("rwlock: %s %q: %w", op, name, nameErr(err, key))
 	}
 	lease := &Lease{Lease: ls, name: name, mode: m, r: r}
-	lease.ctx = context.WithValue(ls.Context(), leaseKey{}, lease)
+	r.leases.Store(ls, lease)
+	context.AfterFunc(ls.Context(), func() { r.leases.Delete(ls) })
 	return lease, nil
 }
 
