@@ -40,6 +40,7 @@ func redisSetup(t *testing.T, client string) multilocktest.Setup {
 		Corrupt: func(t *testing.T, key string) {
 			cli(t, "HSET", lockKey(key), "not", "ours")
 		},
+		Foreign:  redisscript.ErrCorrupt,
 		Abandons: true,
 	}
 }

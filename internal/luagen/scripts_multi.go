@@ -37,7 +37,8 @@ var multiScripts = []Script{
 		},
 		Returns: []string{
 			"0: every lock renewed to ttl",
-			"i > 0: KEYS[i] is not held by owner; nothing changed",
+			"i > 0: KEYS[i] is the first lock not held by owner; nothing changed",
+			"-i < 0: KEYS[i] is the first lock not held by owner, and it holds a value fencedlock did not write (another type, or a string without a TTL); nothing changed",
 		},
 	},
 	{
@@ -55,6 +56,7 @@ var multiScripts = []Script{
 		Returns: []string{
 			"0: every lock deleted",
 			"i > 0: KEYS[i] is the first lock not held by owner; the locks it holds were deleted all the same",
+			"-i < 0: as i, and KEYS[i] holds a value fencedlock did not write (another type, or a string without a TTL), left as it is",
 		},
 	},
 }

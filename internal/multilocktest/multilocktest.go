@@ -37,6 +37,9 @@ type Setup struct {
 	// Corrupt, if not nil, makes key's lock a value fencedlock did not
 	// write (a hash on Redis).
 	Corrupt func(t *testing.T, key string)
+	// Foreign, if not nil, is the error that the errors about a Corrupt
+	// key wrap besides driver.ErrPermanent (redis.ErrCorrupt).
+	Foreign error
 	// Abandons says that a clean-up release makes the server refuse the
 	// owner's acquire if it arrives later (Redis).
 	Abandons bool
@@ -277,6 +280,7 @@ func Run(t *testing.T, s Setup) {
 	t.Run("OddNamesAndMaxKeys", func(t *testing.T) { OddNamesAndMaxKeys(t, s) })
 	t.Run("MixedContention", func(t *testing.T) { MixedContention(t, s) })
 	t.Run("CorruptKeyTakesNothing", func(t *testing.T) { CorruptKeyTakesNothing(t, s) })
+	t.Run("ReplacedKeyNamed", func(t *testing.T) { ReplacedKeyNamed(t, s) })
 	t.Run("UnknownOutcomeLeavesNothing", func(t *testing.T) { UnknownOutcomeLeavesNothing(t, s) })
 	if isNotifier(t, s) {
 		t.Run("ReleaseWakesWaiter", func(t *testing.T) { ReleaseWakesWaiter(t, s) })

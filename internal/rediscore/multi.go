@@ -140,7 +140,9 @@ func (b *Backend) AcquireMulti(ctx context.Context, req driver.MultiRequest) (dr
 // (multi_renew.lua), followed by WAIT with WaitReplicas (a renewal not
 // confirmed is an error wrapping ErrReplication, or WAIT's, as Renew's);
 // otherwise a *driver.LostKeyError names the first key it does not hold,
-// and nothing changed.
+// and nothing changed; if that key holds a value fencedlock did not write
+// (another type, a string without a TTL), the error also wraps ErrCorrupt
+// and driver.ErrPermanent (redisscript.LostKey).
 func (b *Backend) RenewMulti(ctx context.Context, g driver.MultiGrant, ttl time.Duration) (time.Duration, error) {
 	const op = "renew set"
 	locks, err := b.multiOp(op, g.Keys)
@@ -153,7 +155,7 @@ func (b *Backend) RenewMulti(ctx context.Context, g driver.MultiGrant, ttl time.
 	if err != nil {
 		return 0, err
 	}
-	if err := lostKey(op, g.Keys, w.N); err != nil {
+	if err := redisscript.LostKey(op, g.Keys, w.N); err != nil {
 		return 0, err
 	}
 	return a.Duration(), nil
@@ -161,10 +163,12 @@ func (b *Backend) RenewMulti(ctx context.Context, g driver.MultiGrant, ttl time.
 
 // ReleaseMulti deletes the keys of g that g.Owner holds and wakes their
 // waiters (multi_release.lua); a *driver.LostKeyError names the first key
-// it did not hold. A MultiGrant without Fences (the Locker's clean-up after
-// an acquire whose outcome is unknown) also makes the server remember the
-// owner for redisscript.AbandonTTL, so that its acquire takes nothing if
-// it arrives later.
+// it did not hold, wrapping ErrCorrupt and driver.ErrPermanent too if that
+// key holds a value fencedlock did not write, which is left as it is. A
+// MultiGrant without Fences (the Locker's clean-up after an acquire whose
+// outcome is unknown) also makes the server remember the owner for
+// redisscript.AbandonTTL, so that its acquire takes nothing if it arrives
+// later.
 func (b *Backend) ReleaseMulti(ctx context.Context, g driver.MultiGrant) error {
 	const op = "release set"
 	locks, err := b.multiOp(op, g.Keys)
@@ -183,17 +187,5 @@ func (b *Backend) ReleaseMulti(ctx context.Context, g driver.MultiGrant) error {
 	if err != nil {
 		return b.c.Wrap(op, fmt.Sprintf("%q", g.Keys), err)
 	}
-	return lostKey(op, g.Keys, n)
-}
-
-// lostKey returns nil for a reply of 0, the *driver.LostKeyError of
-// keys[n-1] for 1 <= n <= len(keys).
-func lostKey(op string, keys []string, n int64) error {
-	switch {
-	case n == 0:
-		return nil
-	case n >= 1 && n <= int64(len(keys)):
-		return fmt.Errorf("redis: %s: %w", op, &driver.LostKeyError{Key: keys[n-1]})
-	}
-	return fmt.Errorf("redis: %s %q: unexpected reply %d", op, keys, n)
+	return redisscript.LostKey(op, g.Keys, n)
 }

@@ -10,6 +10,7 @@
 -- Returns:
 --   0: every lock deleted
 --   i > 0: KEYS[i] is the first lock not held by owner; the locks it holds were deleted all the same
+--   -i < 0: as i, and KEYS[i] holds a value fencedlock did not write (another type, or a string without a TTL), left as it is
 -- Input comes only through KEYS and ARGV.
 
 -- n keys: KEYS[1..n] the locks, and, for a clean-up, KEYS[n+1] the
@@ -32,14 +33,29 @@ if ARGV[2] == 'sharded' then
   publish = 'SPUBLISH'
 end
 
--- The owner's keys, found first. GET fails with WRONGTYPE if a lock key
--- is not a string.
+-- The owner's keys, found first, and the index of the first key that is
+-- not, negative if it holds a value fencedlock did not write (another
+-- type, which GET refuses with WRONGTYPE, or a string without a TTL). A
+-- foreign value is left as it is, and the owner's keys are released all
+-- the same. Any other refusal of GET (an ACL) is returned as it is,
+-- before any DEL.
 local ours, missing = {}, 0
 for i = 1, n do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then
+  local holder = redis.pcall('GET', KEYS[i])
+  if holder == ARGV[1] then
     ours[#ours + 1] = KEYS[i]
+  elseif type(holder) == 'table' then
+    if not string.find(tostring(holder.err), 'WRONGTYPE', 1, true) then
+      return holder
+    end
+    if missing == 0 then
+      missing = -i
+    end
   elseif missing == 0 then
     missing = i
+    if holder and redis.call('PTTL', KEYS[i]) == -1 then
+      missing = -i
+    end
   end
 end
 

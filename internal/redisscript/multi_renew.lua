@@ -7,15 +7,29 @@
 -- ARGV[2]: ttl: the new lease in milliseconds
 -- Returns:
 --   0: every lock renewed to ttl
---   i > 0: KEYS[i] is not held by owner; nothing changed
+--   i > 0: KEYS[i] is the first lock not held by owner; nothing changed
+--   -i < 0: KEYS[i] is the first lock not held by owner, and it holds a value fencedlock did not write (another type, or a string without a TTL); nothing changed
 -- Input comes only through KEYS and ARGV.
 
 -- Every key is checked before any is extended: the set has one lease,
--- renewed whole or not at all. GET fails with WRONGTYPE if a lock key is
--- not a string. The keys still held stay as they are when one is found
--- gone: the lease ends, and they expire with their TTL.
+-- renewed whole or not at all. The keys still held stay as they are when
+-- one is found gone: the lease ends, and they expire with their TTL.
 for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+  local holder = redis.pcall('GET', KEYS[i])
+  if holder ~= ARGV[1] then
+    -- Not the owner's: its index, negative if the key holds a value
+    -- fencedlock did not write (GET refuses another type with WRONGTYPE;
+    -- a lock is never written without a TTL), so that either error names
+    -- the key. Any other refusal (an ACL) is returned as it is.
+    if type(holder) == 'table' then
+      if string.find(tostring(holder.err), 'WRONGTYPE', 1, true) then
+        return -i
+      end
+      return holder
+    end
+    if holder and redis.call('PTTL', KEYS[i]) == -1 then
+      return -i
+    end
     return i
   end
 end
