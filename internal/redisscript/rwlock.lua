@@ -83,13 +83,28 @@ local function last_left(key)
   return tonumber(last[2]) - now
 end
 
+-- held_fence returns the fence in s, a value this script wrote for a
+-- live lease (the counter while the writer holds, a reader's recorded
+-- fence), or nil and an error reply: one changed by hand (deleted, not a
+-- fence) is no fence to grant again.
+local function held_fence(s, what)
+  if not s or not ((#s < 16 or (#s == 16 and s <= '9007199254740992')) and (s == '0' or string.match(s, '^[1-9]%d*$') ~= nil)) or tonumber(s) < 1 then
+    return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. what .. ' is missing or invalid for a held lease')
+  end
+  return tonumber(s)
+end
+
 local ttl = tonumber(ARGV[4])
 
 if op == 'acquire' and mode == 'w' then
   if writer == owner then
     -- A retried request: nothing was granted since, the counter is its fence.
+    local fence, problem = held_fence(redis.call('GET', KEYS[4]), 'fence counter ' .. KEYS[4])
+    if problem then
+      return problem
+    end
     redis.call('PEXPIRE', KEYS[1], ttl)
-    return tonumber(redis.call('GET', KEYS[4]))
+    return fence
   end
   local wait = last_left(KEYS[2])
   if writer then
@@ -121,10 +136,14 @@ if op == 'acquire' then
   -- (ZSCORE) is its fence.
   if mine and redis.call('ZSCORE', KEYS[2], owner) then
     -- A retried request: the reader keeps its fence.
+    local fence, problem = held_fence(mine, 'the fence of a reader in ' .. KEYS[3])
+    if problem then
+      return problem
+    end
     redis.call('ZADD', KEYS[2], now + ttl, owner)
     cover(KEYS[2], ttl)
     cover(KEYS[3], ttl)
-    return tonumber(mine)
+    return fence
   end
   if writer then
     local left, problem = writer_left()
@@ -140,6 +159,12 @@ if op == 'acquire' then
   local fence, problem = next_fence(KEYS[4])
   if problem then
     return problem
+  end
+  if fence == 1 and redis.call('ZCARD', KEYS[2]) > 0 then
+    -- The counter was gone while readers hold fences it granted: deleted
+    -- by hand. Fences would restart below theirs; the counter stays gone.
+    redis.call('DEL', KEYS[4])
+    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[4] .. ' is missing while readers hold: fences would restart at 1')
   end
   redis.call('ZADD', KEYS[2], now + ttl, owner)
   redis.call('HSET', KEYS[3], owner, fence)
