@@ -199,3 +199,46 @@ func checkFirst(t *testing.T, op string, err error, key string, foreign bool) {
 		t.Errorf("%s: %v, want a LostKeyError naming %q, ErrCorrupt %v", op, err, key, foreign)
 	}
 }
+
+// TestMultiCleanupOverMaxmemory: the clean-up release of a set whose
+// acquire had an unknown outcome (a MultiGrant without Fences) frees the
+// owner's keys on a server over maxmemory (noeviction), as a release
+// does, and still remembers the owner, so that its acquire arriving later
+// takes nothing. Redis refuses a command that may grow memory only as a
+// script's first write: multi_release.lua's SADD of the owner came before
+// its DELs, and the whole clean-up failed with OOM, leaving the set held
+// by nobody for a TTL.
+func TestMultiCleanupOverMaxmemory(t *testing.T) {
+	for _, cl := range backendtest.RedisClients {
+		t.Run(cl.Name, func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			b := open(t, cl, srv)
+			ctx := context.Background()
+			req := driver.MultiRequest{Keys: []string{"oom0", "oom1", "oom2"}, Owner: rand.Text(), TTL: time.Minute}
+			if _, err := b.AcquireMulti(ctx, req); err != nil { // its reply "lost"
+				t.Fatal(err)
+			}
+			cli(t, srv, "CONFIG", "SET", "maxmemory", "1")
+			if _, err := b.AcquireMulti(ctx, driver.MultiRequest{Keys: []string{"other"}, Owner: rand.Text(), TTL: time.Minute}); err == nil {
+				t.Fatal("AcquireMulti over maxmemory succeeded: the server is not over maxmemory")
+			}
+			if err := b.ReleaseMulti(ctx, driver.MultiGrant{Keys: req.Keys, Owner: req.Owner}); err != nil {
+				t.Errorf("clean-up release over maxmemory: %v, want nil", err)
+			}
+			for _, k := range req.Keys {
+				if out := cli(t, srv, "EXISTS", lockKey(k)); out != "0" {
+					t.Errorf("%q after the clean-up: EXISTS %s, want freed", k, out)
+				}
+			}
+			cli(t, srv, "CONFIG", "SET", "maxmemory", "0")
+			if _, err := b.AcquireMulti(ctx, req); err == nil || !strings.Contains(err.Error(), "FENCEDLOCK_ABANDONED") {
+				t.Errorf("the owner's acquire after its clean-up: %v, want FENCEDLOCK_ABANDONED", err)
+			}
+			for _, k := range req.Keys {
+				if out := cli(t, srv, "EXISTS", lockKey(k)); out != "0" {
+					t.Errorf("%q after the abandoned acquire: EXISTS %s, want free", k, out)
+				}
+			}
+		})
+	}
+}

@@ -19,13 +19,9 @@ local n = #KEYS
 local abandon = ARGV[3] and ARGV[3] ~= ''
 if abandon then
   n = n - 1
-  -- A clean-up after an acquire whose outcome is unknown: remember the
-  -- owner (by SHA-1, not the secret), so that its acquire, if still on
-  -- its way, takes nothing when it arrives.
-  redis.call('SADD', KEYS[n + 1], redis.sha1hex(ARGV[1]))
-  if redis.call('PTTL', KEYS[n + 1]) < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[n + 1], ARGV[3])
-  end
+  -- SISMEMBER fails with WRONGTYPE if the abandoned key is not a set:
+  -- before any write, as the SADD below would after the DELs.
+  redis.call('SISMEMBER', KEYS[n + 1], redis.sha1hex(ARGV[1]))
 end
 
 local publish = 'PUBLISH'
@@ -67,5 +63,20 @@ for _, k in ipairs(ours) do
 end
 for _, k in ipairs(ours) do
   redis.call('DEL', k)
+end
+
+if abandon then
+  -- A clean-up after an acquire whose outcome is unknown: remember the
+  -- owner (by SHA-1, not the secret), so that its acquire, if still on
+  -- its way, takes nothing when it arrives. After the DELs: a server over
+  -- maxmemory refuses a command that may grow memory only as a script's
+  -- first write, so a clean-up that frees keys works there too (it failed
+  -- whole when SADD came first). One that frees none fails with OOM; the
+  -- acquire it answers, arriving while the server is still over
+  -- maxmemory, is refused at its first SET.
+  redis.call('SADD', KEYS[n + 1], redis.sha1hex(ARGV[1]))
+  if redis.call('PTTL', KEYS[n + 1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[n + 1], ARGV[3])
+  end
 end
 return missing
