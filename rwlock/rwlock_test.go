@@ -66,6 +66,10 @@ func TestMemoryPausedReaderLost(t *testing.T) { rwlocktest.PausedReaderLost(t, m
 
 func TestMemoryCloseUnderLoad(t *testing.T) { rwlocktest.CloseUnderLoad(t, memorySetup(t)) }
 
+func TestMemoryManyReadersThenWriter(t *testing.T) {
+	rwlocktest.ManyReadersThenWriter(t, memorySetup(t))
+}
+
 func TestMemoryReservedNames(t *testing.T) { rwlocktest.ReservedNames(t, memorySetup(t)) }
 
 func TestMemoryRetriedAcquire(t *testing.T) { rwlocktest.RetriedAcquire(t, memorySetup(t)) }

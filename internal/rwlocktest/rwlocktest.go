@@ -61,6 +61,7 @@ func Scenarios(workers, rounds int) []Scenario {
 		{"CloseReleasesLeases", CloseReleasesLeases},
 		{"ReservedNames", ReservedNames},
 		{"CloseUnderLoad", CloseUnderLoad},
+		{"ManyReadersThenWriter", ManyReadersThenWriter},
 	}
 }
 
