@@ -11,14 +11,23 @@ import (
 
 // Sets of keys on go-redis: those of backend/redis (the same scripts and
 // core, internal/rediscore). On a *redis.ClusterClient every key of a set
-// must be in one hash slot (else ErrInvalid, nothing sent). WaitReplicas
-// confirms a set's acquire and renew as a single key's.
+// must be in one hash slot (else ErrInvalid, nothing sent). On a
+// *redis.Ring, which runs a script on the shard of its first key and
+// moves keys between shards, a set is one key (else ErrInvalid, nothing
+// sent). WaitReplicas confirms a set's acquire and renew as a single
+// key's.
 var _ driver.MultiLocker = (*Backend)(nil)
 
 // Cluster reports whether the client is a *redis.ClusterClient
 // (rediscore.ClusterConn).
 func (c conn) Cluster() bool {
 	_, ok := c.b.c.(*redis.ClusterClient)
+	return ok
+}
+
+// Ring reports whether the client is a *redis.Ring (rediscore.RingConn).
+func (c conn) Ring() bool {
+	_, ok := c.b.c.(*redis.Ring)
 	return ok
 }
 

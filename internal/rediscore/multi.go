@@ -30,9 +30,19 @@ type ClusterConn interface {
 	Cluster() bool
 }
 
+// RingConn is implemented by a [Conn] that can say whether its client
+// shards keys itself by their hash tag (a go-redis Ring): a script runs
+// on the shard of its first key, and the Ring moves keys between shards
+// as shards come and go. Every key's lock has a hash tag of its own (the
+// key; KeyPrefix holds no braces), so no two keys are sure to stay on one
+// shard: a set of more than one key is refused before it is sent.
+type RingConn interface {
+	Ring() bool
+}
+
 // multiOp starts op on the set keys: it returns their lock keys, or an
 // error for a closed backend or, on Redis Cluster, keys in more than one
-// hash slot.
+// hash slot, or, on a client-sharded Ring, more than one key.
 func (b *Backend) multiOp(op string, keys []string) ([]string, error) {
 	name := fmt.Sprintf("%q", keys)
 	if b.c.Closed() {
@@ -44,6 +54,10 @@ func (b *Backend) multiOp(op string, keys []string) ([]string, error) {
 	locks := make([]string, len(keys))
 	for i, k := range keys {
 		locks[i] = redisscript.LockKey(b.opts.KeyPrefix, k)
+	}
+	if rc, ok := b.c.(RingConn); ok && rc.Ring() && len(keys) > 1 {
+		return nil, fmt.Errorf("redis: %s %s: a client-sharded Ring may keep %q and %q on different shards (a set there is one key): %w",
+			op, name, keys[0], keys[1], driver.ErrInvalid)
 	}
 	if cc, ok := b.c.(ClusterConn); ok && cc.Cluster() {
 		for i := range locks {
