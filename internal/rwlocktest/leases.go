@@ -43,7 +43,8 @@ func TryLockLeavesNoIntent(t *testing.T, s Setup) {
 
 // PausedReaderLost: a reader paused past its TTL (it never renews) loses
 // the name: a waiting writer is granted once the server expired it, not
-// before. The reader's Err reports the loss; its late Renew and Release
+// before, and the reader's Context has ended by then (its local deadline
+// comes before the server's expiry). The reader's Err reports the loss; its late Renew and Release
 // fail with ErrNotHeld and change nothing: the writer still holds alone
 // (no reader, no other writer gets in, its renewal succeeds), with a fence
 // above the reader's.
@@ -56,6 +57,7 @@ func PausedReaderLost(t *testing.T, s Setup) {
 	start := time.Now()
 	r := lock(t, ctx, paused, n, rwlock.Read)
 	w := lock(t, ctx, other, n, rwlock.Write) // waits until r expired on the server
+	learnedFirst(t, r, "paused reader", "a writer")
 	defer w.Release(ctx)
 	if waited := time.Since(start); waited < s.TTL {
 		t.Fatalf("a writer came in %v after the reader, within its TTL of %v", waited, s.TTL)

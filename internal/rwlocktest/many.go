@@ -115,3 +115,13 @@ func waitIntent(t *testing.T, ctx context.Context, probe *rwlock.RWLock, n strin
 		}
 	}
 }
+
+// learnedFirst checks, right after other's lease was granted, that the
+// paused holder's lease l already ended: the holder learns it lost the
+// name before anybody else holds it.
+func learnedFirst(t *testing.T, l *rwlock.Lease, holder, other string) {
+	t.Helper()
+	if l.Context().Err() == nil {
+		t.Fatalf("%s was granted while the %s's Context was live (Err %v)", other, holder, l.Err())
+	}
+}

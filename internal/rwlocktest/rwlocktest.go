@@ -226,7 +226,8 @@ func exclusionRound(m rwlock.Mode, readers, writers, maxReaders *atomic.Int64) (
 }
 
 // PausedWriterRefused: a writer paused past its TTL (it never renews)
-// loses the name; a reader and then another writer come in; the paused
+// loses the name, and its Context has ended when a reader comes in; a
+// reader and then another writer come in; the paused
 // writer's late write is refused by the fencing guard, whose newest fence
 // is the second writer's, above the reader's and the first writer's.
 func PausedWriterRefused(t *testing.T, s Setup) {
@@ -238,6 +239,7 @@ func PausedWriterRefused(t *testing.T, s Setup) {
 	start := time.Now()
 	a := lock(t, ctx, paused, n, rwlock.Write)
 	r := lock(t, ctx, other, n, rwlock.Read) // waits until a expired on the server
+	learnedFirst(t, a, "paused writer", "a reader")
 	if waited := time.Since(start); waited < s.TTL {
 		t.Fatalf("a reader came in %v after the writer, within its TTL of %v", waited, s.TTL)
 	}
