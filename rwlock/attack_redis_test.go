@@ -38,6 +38,9 @@ func TestRedisTamperedFences(t *testing.T) {
 		{"counter deleted, writer retries", driver.Write, func(t *testing.T, lk string) { set(t, "DEL", lk+":rw:fence") }, true},
 		{"counter not a number, writer retries", driver.Write, func(t *testing.T, lk string) { set(t, "SET", lk+":rw:fence", "abc") }, true},
 		{"counter deleted, new reader", driver.Read, func(t *testing.T, lk string) { set(t, "DEL", lk+":rw:fence") }, false},
+		{"counter deleted, writer behind readers", driver.Read, func(t *testing.T, lk string) { set(t, "DEL", lk+":rw:fence") }, false},
+		{"counter deleted, writer behind a writer", driver.Write, func(t *testing.T, lk string) { set(t, "DEL", lk+":rw:fence") }, false},
+		{"counter deleted, reader behind a writer", driver.Write, func(t *testing.T, lk string) { set(t, "DEL", lk+":rw:fence") }, false},
 		{"reader's fence not a number, reader retries", driver.Read, func(t *testing.T, lk string) {
 			set(t, "HSET", lk+":rw:fences", holderOwner, "abc")
 		}, true},
@@ -80,10 +83,16 @@ func TestRedisTamperedFences(t *testing.T) {
 				if !tc.retry {
 					owner = "new-secret-" + rand.Text()
 				}
-				g, err := acquire(owner)
+				m := tc.hold
+				if strings.Contains(tc.name, "writer behind") {
+					m = driver.Write
+				} else if strings.Contains(tc.name, "reader behind") {
+					m = driver.Read
+				}
+				g, err := rw.AcquireRW(ctx, driver.RWRequest{AcquireRequest: driver.AcquireRequest{Key: n, Owner: owner, TTL: 30 * time.Second}, Mode: m, Intent: time.Minute})
 				if !errors.Is(err, redis.ErrCorrupt) || !errors.Is(err, driver.ErrPermanent) || !strings.Contains(err.Error(), lk+":rw:fence") {
-					t.Fatalf("%v acquire after the state was changed by hand (lease of fence %v held): grant %+v, %v; want an error wrapping ErrCorrupt and ErrPermanent naming the key",
-						tc.hold, held.Fence, g.Fence, err)
+					t.Fatalf("%v acquire after the state was changed by hand (%v lease of fence %v held): grant %+v, %v; want an error wrapping ErrCorrupt and ErrPermanent naming the key",
+						m, tc.hold, held.Fence, g.Fence, err)
 				}
 			})
 		}

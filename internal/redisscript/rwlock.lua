@@ -94,6 +94,15 @@ local function held_fence(s, what)
   return tonumber(s)
 end
 
+-- counter_gone returns an error reply if the fence counter is missing
+-- while a lease it granted is live (deleted by hand: the fences of the
+-- name would restart at 1, below that lease's), else nil.
+local function counter_gone()
+  if redis.call('EXISTS', KEYS[4]) == 0 then
+    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[4] .. ' is missing while a lease holds: fences would restart at 1')
+  end
+end
+
 local ttl = tonumber(ARGV[4])
 
 if op == 'acquire' and mode == 'w' then
@@ -115,6 +124,10 @@ if op == 'acquire' and mode == 'w' then
     wait = left
   end
   if wait > 0 then
+    local problem = counter_gone()
+    if problem then
+      return problem
+    end
     local intent = tonumber(ARGV[5])
     if intent > 0 then
       redis.call('ZADD', KEYS[5], now + intent, owner)
@@ -147,6 +160,9 @@ if op == 'acquire' then
   end
   if writer then
     local left, problem = writer_left()
+    if not problem then
+      problem = counter_gone()
+    end
     if problem then
       return problem
     end
@@ -161,10 +177,10 @@ if op == 'acquire' then
     return problem
   end
   if fence == 1 and redis.call('ZCARD', KEYS[2]) > 0 then
-    -- The counter was gone while readers hold fences it granted: deleted
-    -- by hand. Fences would restart below theirs; the counter stays gone.
+    -- The counter was gone while readers hold fences it granted (see
+    -- counter_gone); it stays gone.
     redis.call('DEL', KEYS[4])
-    return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[4] .. ' is missing while readers hold: fences would restart at 1')
+    return counter_gone()
   end
   redis.call('ZADD', KEYS[2], now + ttl, owner)
   redis.call('HSET', KEYS[3], owner, fence)
