@@ -21,7 +21,7 @@ var multiScripts = []Script{
 			"{1, fence of KEYS[1], ..., fence of KEYS[n]}: every lock taken",
 			"{0, i, pttl}: KEYS[i] is held by another owner for pttl more milliseconds; nothing was changed",
 			"error " + consts.AbandonedCode + ": the owner's acquire was already cleaned up; nothing was changed",
-			"error " + consts.CorruptCode + " or WRONGTYPE: a key holds a value fencedlock did not write; nothing was changed",
+			"error " + consts.CorruptCode + ": a key holds a value fencedlock did not write (another type, a lock without a TTL, a counter that is not one), named; nothing was changed",
 			"error " + consts.ExhaustedCode + ": a fence counter is at " + consts.MaxFence + "; nothing was changed",
 		},
 	},

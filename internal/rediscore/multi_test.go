@@ -242,3 +242,32 @@ func TestMultiCleanupOverMaxmemory(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiAcquireForeignNamed: a set's acquire that finds a key of
+// another type, in a lock or in a fence counter, fails with a permanent
+// ErrCorrupt error that names that key (of up to MaxMultiKeys), as it did
+// for a lock without a TTL, and takes nothing. GET's WRONGTYPE used to
+// abort the script with an error naming no key.
+func TestMultiAcquireForeignNamed(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	ctx := context.Background()
+	for _, cl := range backendtest.RedisClients {
+		b := open(t, cl, srv)
+		for name, suffix := range map[string]string{"lock": "", "fence counter": redisnames.FenceSuffix} {
+			t.Run(cl.Name+"/"+name, func(t *testing.T) {
+				ks := []string{cl.Name + name + "0", cl.Name + name + "1", cl.Name + name + "2"}
+				foreign := lockKey(ks[1]) + suffix
+				cli(t, srv, "LPUSH", foreign, "not ours")
+				_, err := b.AcquireMulti(ctx, driver.MultiRequest{Keys: ks, Owner: rand.Text(), TTL: 5 * time.Second})
+				if !errors.Is(err, redisscript.ErrCorrupt) || !errors.Is(err, driver.ErrPermanent) || err == nil || !strings.Contains(err.Error(), foreign) {
+					t.Errorf("AcquireMulti with %s a list: %v, want a permanent ErrCorrupt naming it", foreign, err)
+				}
+				for _, k := range []string{ks[0], ks[2]} {
+					if out := cli(t, srv, "EXISTS", lockKey(k), lockKey(k)+redisnames.FenceSuffix); out != "0" {
+						t.Errorf("%q after the refused set: EXISTS %s, want untouched", k, out)
+					}
+				}
+			})
+		}
+	}
+}

@@ -11,7 +11,7 @@
 --   {1, fence of KEYS[1], ..., fence of KEYS[n]}: every lock taken
 --   {0, i, pttl}: KEYS[i] is held by another owner for pttl more milliseconds; nothing was changed
 --   error FENCEDLOCK_ABANDONED: the owner's acquire was already cleaned up; nothing was changed
---   error FENCEDLOCK_CORRUPT or WRONGTYPE: a key holds a value fencedlock did not write; nothing was changed
+--   error FENCEDLOCK_CORRUPT: a key holds a value fencedlock did not write (another type, a lock without a TTL, a counter that is not one), named; nothing was changed
 --   error FENCEDLOCK_EXHAUSTED: a fence counter is at 9007199254740992; nothing was changed
 -- Input comes only through KEYS and ARGV.
 
@@ -27,13 +27,29 @@ if redis.call('EXISTS', abandoned) == 1 and redis.call('SISMEMBER', abandoned, r
   return redis.error_reply('FENCEDLOCK_ABANDONED the acquire of this owner was cleaned up before it arrived; nothing was changed')
 end
 
+-- get returns GET's value of key (what names it), or nil and the error
+-- to return: a key of another type, which GET refuses with WRONGTYPE, is
+-- named among the set's keys; any other refusal (an ACL) is the server's.
+local function get(what, key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' then
+    if string.find(tostring(v.err), 'WRONGTYPE', 1, true) then
+      return nil, redis.error_reply('FENCEDLOCK_CORRUPT ' .. what .. ' ' .. key .. ' holds another type than a string')
+    end
+    return nil, v
+  end
+  return v, nil
+end
+
 -- Every check comes before the first write: a script is not rolled back,
 -- so a set must never be half taken. A key of this owner (a retried
 -- request whose reply was lost) counts as free: it is taken again, with
 -- a new fence.
 for i = 1, n do
-  -- GET fails with WRONGTYPE if a lock key is not a string: nothing written.
-  local holder = redis.call('GET', KEYS[i])
+  local holder, err = get('lock key', KEYS[i])
+  if err then
+    return err
+  end
   if holder and holder ~= owner then
     local pttl = redis.call('PTTL', KEYS[i])
     if pttl < 0 then
@@ -43,7 +59,10 @@ for i = 1, n do
   end
 end
 for i = n + 1, 2 * n do
-  local fence = redis.call('GET', KEYS[i])
+  local fence, err = get('fence counter', KEYS[i])
+  if err then
+    return err
+  end
   if fence then
     if not ((#fence < 16 or (#fence == 16 and fence <= '9007199254740992')) and (fence == '0' or string.match(fence, '^[1-9]%d*$') ~= nil)) then
       return redis.error_reply('FENCEDLOCK_CORRUPT ' .. 'fence counter ' .. KEYS[i] .. ' does not hold a fence counter')
