@@ -229,7 +229,8 @@ func exclusionRound(m rwlock.Mode, readers, writers, maxReaders *atomic.Int64) (
 // loses the name, and its Context has ended when a reader comes in; a
 // reader and then another writer come in; the paused
 // writer's late write is refused by the fencing guard, whose newest fence
-// is the second writer's, above the reader's and the first writer's.
+// is the second writer's, above the reader's and the first writer's; its
+// late Release fails with ErrNotHeld and leaves the second writer holding.
 func PausedWriterRefused(t *testing.T, s Setup) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -262,6 +263,11 @@ func PausedWriterRefused(t *testing.T, s Setup) {
 	}
 	if err := a.Release(ctx); !errors.Is(err, fencedlock.ErrNotHeld) {
 		t.Fatalf("paused writer's Release = %v, want ErrNotHeld", err)
+	}
+	pr, err := paused.TryRLock(ctx, n)
+	wantRefused(t, pr, err, "TryRLock while writer b holds, after paused writer a's late Release")
+	if err := b.Renew(ctx); err != nil || b.Err() != nil {
+		t.Fatalf("writer b's renewal after paused writer a's late Release: %v (Err %v)", err, b.Err())
 	}
 }
 
