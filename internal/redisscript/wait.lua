@@ -87,11 +87,14 @@ local e = string.format('%.0f', now + tonumber(ARGV[3])) .. ':' .. ARGV[2] .. ':
 local pttl, len = 0, 0
 if mine then
   redis.call('LSET', KEYS[4], mine, e)
-  if holder then
-    pttl = math.max(redis.call('PTTL', KEYS[1]), 0)
-  end
 else
   len = redis.call('RPUSH', KEYS[4], e)
+end
+-- The holder's lease left: its expiry is not announced, so the waiter
+-- looks again then, a new one too (else it waited for its own refresh,
+-- a third of its TTL, behind a holder that had crashed).
+if holder then
+  pttl = math.max(redis.call('PTTL', KEYS[1]), 0)
 end
 -- The queue lives as long as its longest-lived entry: a new queue gets
 -- this entry's TTL; an existing one (which has a TTL) is extended only if
