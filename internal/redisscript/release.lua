@@ -159,13 +159,24 @@ end
 -- A clean-up after an acquire (or a wait) whose outcome is unknown:
 -- remember the owner (by SHA-1, not the secret itself), so that its
 -- acquire or wait, if it is still on its way, takes nothing when it
--- arrives. Recorded even when the key is deleted below: another attempt of
+-- arrives. Recorded even when the key is not held: another attempt of
 -- the same owner may still be in flight. Its queue entries go too.
-if abandon then
-  redis.call('SADD', KEYS[4], redis.sha1hex(ARGV[1]))
-  if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[3]) then
-    redis.call('PEXPIRE', KEYS[4], ARGV[3])
+-- The record is written last, after the release's own writes: a server
+-- over maxmemory refuses a command that may grow memory (SADD) only as a
+-- script's first write, and written first it made the whole clean-up
+-- fail, the key held by nobody for its TTL. SISMEMBER fails with
+-- WRONGTYPE if the abandoned key is not a set: before any write.
+local function remember(n)
+  if abandon then
+    redis.call('SADD', KEYS[4], redis.sha1hex(ARGV[1]))
+    if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[3]) then
+      redis.call('PEXPIRE', KEYS[4], ARGV[3])
+    end
   end
+  return n
+end
+if abandon then
+  redis.call('SISMEMBER', KEYS[4], redis.sha1hex(ARGV[1]))
   if queued then
     for _, e in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
       local _, _, owner = entry(e)
@@ -178,7 +189,7 @@ end
 
 -- GET fails with WRONGTYPE if the lock key is not a string.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
+  return remember(0)
 end
 
 -- The fair queue: hand the lock to its first live waiter, in this same
@@ -208,11 +219,11 @@ if queued then
       -- finds it at its next wait.lua).
       redis.call('SET', KEYS[1], owner, 'PX', ttl)
       redis.call(publish, channel, 'granted ' .. redis.sha1hex(owner) .. ' ' .. string.format('%.0f', fence))
-      return 1
+      return remember(1)
     end
   end
 end
 
 redis.call(publish, channel, 'released')
 redis.call('DEL', KEYS[1])
-return 1
+return remember(1)
