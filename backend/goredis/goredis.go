@@ -190,6 +190,15 @@ var (
 // but noeviction fails New with an error wrapping [ErrEvictionPolicy],
 // unless [Options.AllowEvictingPolicy]. A server that refuses INFO is
 // logged as a warning; an error reaching a node fails New.
+//
+// A *redis.Ring is accepted, with its limit: a Ring shards keys itself by
+// consistent hashing and moves a key to another shard when a shard is
+// added, removed or found down by its heartbeat. A lock held on the old
+// shard is then not seen on the new one: a second holder gets the key,
+// with a fence from the new shard's counter, which need not be greater.
+// A Ring is as safe as one server only while its shard set does not
+// change; for locks prefer one server, Sentinel or Cluster. A set of more
+// than one key (driver.MultiLocker) is refused on a Ring.
 func New(client redis.UniversalClient, opts Options) (*Backend, error) {
 	ro, err := redisscript.Prepare(client == nil, redisscript.Options(opts), func(ctx context.Context, o redisscript.Options) error {
 		return checkEviction(ctx, client, o)
