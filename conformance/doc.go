@@ -60,6 +60,14 @@
 //     TTL + ExpirySlack of the holder's request's return, never before its
 //     TTL from its sending, and
 //     the holder sees the lease lost.
+//   - WaiterAfterCrash: a Locker.Acquire with a long lease (40x MinTTL)
+//     waiting behind a holder that crashed (its lease of MinTTL never
+//     renewed nor released) is granted the key with a greater fence within
+//     TTL + ExpirySlack of the holder's grant, never before its TTL: an
+//     expiry is not announced, and a wait that looks at the key again only
+//     at an interval derived from the waiter's own lease (a WaitAcquirer
+//     refreshing its place every third of its TTL) leaves the key to no
+//     one meanwhile.
 //   - LeaseLengths: leases of MinTTL and 5x MinTTL from one client, asked
 //     in either order, renewed from one to the other, or met by another
 //     owner's failed Acquire or Renew with another TTL, are each held for

@@ -14,7 +14,7 @@ import (
 // line. Every doc is one sentence, logged by its subtest and listed in the
 // package documentation (TestDocListsProperties checks that doc.go lists
 // exactly these names, in this order). Each check is in the file of its
-// family: core.go, cancel.go, timing.go, loss.go, optional.go, inspect.go
+// family: core.go, cancel.go, timing.go, waitexpiry.go, loss.go, optional.go, inspect.go
 // and tryfirst.go (the harness's fault hooks: faults.go, fencerecord.go);
 // this file also holds the helpers that several families
 // share.
@@ -25,6 +25,7 @@ var properties = []property{
 	{"RenewKeepsLease", "The watchdog's renewals keep a lease held past 3x its TTL, and no other backend can take the key meanwhile.", testRenewKeepsLease},
 	{"RenewTTL", "Renew sets the lease to the TTL it returns from when it was sent (to ttl from now, not by ttl): after one renewal, or three in a row, and no more, the key stays held that long and is free within ExpirySlack after.", testRenewTTL},
 	{"ExpiryWithoutRenew", "A lease that is not renewed lets another backend in within TTL + ExpirySlack, never before its TTL, and its holder sees it lost.", testExpiry},
+	{"WaiterAfterCrash", "A Locker.Acquire with a long lease waiting behind a holder that crashed (its lease of MinTTL never renewed nor released) is granted the key with a greater fence within the holder's TTL + ExpirySlack, never before its TTL.", testWaiterAfterCrash},
 	{"LeaseLengths", "Leases of different lengths from one client (MinTTL and 5x MinTTL, asked in either order, renewed from one to the other, or contended by a failed Acquire or Renew with another TTL, or asked again by their holder) are each held for the TTL asked and free within ExpirySlack after.", testLeaseLengths},
 	{"InvalidationReported", "A key deleted or revoked out of band ends its lease's Context (cause ErrLeaseLost) within TTL + renew interval, and a manual Renew reports ErrNotHeld at once.", testInvalidationReported},
 	{"ReleaseAfterLoss", "Release after loss, a double Release and a Release of a never-held key return ErrNotHeld and delete nothing, in particular not a new holder's lock.", testReleaseAfterLoss},

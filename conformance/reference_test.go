@@ -722,7 +722,7 @@ func (b refQueueBackend) AcquireWait(ctx context.Context, req driver.AcquireRequ
 	for {
 		s.mu.Lock()
 		l := s.settle(key, time.Now())
-		wait := s.untilWake(l)
+		wait := s.waiterWake(l, w)
 		if s.bug == bugLeaveDropsOthers {
 			wait = min(wait, s.requeue(key, l, w))
 		}
