@@ -32,19 +32,22 @@ type Monitor struct {
 // Start starts a monitor; the caller must Stop it.
 func Start() *Monitor {
 	m := &Monitor{quit: make(chan struct{}), done: make(chan struct{})}
-	go m.run()
+	go m.run(time.Now())
 	return m
 }
 
 // run measures until Stop. Each interval runs from one wake-up to the
 // next (the clock is read when the goroutine runs, not at the timer's
 // own time: the delay is the one to running), so the intervals cover
-// the whole run and a delay anywhere in the loop is measured.
-func (m *Monitor) run() {
+// the whole run and a delay anywhere in the loop is measured. The first
+// runs from start, Start's call: read when the goroutine first ran, a
+// delay before that (a loaded machine that ran Start's caller on and
+// stopped the process before the new goroutine's turn) was not measured.
+func (m *Monitor) run(start time.Time) {
 	defer close(m.done)
 	timer := time.NewTimer(Tick)
 	defer timer.Stop()
-	for last := time.Now(); ; {
+	for last := start; ; {
 		select {
 		case <-m.quit:
 			return
