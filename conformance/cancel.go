@@ -119,6 +119,17 @@ func (e *env) cancelledWaiterSkipped(t *testing.T, holder *fencedlock.Locker, ke
 	}
 }
 
+// budgetLeft reports whether more than num/den of the property's time
+// (Config.Timeout) is left: the loops above go on past their minimum, for
+// more calls cut in flight, only while it is. A loaded machine made the
+// PostgreSQL example's every cut Acquire wait for its statement to settle
+// (up to 2s each), and 164 attempts used the whole 30s, failing the
+// renewals that came after.
+func (e *env) budgetLeft(num, den int) bool {
+	dl, ok := e.ctx.Deadline()
+	return !ok || time.Until(dl) > e.cfg.Timeout*time.Duration(num)/time.Duration(den)
+}
+
 func testCancelledAttempt(t *testing.T, e *env) {
 	b := e.backend(t)
 	trip, renewTrip, releaseTrip := e.roundTrips(t, b)
@@ -167,7 +178,7 @@ func (e *env) cutAcquires(t *testing.T, b driver.Backend, trip time.Duration) {
 	// most maxAttempts; see the renewals in cutRenewReleases.
 	const minAttempts, cutAttempts, maxAttempts = 40, 10, 200
 	var attempts, applied, cancelled, cut int
-	for i := 0; i < maxAttempts && (i < minAttempts || cut < cutAttempts); i++ {
+	for i := 0; i < maxAttempts && (i < minAttempts || cut < cutAttempts && e.budgetLeft(1, 2)); i++ {
 		attempts++
 		key := e.key("attempt")
 		req := driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold}
@@ -226,7 +237,7 @@ func (e *env) cutRenewReleases(t *testing.T, b driver.Backend, renewTrip, releas
 	const minRenewals, cutRenewals, maxRenewals = 20, 10, 200
 	probe := e.backend(t)
 	renewals, cut := 0, 0
-	for i := 0; i < maxRenewals && (i < minRenewals || cut < cutRenewals); i++ {
+	for i := 0; i < maxRenewals && (i < minRenewals || cut < cutRenewals && e.budgetLeft(1, 4)); i++ {
 		renewals++
 		key := e.key("held")
 		g := e.grab(t, b, key)

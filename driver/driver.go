@@ -126,14 +126,21 @@ type Notifier interface {
 }
 
 // WaitAcquirer is implemented by backends that keep a fair queue of waiters
-// on the server (etcd's Backend, and backend/redis's FairBackend). When a backend implements it, [fencedlock.Locker.Acquire] calls
-// AcquireWait instead of its own retry loop.
+// on the server (the Backends of backend/redis, backend/goredis and
+// backend/etcd, and backend/postgres's FairBackend). When a backend
+// implements it, [fencedlock.Locker.Acquire] calls AcquireWait instead of
+// its own retry loop.
 type WaitAcquirer interface {
 	// AcquireWait blocks until req.Key is granted to req.Owner or ctx is
 	// done. When ctx ends first it must remove every trace of the waiter
 	// from the server before returning an error wrapping ctx.Err(), and it
 	// must never grant the key to a waiter whose lease expired while it
-	// waited.
+	// waited. A holder's expiry need not be announced, but a waiter first
+	// in line behind a holder whose lease runs out unreleased (a crashed
+	// holder) must be granted within that lease's end and the store's
+	// expiry slack, whatever the waiter's own TTL: it looks again by the
+	// holder's remaining lease, not by a period of its own (conformance
+	// property WaiterAfterCrash).
 	AcquireWait(ctx context.Context, req AcquireRequest) (Grant, error)
 }
 
