@@ -127,7 +127,7 @@ type Notifier interface {
 
 // WaitAcquirer is implemented by backends that keep a fair queue of waiters
 // on the server (the Backends of backend/redis, backend/goredis and
-// backend/etcd, and backend/postgres's FairBackend). When a backend
+// backend/etcd, and backend/postgres's Fair). When a backend
 // implements it, [fencedlock.Locker.Acquire] calls AcquireWait instead of
 // its own retry loop.
 type WaitAcquirer interface {
