@@ -127,12 +127,16 @@ func CloseReleasesLeases(t *testing.T, s Setup) {
 func ReservedNames(t *testing.T, s Setup) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	a, b := s.New(t, fencedlock.Options{}), s.New(t, fencedlock.Options{})
+	// Leases of a minute: the scenario is about names, not renewals, and
+	// its twelve writers hold throughout (on etcd with the setup's 2s TTL,
+	// at load average 15, a writer's lease was lost before its release).
+	long := fencedlock.Options{TTL: time.Minute}
+	a, b := s.New(t, long), s.New(t, long)
 	base := name("reserved")
-	long := base + strings.Repeat("{/%}", (driver.MaxKeyLen-21-len(base))/4)
-	long += strings.Repeat("x", driver.MaxKeyLen-21-len(long))
+	longest := base + strings.Repeat("{/%}", (driver.MaxKeyLen-21-len(base))/4)
+	longest += strings.Repeat("x", driver.MaxKeyLen-21-len(longest))
 	names := []string{base, base + "/", base + "/r", base + "/w/", base + "}", "{" + base + "}", base + "%2F",
-		base + ":rw:writer", base + "*?[", base + "\xff\xfe", base + " ", long}
+		base + ":rw:writer", base + "*?[", base + "\xff\xfe", base + " ", longest}
 	writers := make([]*rwlock.Lease, len(names))
 	for i, n := range names {
 		writers[i] = lock(t, ctx, a, n, rwlock.Write)
@@ -148,8 +152,8 @@ func ReservedNames(t *testing.T, s Setup) {
 			r.Release(ctx)
 		}
 	}
-	if len(long) != driver.MaxKeyLen-21 {
-		t.Fatalf("long name of %d bytes", len(long))
+	if len(longest) != driver.MaxKeyLen-21 {
+		t.Fatalf("long name of %d bytes", len(longest))
 	}
 }
 
