@@ -316,25 +316,6 @@ func holdMemKey(t *testing.T, store *memory.Store, key string) *fencedlock.Lease
 	return lease
 }
 
-// waitHeld waits (bounded) until key is held in store.
-func waitHeld(t *testing.T, store *memory.Store, key string) driver.Info {
-	t.Helper()
-	b := store.Backend()
-	defer b.Close()
-	for i := 0; i < 1000; i++ {
-		info, err := b.Inspect(context.Background(), key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.Held {
-			return info
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("%q not held after 5s", key)
-	return driver.Info{}
-}
-
 func TestInspectOutput(t *testing.T) {
 	store := memory.NewStore()
 	ctx := context.Background()
