@@ -136,9 +136,14 @@ func (w *treeWatch) scan() {
 		if !was {
 			continue
 		}
-		if procAlive(pid) {
+		// The time is taken before the look: a look that finds the
+		// process alive proves it alive then, not when it returns. Taken
+		// after, a look preempted for 11ms on a loaded CI machine dated a
+		// process killed before the release after the second holder's
+		// attempt began (TestKillSwitchSupervisorKilled, CI of 3ecfba6).
+		if before := time.Now(); procAlive(pid) {
 			alive++
-			w.lastAlive = time.Now()
+			w.lastAlive = later(w.lastAlive, before)
 		} else {
 			w.tracked[pid] = false
 			w.died[pid] = time.Now()
@@ -147,6 +152,14 @@ func (w *treeWatch) scan() {
 	if alive == 0 && len(w.tracked) > 0 && !w.lastAlive.IsZero() && !w.deadAt.After(w.lastAlive) {
 		w.deadAt = time.Now()
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // procAlive reports whether pid may still run code of its own: it exists,
