@@ -61,7 +61,10 @@ func TestServerDiesWithTestProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run", "^TestServerDiesWithTestProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), "REDISTEST_CHILD=1")
+	// The child is killed, so its cleanup (t.TempDir's removal) never
+	// runs: its temporary directory lives inside this test's, which is
+	// removed (a directory per run was left in /tmp).
+	cmd.Env = append(os.Environ(), "REDISTEST_CHILD=1", "TMPDIR="+t.TempDir())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
