@@ -146,7 +146,13 @@ func TestLateGrantMinimum(t *testing.T) {
 				store := memory.NewStore()
 				a := &lateReplies{Backend: store.Backend()}
 				a.lag.Store(int64(c.lag))
-				l := mustLocker(t, a, fencedlock.Options{TTL: time.Second, SafetyMargin: 100 * time.Millisecond})
+				// ManualRenew: the deadline checked is the grant's. With
+				// the watchdog, a grant back after its renewal time
+				// (TTL/3) is renewed at once, and a renewal that ran
+				// before the check moved the deadline to 1.699s (seen
+				// under load: the watchdog's goroutine and this one race
+				// in real time while the bubble's clock stands still).
+				l := mustLocker(t, a, fencedlock.Options{TTL: time.Second, SafetyMargin: 100 * time.Millisecond, ManualRenew: true})
 				defer l.Close()
 				start := time.Now()
 				ls, err := l.TryAcquire(t.Context(), "k")
