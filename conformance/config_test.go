@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,5 +27,19 @@ func TestConfigResolve(t *testing.T) {
 		if _, err := bad.resolve(); err == nil {
 			t.Errorf("%+v resolved without an error", bad)
 		}
+	}
+}
+
+// TestStacksAfter: the dump is taken once its time has passed (and shows
+// the goroutine that waits), and not at all when the call came back first.
+func TestStacksAfter(t *testing.T) {
+	stop := stacksAfter(time.Hour)
+	if got := stop(); got != "" {
+		t.Fatalf("dump taken before its time: %q", got)
+	}
+	stop = stacksAfter(time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	if got := stop(); !strings.Contains(got, "TestStacksAfter") {
+		t.Fatalf("dump after its time does not show this test's goroutine:\n%s", got)
 	}
 }

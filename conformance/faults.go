@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -340,8 +342,10 @@ func (r *faultRun) lateReply(what string, call func(context.Context) error, shor
 	e.lag.StartWindow()
 	ctx, cancel := context.WithTimeout(e.ctx, short)
 	start := time.Now()
+	stacks := stacksAfter(short + e.schedAllowance())
 	err := call(ctx)
 	took := time.Since(start)
+	dump := stacks()
 	cancel()
 	r.saw(what+", reply late", err)
 	if err == nil {
@@ -355,7 +359,7 @@ func (r *faultRun) lateReply(what string, call func(context.Context) error, shor
 		wantTransient(t, what+" whose reply came after its context ended", err)
 	}
 	if limit := short + e.schedAllowance(); took > limit && took > short+e.settledAllowance() {
-		t.Fatalf("%s with a context of %v, its reply %v late, returned after %v: a backend must return promptly once its context is done", what, short, delay, took.Round(time.Millisecond))
+		t.Fatalf("%s with a context of %v, its reply %v late, returned after %v: a backend must return promptly once its context is done; the goroutines when it was due:\n%s", what, short, delay, took.Round(time.Millisecond), dump)
 	}
 	return true
 }
@@ -406,4 +410,27 @@ func testForeignValue(t *testing.T, e *env) {
 	_, err = b.Acquire(e.ctx, driver.AcquireRequest{Key: key, Owner: owner(), TTL: e.hold})
 	wantPermanent("Acquire of the foreign value after its owner's Renew and Release (they must change nothing)", err, false)
 	t.Logf("a foreign value under a lock is reported with ErrPermanent and left as it is")
+}
+
+// stacksAfter takes a dump of every goroutine's stack once d has passed,
+// unless the returned function is called first; that function stops the
+// timer and returns the dump (empty if none was taken yet), at most 64 KiB.
+// A call that should have returned by then shows where it waits (seen
+// once at load average 20: a Renew back 1.156s after its 125ms context).
+func stacksAfter(d time.Duration) func() string {
+	var mu sync.Mutex
+	var dump []byte
+	tm := time.AfterFunc(d, func() {
+		buf := make([]byte, 64<<10)
+		n := runtime.Stack(buf, true)
+		mu.Lock()
+		dump = buf[:n]
+		mu.Unlock()
+	})
+	return func() string {
+		tm.Stop()
+		mu.Lock()
+		defer mu.Unlock()
+		return string(dump)
+	}
 }
