@@ -153,11 +153,32 @@ func (e *env) retryTimed(t *testing.T, ttl time.Duration, check func(ttl time.Du
 				ttl, inc.why, inc.late.Round(time.Millisecond))
 		}
 		longer := min(max(3*ttl, 8*inc.late).Round(time.Millisecond), fencedlock.MaxTTL)
+		if span, left, ok := e.fits(longer); !ok {
+			t.Fatalf("inconclusive with TTL %v: %s (%v late), and a run with TTL %v (about %v) does not fit in the %v left of the property's deadline (Config.Timeout): the machine is too loaded to check this property; raise Config.MinTTL or Config.Timeout",
+				ttl, inc.why, inc.late.Round(time.Millisecond), longer, span.Round(time.Millisecond), left.Round(time.Millisecond))
+		}
 		t.Logf("inconclusive with TTL %v: %s (the suite's requests were %v late; scheduling lateness max %v); not a violation: retrying with TTL %v",
 			ttl, inc.why, inc.late.Round(time.Millisecond), e.lag.Max().Round(time.Millisecond), longer)
 		ttl = longer
 		inc = check(ttl)
 	}
+}
+
+// fits reports whether a timed check with a lease of ttl, which lasts
+// about span (at most 4x the lease, the longest of them: watchdogKeeps,
+// plus the expiry slack and the scheduling allowance twice), fits in the
+// time left before the property's deadline. A retry that does not fit
+// would end in the context's error, which reads as the backend's failure
+// (TestBrokenBackendsAreReported saw "Acquire: context deadline exceeded"
+// from RenewKeepsLease and RenewTTL at load average 20, after a retry).
+func (e *env) fits(ttl time.Duration) (span, left time.Duration, ok bool) {
+	span = 4*ttl + e.cfg.ExpirySlack + 2*e.schedAllowance()
+	dl, has := e.ctx.Deadline()
+	if !has {
+		return span, 0, true
+	}
+	left = time.Until(dl)
+	return span, left, span <= left
 }
 
 func testRenewKeepsLease(t *testing.T, e *env) {
