@@ -174,3 +174,27 @@ func lastError(out, property string) string {
 	}
 	return last
 }
+
+// TestSection: a property's section of the child's verbose output ends at
+// the next "=== " or "--- " line, so the retry of one property is not
+// read into another's, and lastError is its last line.
+func TestSection(t *testing.T) {
+	out := "=== RUN   TestBrokenChild/RenewTTL\n" +
+		"    timing.go:160: inconclusive with TTL 250ms: late (300ms late); not a violation: retrying with TTL 2.4s\n" +
+		"    timing.go:351: three renewals in a row: the key was free early\n" +
+		"=== RUN   TestBrokenChild/ExpiryWithoutRenew\n" +
+		"    timing.go:27: another backend took the key early\n" +
+		"--- FAIL: TestBrokenChild/ExpiryWithoutRenew (1.00s)\n"
+	if s := section(out, "RenewTTL"); !strings.Contains(s, retriedLonger) || strings.Contains(s, "another backend") {
+		t.Errorf("RenewTTL's section: %q", s)
+	}
+	if s := section(out, "ExpiryWithoutRenew"); strings.Contains(s, retriedLonger) || !strings.Contains(s, "another backend") {
+		t.Errorf("ExpiryWithoutRenew's section: %q", s)
+	}
+	if got := lastError(out, "RenewTTL"); !strings.HasPrefix(got, "timing.go:351:") {
+		t.Errorf("lastError(RenewTTL) = %q", got)
+	}
+	if got := section(out, "Missing"); got != "" || lastError(out, "Missing") != "?" {
+		t.Errorf("a property not in the output: section %q, lastError %q", got, lastError(out, "Missing"))
+	}
+}

@@ -126,8 +126,7 @@ func (e *env) cancelledWaiterSkipped(t *testing.T, holder *fencedlock.Locker, ke
 // (up to 2s each), and 164 attempts used the whole 30s, failing the
 // renewals that came after.
 func (e *env) budgetLeft(num, den int) bool {
-	dl, ok := e.ctx.Deadline()
-	return !ok || time.Until(dl) > e.cfg.Timeout*time.Duration(num)/time.Duration(den)
+	return e.timeLeft() > e.cfg.Timeout*time.Duration(num)/time.Duration(den)
 }
 
 func testCancelledAttempt(t *testing.T, e *env) {

@@ -1,6 +1,9 @@
 package conformance
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // This file holds the waits that widen their bound by the scheduling
 // delay measured while a property runs (env.lag, a schedlag.Monitor): a
@@ -24,6 +27,18 @@ func waitDone(done <-chan struct{}, bound time.Duration) bool {
 // twice the largest scheduling lateness measured so far in the property.
 func (e *env) schedAllowance() time.Duration {
 	return max(500*time.Millisecond, e.ttl) + 2*e.lag.Max()
+}
+
+// timeLeft is the time left before the property's deadline (its context,
+// of Config.Timeout), or the longest duration if its context has none.
+// The loops and retries that could outlast it ask it first (budgetLeft,
+// fits): a call cut by the deadline reads as the backend's failure.
+func (e *env) timeLeft() time.Duration {
+	dl, ok := e.ctx.Deadline()
+	if !ok {
+		return math.MaxInt64
+	}
+	return time.Until(dl)
 }
 
 // settledAllowance is schedAllowance once the lag monitor has measured a

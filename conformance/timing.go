@@ -173,11 +173,7 @@ func (e *env) retryTimed(t *testing.T, ttl time.Duration, check func(ttl time.Du
 // from RenewKeepsLease and RenewTTL at load average 20, after a retry).
 func (e *env) fits(ttl time.Duration) (span, left time.Duration, ok bool) {
 	span = 4*ttl + e.cfg.ExpirySlack + 2*e.schedAllowance()
-	dl, has := e.ctx.Deadline()
-	if !has {
-		return span, 0, true
-	}
-	left = time.Until(dl)
+	left = e.timeLeft()
 	return span, left, span <= left
 }
 
