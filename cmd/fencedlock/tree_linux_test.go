@@ -141,9 +141,11 @@ func (w *treeWatch) scan() {
 		// after, a look preempted for 11ms on a loaded CI machine dated a
 		// process killed before the release after the second holder's
 		// attempt began (TestKillSwitchSupervisorKilled, CI of 3ecfba6).
+		// The looks are made one after another by one goroutine, so each
+		// one's time is later than the last.
 		if before := time.Now(); procAlive(pid) {
 			alive++
-			w.lastAlive = later(w.lastAlive, before)
+			w.lastAlive = before
 		} else {
 			w.tracked[pid] = false
 			w.died[pid] = time.Now()
@@ -152,14 +154,6 @@ func (w *treeWatch) scan() {
 	if alive == 0 && len(w.tracked) > 0 && !w.lastAlive.IsZero() && !w.deadAt.After(w.lastAlive) {
 		w.deadAt = time.Now()
 	}
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // procAlive reports whether pid may still run code of its own: it exists,
