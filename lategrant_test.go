@@ -123,6 +123,36 @@ func TestLateGrantRefused(t *testing.T) {
 	})
 }
 
+// TestLateGrantRenewedAtOnce: a grant handed out after its renewal time
+// (the reply came 799ms into a 1s lease, renewal every third) is renewed
+// by the watchdog at once, not at the next interval: its deadline moves
+// from the grant's (900ms after the send) to the renewal's (900ms after
+// 799ms).
+func TestLateGrantRenewedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.NewStore()
+		a := &lateReplies{Backend: store.Backend()}
+		a.lag.Store(int64(799 * time.Millisecond))
+		l := mustLocker(t, a, fencedlock.Options{TTL: time.Second, SafetyMargin: 100 * time.Millisecond})
+		defer l.Close()
+		start := time.Now()
+		ls, err := l.TryAcquire(t.Context(), "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the watchdog has run and is waiting again
+		if time.Since(start) != 799*time.Millisecond {
+			t.Fatalf("the renewal took time: %v since the send", time.Since(start))
+		}
+		if d := ls.Deadline().Sub(start); d != 1699*time.Millisecond {
+			t.Fatalf("deadline %v after the send, want 1.699s (renewed at 799ms)", d)
+		}
+		if err := ls.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestLateGrantMinimum: the minimum left at the hand-out is the lease's
 // safety margin, checked on the local deadline (TTL - margin after the
 // request was sent). TTL 1s, margin 100ms: the local deadline is at
